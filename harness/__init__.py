@@ -1,0 +1,1 @@
+"""kneecap: distributed load testing for LLM inference endpoints."""

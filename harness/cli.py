@@ -1,0 +1,89 @@
+"""The ``kneecap`` command. Errors go to stderr as ``Error: ...``; user mistakes never print a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from harness.sim.engine import EngineConfig
+from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
+from harness.sim.openai import OutputPolicy
+from harness.sim.presets import DEFAULT_PRESET, PRESETS
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="kneecap")
+def main() -> None:
+    """kneecap: load-test LLM inference endpoints and find the knee."""
+
+
+def _engine_options(func):  # noqa: ANN001, ANN202 - a click decorator
+    """One flag per EngineConfig field; unset flags keep the preset's value."""
+    for f in reversed(dataclasses.fields(EngineConfig)):
+        if f.name == "seed":  # one --seed drives the whole simulator
+            continue
+        func = click.option(f"--{f.name.replace('_', '-')}", f.name, type={"int": int, "float": float}[str(f.type)],
+                            default=None,
+                            help=f"{f.metadata['help']} [preset]")(func)
+    return func
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to bind (0 = any free port).")
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), default=DEFAULT_PRESET, show_default=True,
+              help="Deployment shape; see the README's simulator section.")
+@click.option("--model", default=None, help="Served model name [sim-PRESET].")
+@_engine_options
+@click.option("--eos-median", type=float, default=256.0, show_default=True,
+              help="Median natural output length when ignore_eos is off (0: always generate max_tokens).")
+@click.option("--eos-sigma", type=float, default=0.6, show_default=True, help="Lognormal sigma of that length.")
+@click.option("--tokens-per-word", type=float, default=1.0, show_default=True,
+              help="Prompt tokens per whitespace-separated word.")
+@click.option("--fault", "faults", multiple=True, metavar="KIND=P",
+              help=f"Inject a fault with probability P; KIND is one of {', '.join(FAULT_KINDS)}. Repeatable.")
+@click.option("--stall-s", type=float, default=5.0, show_default=True, help="Length of an injected stall.")
+@click.option("--long-line-bytes", type=int, default=1 << 20, show_default=True, help="Size of an injected long line.")
+@click.option("--retry-after-s", type=int, default=1, show_default=True, help="Retry-After of 429 answers.")
+@click.option("--max-waiting", type=int, default=None, help="Answer 429 when this many requests wait [unlimited].")
+@click.option("--max-body-mb", type=float, default=8.0, show_default=True, help="Largest accepted request body.")
+@click.option("--trace-file", type=click.Path(dir_okay=False), default=None,
+              help="Write one JSON line per request with server-side times (ground truth).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of output lengths and faults.")
+def sim(host: str, port: int, preset: str, model: str | None, eos_median: float, eos_sigma: float,
+        tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
+        max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, **engine: int | float | None
+        ) -> None:
+    """Serve a simulated OpenAI-compatible LLM (vLLM-like batching and capacity) until interrupted."""
+    from harness.sim import SimConfig, run_sim  # imported here: `kneecap --help` stays fast
+
+    overrides = {k: v for k, v in engine.items() if v is not None}
+    engine_cfg = dataclasses.replace(PRESETS[preset], seed=seed, **overrides)
+    problems = engine_cfg.problems()
+    if eos_median < 0 or eos_sigma < 0 or tokens_per_word <= 0:
+        problems.append("--eos-median and --eos-sigma must be >= 0 and --tokens-per-word > 0")
+    if stall_s < 0 or long_line_bytes < 1 or retry_after_s < 0 or max_body_mb <= 0:
+        problems.append("--stall-s, --retry-after-s must be >= 0; --long-line-bytes, --max-body-mb > 0")
+    if max_waiting is not None and max_waiting < 0:
+        problems.append(f"--max-waiting must be >= 0, got {max_waiting}")
+    try:
+        probabilities = parse_fault_spec(list(faults))
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise click.UsageError("; ".join(problems))
+    config = SimConfig(
+        engine=engine_cfg, model=model or f"sim-{preset}",
+        policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
+        faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
+                           retry_after_s=retry_after_s),
+        max_waiting=max_waiting, max_body_bytes=int(max_body_mb * (1 << 20)), trace_file=trace_file, seed=seed)
+    try:
+        run_sim(config, host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
+if __name__ == "__main__":
+    main()

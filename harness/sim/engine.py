@@ -1,0 +1,274 @@
+"""A continuous-batching engine model: the capacity that makes the simulator's knee real.
+
+No I/O, no clock: the caller passes ``now`` in and waits ``Iteration.duration_s`` itself, so the
+model runs as fast on a fake clock in tests as it does in real time behind HTTP.
+
+One iteration (vLLM's scheduler step, simplified):
+
+1. Every running sequence that has finished its prefill decodes ``tokens_per_chunk`` tokens (one by
+   default; more imitates speculative decoding). Growing past the KV budget preempts the most
+   recently admitted sequence (recompute, as vLLM does): its blocks are freed and it returns to the
+   head of the queue, to redo prefill over prompt + tokens generated so far.
+2. Sequences still in prefill take chunks of at most ``max_num_batched_tokens`` per iteration in
+   total (chunked prefill). A sequence whose prefill completes emits its first token.
+3. Waiting sequences are admitted FCFS while a slot (``max_num_seqs``) is free and the KV cache can
+   hold their whole prompt; the head of the queue blocks the rest (no skipping).
+
+Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences
++ ``iter_per_kv_ktoken_ms`` × (context tokens of decoding sequences / 1000)
++ ``prefill_per_ktoken_ms`` × (prefill tokens this iteration / 1000), times an optional jitter.
+
+Why there is a knee: with closed-loop users and fixed lengths, each of up to ``max_num_seqs`` users
+owns a slot and TTFT stays at about one prefill; the next user waits for a slot to free, i.e. for a
+whole request's service time, so TTFT jumps while throughput stops growing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence"]
+
+
+def _opt(default: float, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Deployment shape. Every field is a ``kneecap sim`` flag of the same name (dashes for underscores),
+    documented in its ``help`` metadata."""
+
+    max_num_seqs: int = _opt(64, "Concurrent sequences in the batch (slots).")
+    kv_cache_tokens: int = _opt(131_072, "KV-cache capacity in tokens (prompt + generated of all running sequences).")
+    block_size: int = _opt(16, "KV-cache block size in tokens; capacity is allocated in whole blocks.")
+    max_num_batched_tokens: int = _opt(2048, "Token budget of one iteration (decode tokens + prefill chunk tokens).")
+    max_model_len: int = _opt(8192, "Context window: prompt + output tokens of one request.")
+    iter_base_ms: float = _opt(8.0, "Fixed cost of one iteration (kernel launches, sampling).")
+    iter_per_seq_ms: float = _opt(0.15, "Added cost per decoding sequence.")
+    iter_per_kv_ktoken_ms: float = _opt(0.0, "Added cost per 1000 context tokens read by decoding sequences.")
+    prefill_per_ktoken_ms: float = _opt(50.0, "Cost per 1000 prompt tokens prefilled in the iteration.")
+    tokens_per_chunk: int = _opt(1, "Tokens each decoding sequence emits per iteration (>1: speculative decoding).")
+    jitter: float = _opt(0.0, "Relative standard deviation of the iteration time (0 = deterministic).")
+    seed: int = _opt(0, "Seed of the jitter.")
+
+    def problems(self) -> list[str]:
+        """Everything wrong with this configuration, as readable sentences (empty when valid)."""
+        out = []
+        for name in ("max_num_seqs", "kv_cache_tokens", "block_size", "max_num_batched_tokens",
+                     "max_model_len", "tokens_per_chunk"):
+            if getattr(self, name) < 1:
+                out.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter"):
+            if getattr(self, name) < 0:
+                out.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.iter_base_ms + self.iter_per_seq_ms <= 0:
+            out.append("iter_base_ms + iter_per_seq_ms must be > 0, or iterations would take no time")
+        if self.kv_cache_tokens < self.max_model_len:
+            out.append(f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one full context "
+                       f"(max_model_len={self.max_model_len})")
+        return out
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the engine. Times are in the caller's clock."""
+
+    id: int
+    prompt_tokens: int
+    output_tokens: int
+    """How many tokens this request will generate in total (decided by the API layer)."""
+    arrival: float
+    generated: int = 0
+    prefilled: int = 0
+    prefill_target: int = 0
+    """Tokens to prefill: the prompt, plus generated tokens after a preemption (recompute)."""
+    blocks: int = 0
+    admitted_at: float | None = None
+    preemptions: int = 0
+    running: bool = False
+    """In the batch (holds a slot); False while waiting, after preemption and when done."""
+
+    @property
+    def context(self) -> int:
+        return self.prompt_tokens + self.generated
+
+
+@dataclass(slots=True)
+class Emission:
+    """Tokens that become visible to the client at the end of the iteration."""
+
+    seq: Sequence
+    tokens: int
+    finished: bool
+
+
+@dataclass
+class Iteration:
+    duration_s: float
+    emissions: list[Emission]
+    decode_seqs: int
+    prefill_tokens: int
+    admitted: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+
+class Engine:
+    """The batching model. Usage (fake clock)::
+
+        engine = Engine(EngineConfig(max_num_seqs=4))
+        engine.add(Sequence(id=1, prompt_tokens=100, output_tokens=20, arrival=0.0))
+        now = 0.0
+        while not engine.idle:
+            it = engine.step(now)
+            now += it.duration_s        # tokens in it.emissions are visible at this time
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        bad = config.problems()
+        if bad:
+            raise ValueError("invalid engine configuration: " + "; ".join(bad))
+        self.config = config
+        self.total_blocks = config.kv_cache_tokens // config.block_size
+        self.used_blocks = 0
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._rng = random.Random(config.seed)
+        # Cumulative counters, exported as Prometheus counters.
+        self.preemptions_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # -- queue management -------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    @property
+    def kv_usage(self) -> float:
+        return self.used_blocks / self.total_blocks
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a request. The API layer has already checked it fits the context window."""
+        seq.prefill_target = seq.prompt_tokens
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        """Drop a request (client went away); frees its slot and KV blocks. Unknown ones are ignored."""
+        if seq.running:
+            self.running.remove(seq)
+            seq.running = False
+            self._free(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+
+    # -- one iteration ----------------------------------------------------------------------
+    def step(self, now: float) -> Iteration:
+        """Schedule and account one iteration that starts at ``now``."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        emissions: list[Emission] = []
+        preempted: list[Sequence] = []
+        decode_seqs = 0
+        decode_context = 0
+        prefill_tokens = 0
+
+        # 1. Decode, oldest admissions first; preempt the newest when KV runs out.
+        for seq in list(self.running):
+            if not seq.running or seq.prefilled < seq.prefill_target or budget <= 0:
+                continue
+            k = min(cfg.tokens_per_chunk, seq.output_tokens - seq.generated, budget)
+            while not self._grow(seq, seq.context + k):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if not seq.running:
+                continue
+            budget -= k
+            decode_seqs += 1
+            decode_context += seq.context
+            seq.generated += k
+            emissions.append(Emission(seq, k, seq.generated >= seq.output_tokens))
+
+        # 2. Continue chunked prefills already admitted.
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if seq.prefilled < seq.prefill_target:
+                chunk = min(seq.prefill_target - seq.prefilled, budget)
+                budget -= chunk
+                prefill_tokens += chunk
+                seq.prefilled += chunk
+                if seq.prefilled == seq.prefill_target:
+                    seq.generated += 1
+                    emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
+
+        # 3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain.
+        admitted: list[Sequence] = []
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if not self._grow(seq, seq.prefill_target + 1):
+                break
+            self.waiting.popleft()
+            seq.running = True
+            if seq.admitted_at is None:
+                seq.admitted_at = now
+            self.running.append(seq)
+            admitted.append(seq)
+            chunk = min(seq.prefill_target, budget)
+            budget -= chunk
+            prefill_tokens += chunk
+            seq.prefilled = chunk
+            if seq.prefilled == seq.prefill_target:
+                seq.generated += 1
+                emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
+            if seq.preemptions == 0:
+                self.prompt_tokens_total += seq.prompt_tokens
+
+        finished = False
+        for e in emissions:
+            self.generation_tokens_total += e.tokens
+            if e.finished:
+                finished = True
+                e.seq.running = False
+                self._free(e.seq)
+        if finished:
+            self.running = [s for s in self.running if s.running]
+
+        ms = (cfg.iter_base_ms + cfg.iter_per_seq_ms * decode_seqs
+              + cfg.iter_per_kv_ktoken_ms * decode_context / 1000
+              + cfg.prefill_per_ktoken_ms * prefill_tokens / 1000)
+        if cfg.jitter:
+            ms *= max(0.1, self._rng.gauss(1.0, cfg.jitter))
+        return Iteration(ms / 1000, emissions, decode_seqs, prefill_tokens, admitted, preempted)
+
+    # -- KV blocks --------------------------------------------------------------------------
+    def _grow(self, seq: Sequence, tokens: int) -> bool:
+        """Make ``seq`` own enough blocks for ``tokens``; False when the cache cannot."""
+        need = -(-tokens // self.config.block_size) - seq.blocks
+        if need <= 0:
+            return True
+        if self.used_blocks + need > self.total_blocks:
+            return False
+        seq.blocks += need
+        self.used_blocks += need
+        return True
+
+    def _free(self, seq: Sequence) -> None:
+        self.used_blocks -= seq.blocks
+        seq.blocks = 0
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        seq.running = False
+        self._free(seq)
+        seq.preemptions += 1
+        self.preemptions_total += 1
+        seq.prefilled = 0
+        seq.prefill_target = seq.context  # recompute prompt + generated
+        self.waiting.appendleft(seq)

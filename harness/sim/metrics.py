@@ -1,0 +1,67 @@
+"""The simulator's Prometheus ``/metrics``, with vLLM's metric names so scrapers built for vLLM work.
+
+Gauges and counters are read from the engine at scrape time (nothing on the hot path); the three
+latency histograms are observed as tokens are sent, with vLLM's bucket bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from harness.sim.engine import Engine
+
+__all__ = ["SimMetrics"]
+
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                480.0, 960.0, 1920.0, 7680.0)
+
+
+class _EngineCollector:
+    def __init__(self, engine: Engine, model: str) -> None:
+        self._engine = engine
+        self._model = model
+
+    def collect(self) -> Iterator[Metric]:
+        e, labels = self._engine, [self._model]
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", len(e.running)),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(e.waiting)),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            g.add_metric(labels, value)
+            yield g
+        for name, doc, value in (
+            ("vllm:num_preemptions", "Cumulative number of preemptions from the engine.", e.preemptions_total),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", e.prompt_tokens_total),
+            ("vllm:generation_tokens", "Number of generation tokens processed.", e.generation_tokens_total),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["model_name"])
+            c.add_metric(labels, value)
+            yield c
+
+
+class SimMetrics:
+    def __init__(self, engine: Engine, model: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_EngineCollector(engine, model))  # type: ignore[arg-type]
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry).labels(model)
+
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                         _TTFT_BUCKETS)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                        _ITL_BUCKETS)
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                        _E2E_BUCKETS)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,303 @@
+"""The simulator's server: routes, the real-time engine loop, token delivery, faults and the trace file.
+
+One asyncio loop runs everything. The engine loop plans each iteration on a schedule that does not
+drift (the next iteration starts when the previous one was *planned* to end) and records how late
+each delivery was, which ``GET /sim/stats`` reports next to the CPU cost per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
+from harness.sim.faults import HTTP_FAULTS, FaultConfig
+from harness.sim.http import Connection, Request
+from harness.sim.metrics import SimMetrics
+from harness.sim.openai import (
+    ApiError,
+    GenRequest,
+    OutputPolicy,
+    StreamFormat,
+    error_body,
+    full_response,
+    parse_request,
+    plain_text,
+    token_text,
+)
+
+__all__ = ["SimConfig", "SimServer"]
+
+_RESYNC_S = 0.05
+"""A loop this far behind its schedule gives up catching up (the server is overloaded, not jittery)."""
+
+
+@dataclass
+class SimConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: str = "sim-small"
+    policy: OutputPolicy = field(default_factory=OutputPolicy)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    max_waiting: int | None = None
+    """Beyond this many queued requests answer 429 with Retry-After (a throttled shared endpoint)."""
+    max_body_bytes: int = 8 << 20
+    trace_file: str | None = None
+    seed: int = 0
+
+
+class _Job:
+    """A request from arrival to its last byte."""
+
+    __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "fmt", "gen", "held", "id", "last",
+                 "seq", "status", "times")
+
+    def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
+        self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
+        self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        self.fmt = StreamFormat(gen.kind, self.id, int(time.time()), gen.model) if gen.stream else None
+        self.emitted = 0
+        self.fault_at = max(1, gen.output_tokens // 2)
+        self.first: float | None = None
+        self.last = arrival
+        self.held: list[bytes] | None = None  # chunks held back during a stall
+        self.status = "ok"
+        self.times: list[float] = []
+
+
+class SimServer:
+    """Usage: ``await SimServer(config).serve("127.0.0.1", 0)`` returns the bound port."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.engine = Engine(config.engine)
+        self.metrics = SimMetrics(self.engine, config.model)
+        self._rng = random.Random(config.seed)
+        self._jobs: dict[int, _Job] = {}
+        self._next_id = 0
+        self._wake = asyncio.Event()
+        self._trace = open(config.trace_file, "a", buffering=1 << 16) if config.trace_file else None  # noqa: SIM115
+        self._wall_offset = time.time() - time.monotonic()
+        self.lateness: deque[float] = deque(maxlen=100_000)
+        self.iterations = 0
+        self.tokens_sent = 0
+        self._started = time.monotonic()
+        self._cpu0 = time.process_time()
+        self._server: asyncio.base_events.Server | None = None
+        self._loop_task: asyncio.Task | None = None
+
+    async def serve(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self.handle, max_body_bytes=self.config.max_body_bytes), host, port, backlog=2048)
+        self._loop_task = loop.create_task(self._engine_loop())
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        if self._server is not None:
+            self._server.close()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
+
+    # -- routing ----------------------------------------------------------------------------
+    def handle(self, req: Request, conn: Connection) -> None:
+        routes = {"/health": ("GET", self._health), "/v1/models": ("GET", self._models),
+                  "/metrics": ("GET", self._metrics), "/sim/stats": ("GET", self._stats),
+                  "/v1/chat/completions": ("POST", self._generate), "/v1/completions": ("POST", self._generate)}
+        route = routes.get(req.path.rstrip("/") or "/")
+        try:
+            if route is None:
+                raise ApiError(404, f"no route {req.method} {req.path}; this server serves {', '.join(routes)}")
+            if req.method != route[0]:
+                raise ApiError(405, f"{req.path} takes {route[0]}, not {req.method}")
+            route[1](req, conn)
+        except ApiError as err:
+            conn.respond(err.status, error_body(err), headers=err.headers)
+
+    def _health(self, req: Request, conn: Connection) -> None:
+        conn.respond(200, b"", "text/plain")
+
+    def _models(self, req: Request, conn: Connection) -> None:
+        m = self.config.model
+        conn.respond(200, json.dumps({"object": "list", "data": [
+            {"id": m, "object": "model", "created": int(self._started + self._wall_offset), "owned_by": "kneecap",
+             "root": m, "parent": None, "max_model_len": self.config.engine.max_model_len}]}).encode())
+
+    def _metrics(self, req: Request, conn: Connection) -> None:
+        conn.respond(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _stats(self, req: Request, conn: Connection) -> None:
+        conn.respond(200, json.dumps(self.stats()).encode())
+
+    def stats(self) -> dict:
+        """Self-measurement: schedule lateness and CPU cost per token since start."""
+        late = sorted(self.lateness)
+
+        def q(p: float) -> float:
+            return round(late[min(len(late) - 1, int(p * len(late)))] * 1000, 3) if late else 0.0
+
+        cpu = time.process_time() - self._cpu0
+        return {"iterations": self.iterations, "tokens_sent": self.tokens_sent,
+                "uptime_s": round(time.monotonic() - self._started, 3), "cpu_s": round(cpu, 3),
+                "cpu_us_per_token": round(cpu / self.tokens_sent * 1e6, 2) if self.tokens_sent else None,
+                "lateness_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0) if late else 0.0, "count": len(late)},
+                "running": len(self.engine.running), "waiting": len(self.engine.waiting)}
+
+    # -- generation -------------------------------------------------------------------------
+    def _generate(self, req: Request, conn: Connection) -> None:
+        kind = "chat" if req.path.rstrip("/").endswith("chat/completions") else "completions"
+        cfg = self.config
+        gen = parse_request(kind, req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
+                            policy=cfg.policy, rng=self._rng)
+        try:
+            fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        if fault in HTTP_FAULTS:
+            status = HTTP_FAULTS[fault]
+            raise ApiError(status, f"injected fault {fault}", headers={"retry-after": str(cfg.faults.retry_after_s)}
+                           if status == 429 else None)
+        if cfg.max_waiting is not None and len(self.engine.waiting) >= cfg.max_waiting:
+            raise ApiError(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
+                           headers={"retry-after": str(cfg.faults.retry_after_s)})
+        now = time.monotonic()
+        self._next_id += 1
+        seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now)
+        job = _Job(gen, conn, seq, now, fault)
+        self._jobs[seq.id] = job
+        conn.on_lost = lambda: self._abort(job, "client_gone")
+        if gen.stream:
+            conn.start_stream()
+        self.engine.add(seq)
+        self._wake.set()
+
+    def _abort(self, job: _Job, status: str) -> None:
+        self.engine.abort(job.seq)
+        self._finish(job, status)
+
+    def _finish(self, job: _Job, status: str) -> None:
+        if self._jobs.pop(job.seq.id, None) is None:
+            return
+        job.status = status
+        now = time.monotonic()
+        if status == "ok":
+            self.metrics.e2e.observe(now - job.arrival)
+        if self._trace is not None:
+            w = self._wall_offset
+            self._trace.write(json.dumps({
+                "id": job.id, "status": status, "fault": job.fault, "kind": job.gen.kind, "stream": job.gen.stream,
+                "prompt_tokens": job.gen.prompt_tokens, "output_tokens": job.emitted,
+                "finish_reason": job.gen.finish_reason if status == "ok" else None,
+                "preemptions": job.seq.preemptions,
+                "arrival": job.arrival, "admitted": job.seq.admitted_at, "first_token": job.first,
+                "finished": now, "token_times": job.times, "arrival_wall": job.arrival + w,
+                "finished_wall": now + w}) + "\n")
+
+    async def _engine_loop(self) -> None:
+        planned = time.monotonic()
+        while True:
+            if self.engine.idle:
+                self._wake.clear()
+                await self._wake.wait()
+                planned = time.monotonic()
+            elif time.monotonic() - planned > _RESYNC_S:
+                planned = time.monotonic()
+            it = self.engine.step(planned)
+            planned += it.duration_s
+            delay = planned - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)  # let connections in even when behind
+            self.lateness.append(time.monotonic() - planned)
+            self.iterations += 1
+            self._deliver(it)
+
+    def _deliver(self, it: Iteration) -> None:
+        jobs, metrics = self._jobs, self.metrics
+        for e in it.emissions:
+            job = jobs.get(e.seq.id)
+            if job is None:
+                continue
+            t = time.monotonic()
+            if job.first is None:
+                job.first = t
+                metrics.ttft.observe(t - job.arrival)
+            else:
+                metrics.itl.observe(t - job.last)
+            job.last = t
+            if self._trace is not None:
+                job.times.append(t)
+            index = job.emitted
+            job.emitted += e.tokens
+            self.tokens_sent += e.tokens
+            if job.fmt is None:
+                if e.finished:
+                    g = job.gen
+                    job.conn.respond(200, full_response(g.kind, job.id, int(t + self._wall_offset), g.model,
+                                                        plain_text(job.emitted), g.finish_reason, g.prompt_tokens,
+                                                        job.emitted))
+                    self._finish(job, "ok")
+                continue
+            out = []
+            if index == 0 and job.gen.kind == "chat":
+                out.append(job.fmt.role_chunk())
+            if job.fault is not None and index < job.fault_at <= job.emitted and self._inject(job, out):
+                continue
+            out.append(job.fmt.token_chunk(token_text(index, e.tokens), job.gen.finish_reason if e.finished else None))
+            if e.finished:
+                if job.gen.include_usage:
+                    out.append(job.fmt.usage_chunk(job.gen.prompt_tokens, job.emitted))
+                out.append(StreamFormat.DONE)
+            self._send(job, out, e.finished)
+
+    def _send(self, job: _Job, out: list[bytes], finished: bool) -> None:
+        if job.held is not None:  # stalled: hold until the stall ends
+            job.held.extend(out)
+            if finished:
+                job.held.append(b"")  # marks the end
+            return
+        conn = job.conn
+        for chunk in out:
+            conn.send_chunk(chunk)
+        if finished:
+            conn.end_stream()
+            self._finish(job, "ok")
+
+    def _inject(self, job: _Job, out: list[bytes]) -> bool:
+        """Apply a mid-stream fault; True when the request ends here."""
+        conn, faults = job.conn, self.config.faults
+        if job.fault == "reset":
+            self._send(job, out, False)
+            conn.reset()
+            self._abort(job, "reset")
+            return True
+        if job.fault == "no_done":
+            self._send(job, out, False)
+            conn.end_stream()
+            conn.close()
+            self._abort(job, "no_done")
+            return True
+        if job.fault == "malformed":
+            out.append(b'data: {"id": "' + job.id.encode() + b'", "choices": [{"delta": {"content": "\n\n')
+        elif job.fault == "long_line":
+            assert job.fmt is not None
+            out.append(job.fmt.token_chunk(json.dumps("x" * faults.long_line_bytes).encode()))
+        elif job.fault == "stall":
+            self._send(job, out, False)
+            out.clear()
+            job.held = []
+            asyncio.get_running_loop().call_later(faults.stall_s, self._release, job)
+        return False
+
+    def _release(self, job: _Job) -> None:
+        held, job.held = job.held or [], None
+        finished = bool(held) and held[-1] == b""
+        self._send(job, held[:-1] if finished else held, finished)
