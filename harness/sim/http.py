@@ -58,6 +58,7 @@ class Connection(asyncio.Protocol):
         self._body_size = 0
         self._too_big = False
         self.closed = False
+        self._discarding = False
         self.on_lost: Callable[[], None] | None = None
         """Called once when the peer goes away (or we abort) while a response is in progress."""
 
@@ -69,6 +70,8 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -187,7 +190,15 @@ class Connection(asyncio.Protocol):
         """Answer unparseable input and close; mid-response there is no room for an answer, only close."""
         self._pending.clear()
         body = error_body(ApiError(status, message.decode()))
-        if self._transport is not None and not self.closed and not self._busy:
+        if self._transport is None or self.closed:
+            return
+        if not self._busy:
             self._transport.write(_status_line(status) + f"content-type: application/json\r\ncontent-length: "
                                   f"{len(body)}\r\nconnection: close\r\n\r\n".encode() + body)
+        if status == 413 and not self._busy:
+            # Swallow the rest of the upload before closing: closing with unread bytes sends a RST,
+            # and the client would see a reset instead of our answer. Bounded: 5 s at most.
+            self._discarding = True
+            asyncio.get_running_loop().call_later(5.0, self.close)
+            return
         self.close()
