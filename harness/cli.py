@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import click
 
@@ -18,7 +19,7 @@ def main() -> None:
     """kneecap: load-test LLM inference endpoints and find the knee."""
 
 
-def _engine_options(func):  # noqa: ANN001, ANN202 - a click decorator
+def _engine_options(func: Callable[..., None]) -> Callable[..., None]:
     """One flag per EngineConfig field; unset flags keep the preset's value."""
     for f in reversed(dataclasses.fields(EngineConfig)):
         if f.name == "seed":  # one --seed drives the whole simulator

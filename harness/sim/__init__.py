@@ -24,7 +24,8 @@ __all__ = ["DEFAULT_PRESET", "PRESETS", "Engine", "EngineConfig", "FaultConfig",
 def _describe(config: SimConfig) -> str:
     e = config.engine
     return (f"{config.model}: {e.max_num_seqs} slots, KV {e.kv_cache_tokens} tokens, context {e.max_model_len}, "
-            f"iteration {e.iter_base_ms} ms + {e.iter_per_seq_ms} ms/seq, prefill {e.prefill_per_ktoken_ms} ms/1k tokens")
+            f"iteration {e.iter_base_ms} ms + {e.iter_per_seq_ms} ms/seq, "
+            f"prefill {e.prefill_per_ktoken_ms} ms/1k tokens")
 
 
 def run_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

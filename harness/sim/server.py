@@ -61,7 +61,7 @@ class _Job:
         self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.fmt = StreamFormat(gen.kind, self.id, int(time.time()), gen.model) if gen.stream else None
         self.emitted = 0
-        self.fault_at = max(1, gen.output_tokens // 2)
+        self.fault_at = gen.output_tokens // 2  # 0-based index of the token the fault replaces/precedes
         self.first: float | None = None
         self.last = arrival
         self.held: list[bytes] | None = None  # chunks held back during a stall
@@ -226,6 +226,13 @@ class SimServer:
             job = jobs.get(e.seq.id)
             if job is None:
                 continue
+            index = job.emitted
+            out = []
+            if job.fmt is not None:
+                if index == 0 and job.gen.kind == "chat":
+                    out.append(job.fmt.role_chunk())
+                if job.fault is not None and index <= job.fault_at < index + e.tokens and self._inject(job, out):
+                    continue
             t = time.monotonic()
             if job.first is None:
                 job.first = t
@@ -235,7 +242,6 @@ class SimServer:
             job.last = t
             if self._trace is not None:
                 job.times.append(t)
-            index = job.emitted
             job.emitted += e.tokens
             self.tokens_sent += e.tokens
             if job.fmt is None:
@@ -245,11 +251,6 @@ class SimServer:
                                                         plain_text(job.emitted), g.finish_reason, g.prompt_tokens,
                                                         job.emitted))
                     self._finish(job, "ok")
-                continue
-            out = []
-            if index == 0 and job.gen.kind == "chat":
-                out.append(job.fmt.role_chunk())
-            if job.fault is not None and index < job.fault_at <= job.emitted and self._inject(job, out):
                 continue
             out.append(job.fmt.token_chunk(token_text(index, e.tokens), job.gen.finish_reason if e.finished else None))
             if e.finished:

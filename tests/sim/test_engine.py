@@ -90,7 +90,7 @@ def test_head_of_line_blocks_when_kv_is_short():
 def test_kv_exhaustion_preempts_newest_and_everything_still_completes():
     cfg = EngineConfig(max_num_seqs=16, kv_cache_tokens=4096, block_size=16, max_model_len=2048,
                        iter_base_ms=1.0, iter_per_seq_ms=0.1, prefill_per_ktoken_ms=1.0)
-    ttft, e2e, _, engine = run_closed_loop(cfg, users=8, per_user=3, prompt=300, output=400)
+    _, e2e, _, engine = run_closed_loop(cfg, users=8, per_user=3, prompt=300, output=400)
     assert len(e2e) == 24
     assert engine.preemptions_total > 0
     assert engine.used_blocks == 0 and engine.idle
