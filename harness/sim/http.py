@@ -28,6 +28,7 @@ __all__ = ["Connection", "Request"]
 class Request:
     method: str
     path: str
+    query: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     keep_alive: bool = True
@@ -114,10 +115,11 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         try:
-            path = httptools.parse_url(self._url).path.decode("latin-1")
+            url = httptools.parse_url(self._url)
+            path, query = url.path.decode("latin-1"), (url.query or b"").decode("latin-1")
         except httptools.HttpParserInvalidURLError:
-            path = ""
-        self._pending.append(Request(self._parser.get_method().decode("latin-1"), path, self._headers,
+            path, query = "", ""
+        self._pending.append(Request(self._parser.get_method().decode("latin-1"), path, query, self._headers,
                                      b"".join(self._body), self._parser.should_keep_alive()))
         if len(self._pending) > 16 and self._transport is not None:
             self._transport.pause_reading()  # a client pipelining without reading: stop taking more

@@ -82,11 +82,8 @@ class SimServer:
         self._wake = asyncio.Event()
         self._trace = open(config.trace_file, "a", buffering=1 << 16) if config.trace_file else None  # noqa: SIM115
         self._wall_offset = time.time() - time.monotonic()
-        self.lateness: deque[float] = deque(maxlen=100_000)
-        self.iterations = 0
-        self.tokens_sent = 0
         self._started = time.monotonic()
-        self._cpu0 = time.process_time()
+        self._reset_stats()
         self._server: asyncio.base_events.Server | None = None
         self._loop_task: asyncio.Task | None = None
 
@@ -135,16 +132,29 @@ class SimServer:
 
     def _stats(self, req: Request, conn: Connection) -> None:
         conn.respond(200, json.dumps(self.stats()).encode())
+        if "reset=1" in req.query.split("&"):
+            self._reset_stats()
+
+    def _reset_stats(self) -> None:
+        self.lateness: deque[float] = deque(maxlen=100_000)
+        self.iterations = 0
+        self.tokens_sent = 0
+        self.busy_s = 0.0
+        self._since = time.monotonic()
+        self._cpu0 = time.process_time()
 
     def stats(self) -> dict:
-        """Self-measurement: schedule lateness and CPU cost per token since start."""
+        """Self-measurement since start or the last ``GET /sim/stats?reset=1``: how late deliveries were
+        against the engine's schedule, the share of wall time the schedule was busy, and CPU per token."""
         late = sorted(self.lateness)
 
         def q(p: float) -> float:
             return round(late[min(len(late) - 1, int(p * len(late)))] * 1000, 3) if late else 0.0
 
         cpu = time.process_time() - self._cpu0
-        return {"iterations": self.iterations, "tokens_sent": self.tokens_sent,
+        wall = time.monotonic() - self._since
+        return {"iterations": self.iterations, "tokens_sent": self.tokens_sent, "wall_s": round(wall, 3),
+                "busy_s": round(self.busy_s, 3), "tokens_per_s": round(self.tokens_sent / wall, 1) if wall else 0.0,
                 "uptime_s": round(time.monotonic() - self._started, 3), "cpu_s": round(cpu, 3),
                 "cpu_us_per_token": round(cpu / self.tokens_sent * 1e6, 2) if self.tokens_sent else None,
                 "lateness_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0) if late else 0.0, "count": len(late)},
@@ -218,6 +228,7 @@ class SimServer:
                 await asyncio.sleep(0)  # let connections in even when behind
             self.lateness.append(time.monotonic() - planned)
             self.iterations += 1
+            self.busy_s += it.duration_s
             self._deliver(it)
 
     def _deliver(self, it: Iteration) -> None:
