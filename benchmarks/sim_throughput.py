@@ -170,8 +170,8 @@ def measure(stack: str, streams: int, seconds: float, warmup: float, base_ms: fl
         cmd = [sys.executable, "-m", "benchmarks.sim_throughput", "--serve-aiohttp", str(base_ms), str(per_seq_ms)]
     server, port = _start(cmd)
     try:
-        client = subprocess.Popen(_pin(1) + [sys.executable, "-m", "benchmarks.sim_throughput", "--client", str(port),
-                                             str(streams), str(warmup + seconds + 1), "2000"], cwd=ROOT)
+        client = subprocess.Popen([*_pin(1), sys.executable, "-m", "benchmarks.sim_throughput", "--client", str(port),
+                                   str(streams), str(warmup + seconds + 1), "2000"], cwd=ROOT)
         time.sleep(warmup)
         _get(port, "/sim/stats?reset=1")
         time.sleep(seconds)
