@@ -1,0 +1,70 @@
+"""SLO thresholds, written like k6's. Pure.
+
+Grammar (one string per threshold; a metric takes one string, a list, or ``{threshold, abort_on_fail}``
+items)::
+
+    threshold := "p(" PERCENTILE ")" OP NUMBER        latency metrics, in ms; tokens/s metric
+               | "rate" OP NUMBER                     error_rate, a fraction in [0, 1]
+    OP        := "<" | "<=" | ">" | ">="
+
+Metrics: ``ttft``, ``tpot``, ``itl``, ``e2e`` (milliseconds), ``tokens_per_s_per_user`` (the speed
+floor, e.g. ``p(5)>20``: 95% of requests stream at least 20 tokens/s), ``error_rate``.
+Example: ``{ttft: ["p(95)<500", {threshold: "p(99)<2000", abort_on_fail: true}], error_rate: "rate<0.01"}``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["LATENCY_METRICS", "SLO_METRICS", "Threshold", "parse_threshold"]
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+SLO_METRICS = (*LATENCY_METRICS, "tokens_per_s_per_user", "error_rate")
+_OPS: dict[str, Callable[[float, float], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt,
+                                                   ">=": operator.ge}
+_PATTERN = re.compile(r"^\s*(?:p\(\s*(\d+(?:\.\d+)?)\s*\)|(rate))\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    metric: str
+    percentile: float | None
+    """Percentile in (0, 100) for ``p(...)``; None for ``rate``."""
+    op: str
+    value: float
+    abort_on_fail: bool = False
+
+    @property
+    def text(self) -> str:
+        left = "rate" if self.percentile is None else f"p({self.percentile:g})"
+        return f"{self.metric}: {left}{self.op}{self.value:g}"
+
+    def passes(self, observed: float) -> bool:
+        return _OPS[self.op](observed, self.value)
+
+
+def parse_threshold(metric: str, text: str, abort_on_fail: bool = False) -> Threshold:
+    """Parse one threshold; ValueError says what the grammar expects."""
+    if metric not in SLO_METRICS:
+        raise ValueError(f"unknown SLO metric {metric!r}; choose one of {', '.join(SLO_METRICS)}")
+    m = _PATTERN.match(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r} is not a threshold; write e.g. \"p(95)<500\" or \"rate<0.01\"")
+    pct, rate, op, value = m.groups()
+    if metric == "error_rate":
+        if not rate:
+            raise ValueError(f"error_rate takes \"rate<X\" (a fraction), got {text!r}")
+        if not 0 <= float(value) <= 1:
+            raise ValueError(f"error_rate threshold must be within [0, 1], got {value}")
+        return Threshold(metric, None, op, float(value), abort_on_fail)
+    if rate:
+        raise ValueError(f"{metric} takes a percentile such as \"p(95)<500\", not {text!r}")
+    p = float(pct)
+    if not 0 < p < 100:
+        raise ValueError(f"percentile must be within (0, 100), got {pct}")
+    if float(value) < 0:
+        raise ValueError(f"{metric} threshold must be >= 0, got {value}")
+    return Threshold(metric, p, op, float(value), abort_on_fail)

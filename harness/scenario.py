@@ -1,0 +1,292 @@
+"""A scenario file (YAML) → a validated, typed ``Scenario``. Pure apart from reading the files it names.
+
+Every problem is collected with its key path and reported at once in one ``ScenarioError``::
+
+    scenarios/chat.yaml: 2 problems
+      - workload.input_tokens.sigma: must be >= 0, got -1
+      - load: unknown key 'user'; did you mean 'users'?
+
+Overrides (CLI flags, the web UI's parameters) are dotted keys applied to the raw YAML *before*
+validation, by ``load_scenario(..., overrides=)`` only — the one place where they happen.
+The schema, key by key, is in ``scenarios/README.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
+from harness.checker import Checker
+from harness.errors import KneecapError
+from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.spec import joint_from_spec, length_from_spec
+
+__all__ = ["LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError", "StepSpec", "Timeouts", "Workload",
+           "apply_overrides", "load_scenario", "parse_scenario"]
+
+LOAD_MODES = ("staircase", "constant", "open_staircase")
+APIS = ("chat", "completions")
+
+
+class ScenarioError(KneecapError):
+    """A scenario that cannot run; ``problems`` lists each with its key path."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source, self.problems = source, problems
+        head = f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(head + "".join(f"\n  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 10.0
+    ttft_s: float = 60.0
+    idle_s: float = 30.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str = "http://127.0.0.1:8000"
+    api: str = "chat"
+    model: str = "sim-small"
+    api_key_env: str | None = None
+    ignore_eos: bool = True
+    extra_body: dict = field(default_factory=dict)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_tokens: Length | None
+    output_tokens: Length | None
+    joint: JointEmpirical | None
+    shared_prefix_tokens: int = 0
+    unique_prompts: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    warmup_s: float = 5.0
+    min_duration_s: float = 20.0
+    min_requests: int = 200
+    max_duration_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    mode: str = "staircase"
+    start: float = 4
+    """Users (closed loop) or requests/s (open loop) of the first step."""
+    step_by: float = 4
+    max: float = 64
+    spawn_rate: float = 50.0
+    duration_s: float = 60.0
+    """``constant`` mode only."""
+    arrival: str = "poisson"
+    burstiness_cv: float = 1.0
+    step: StepSpec = field(default_factory=StepSpec)
+    knee_metric: str = "ttft"
+    confirm_steps: int = 1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    endpoint: Endpoint
+    workload: Workload
+    load: LoadPlan
+    slo: tuple[Threshold, ...] = ()
+    results_dir: str = "results"
+    influxdb: dict | None = None
+    description: str = ""
+    source: str = "<scenario>"
+
+
+def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """A copy of ``raw`` with dotted keys set: ``{"load.max": 32, "endpoint.host": "http://..."}``."""
+    out = yaml.safe_load(yaml.safe_dump(raw)) if raw else {}
+    for dotted, value in overrides.items():
+        node = out
+        *parents, last = dotted.split(".")
+        for key in parents:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[last] = value
+    return out
+
+
+def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; raises ``ScenarioError`` (never a YAML traceback)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except OSError as exc:
+        raise ScenarioError(path, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
+        raise ScenarioError(path, [f"{at}not valid YAML ({getattr(exc, 'problem', None) or exc})"]) from None
+    if overrides:
+        raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides)
+    return parse_scenario(raw, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".") -> Scenario:
+    check = Checker(base_dir)
+    top = check.mapping(raw, "", ("name", "description", "endpoint", "workload", "load", "slo", "sinks"),
+                        required=("name", "workload"))
+    if top is None:
+        raise ScenarioError(source, check.problems)
+    name = check.string(top, "name", "", name=True)
+    description = top.get("description", "")
+    if not isinstance(description, str):
+        check.fail("description", "expected a string")
+    endpoint = _endpoint(top.get("endpoint", {}), check)
+    workload = _workload(top.get("workload"), check)
+    load = _load(top.get("load", {}), check)
+    slo = _slo(top.get("slo", {}), check)
+    results_dir, influx = _sinks(top.get("sinks", {}), check)
+    if check.problems:
+        raise ScenarioError(source, check.problems)
+    return Scenario(name, endpoint, workload, load, slo, results_dir, influx, description, source)  # type: ignore[arg-type]
+
+
+def _endpoint(node: Any, check: Checker) -> Endpoint:
+    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts")
+    d = Endpoint()
+    if check.mapping(node, "endpoint", keys) is None:
+        return d
+    host = check.string(node, "host", "endpoint", d.host)
+    if host and not host.startswith(("http://", "https://")):
+        check.fail("endpoint.host", f"expected a URL starting with http:// or https://, got '{host}'")
+    extra = node.get("extra_body", {})
+    if not isinstance(extra, dict):
+        check.fail("endpoint.extra_body", "expected a mapping of fields merged into every request body")
+    t, td = node.get("timeouts", {}), Timeouts()
+    timeouts = td
+    if check.mapping(t, "endpoint.timeouts", ("connect_s", "ttft_s", "idle_s", "total_s")) is not None:
+        timeouts = Timeouts(*(check.number(t, k, "endpoint.timeouts", getattr(td, k), above=0)
+                              for k in ("connect_s", "ttft_s", "idle_s", "total_s")))
+    return Endpoint(host, check.string(node, "api", "endpoint", d.api, choices=APIS),
+                    check.string(node, "model", "endpoint", d.model),
+                    check.string(node, "api_key_env", "endpoint", None),
+                    check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
+                    extra if isinstance(extra, dict) else {}, timeouts)
+
+
+def _workload(node: Any, check: Checker) -> Workload | None:
+    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed")
+    if check.mapping(node, "workload", keys) is None:
+        return None
+    joint = None
+    inp = out = None
+    if "joint" in node:
+        if "input_tokens" in node or "output_tokens" in node:
+            check.fail("workload", "give either joint or input_tokens + output_tokens, not both")
+        joint = joint_from_spec(node["joint"], "workload.joint", check)
+    else:
+        for key in ("input_tokens", "output_tokens"):
+            if key not in node:
+                check.fail("workload", f"missing required key '{key}' (or give one joint distribution)")
+        inp = length_from_spec(node["input_tokens"], "workload.input_tokens", check) if "input_tokens" in node else None
+        out = length_from_spec(node["output_tokens"], "workload.output_tokens", check) \
+            if "output_tokens" in node else None
+    return Workload(inp, out, joint, check.number(node, "shared_prefix_tokens", "workload", 0, integer=True, minimum=0),
+                    check.boolean(node, "unique_prompts", "workload", True),
+                    check.number(node, "seed", "workload", 0, integer=True))
+
+
+def _load(node: Any, check: Checker) -> LoadPlan:
+    d = LoadPlan()
+    keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee")
+    if check.mapping(node, "load", keys) is None:
+        return d
+    mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
+    closed = mode != "open_staircase"
+    level_key, other = ("users", "rate") if closed else ("rate", "users")
+    if other in node:
+        check.fail(f"load.{other}", f"{mode} mode is driven by {level_key}, not {other}")
+    start, step_by, top = d.start, d.step_by, d.max
+    level = node.get(level_key, {})
+    if mode == "constant" and not isinstance(level, dict):
+        level = {"start": level, "max": level}
+    if check.mapping(level, f"load.{level_key}", ("start", "step", "max")) is not None:
+        start = check.number(level, "start", f"load.{level_key}", d.start, integer=closed, above=0)
+        step_by = check.number(level, "step", f"load.{level_key}", d.step_by, integer=closed, above=0)
+        top = check.number(level, "max", f"load.{level_key}", d.max, integer=closed, above=0)
+        if None not in (start, top) and start > top:
+            check.fail(f"load.{level_key}", f"start ({start}) must be <= max ({top})")
+    arrival, cv = d.arrival, d.burstiness_cv
+    if "arrival" in node:
+        a = node["arrival"]
+        if closed:
+            check.fail("load.arrival", "arrival processes apply to open_staircase mode only")
+        elif check.mapping(a, "load.arrival", ("process", "cv")) is not None:
+            arrival = check.string(a, "process", "load.arrival", d.arrival, choices=("poisson", "constant", "gamma"))
+            cv = check.number(a, "cv", "load.arrival", d.burstiness_cv, above=0)
+    s, sd = node.get("step", {}), StepSpec()
+    step = sd
+    if check.mapping(s, "load.step", ("warmup_s", "min_duration_s", "min_requests", "max_duration_s")) is not None:
+        step = StepSpec(check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
+                        check.number(s, "min_duration_s", "load.step", sd.min_duration_s, above=0),
+                        check.number(s, "min_requests", "load.step", sd.min_requests, integer=True, minimum=1),
+                        check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0))
+        if None not in (step.min_duration_s, step.max_duration_s) and step.min_duration_s > step.max_duration_s:
+            check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
+                                    f"({step.max_duration_s})")
+    k = node.get("knee", {})
+    metric, confirm = d.knee_metric, d.confirm_steps
+    if check.mapping(k, "load.knee", ("metric", "confirm_steps")) is not None:
+        metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=("ttft", "tpot", "itl", "e2e"))
+        confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
+    return LoadPlan(mode, start, step_by, top, check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
+                    check.number(node, "duration_s", "load", d.duration_s, above=0), arrival, cv, step, metric,
+                    confirm)
+
+
+def _slo(node: Any, check: Checker) -> tuple[Threshold, ...]:
+    if check.mapping(node, "slo", SLO_METRICS) is None:
+        return ()
+    out = []
+    for metric, items in node.items():
+        if metric not in SLO_METRICS:
+            continue
+        for i, item in enumerate(items if isinstance(items, list) else [items]):
+            where = f"slo.{metric}" + (f"[{i}]" if isinstance(items, list) else "")
+            abort = False
+            if isinstance(item, dict):
+                if check.mapping(item, where, ("threshold", "abort_on_fail"), required=("threshold",)) is None:
+                    continue
+                abort = check.boolean(item, "abort_on_fail", where, False)
+                item = item.get("threshold")
+            try:
+                out.append(parse_threshold(metric, item, abort))
+            except ValueError as exc:
+                check.fail(where, str(exc))
+    return tuple(out)
+
+
+def _sinks(node: Any, check: Checker) -> tuple[str, dict | None]:
+    if check.mapping(node, "sinks", ("results_dir", "influxdb")) is None:
+        return "results", None
+    results = check.string(node, "results_dir", "sinks", "results")
+    influx = node.get("influxdb")
+    if influx is not None:
+        keys = ("url", "url_env", "token_env", "token", "org", "bucket", "window_s")
+        if check.mapping(influx, "sinks.influxdb", keys, required=("org", "bucket")) is not None:
+            if "token" in influx:
+                check.fail("sinks.influxdb", "secrets never go in the file: name the variable with token_env")
+            for key in ("url", "url_env", "token_env", "org", "bucket"):
+                if key in influx:
+                    check.string(influx, key, "sinks.influxdb")
+            if ("url" in influx) == ("url_env" in influx):
+                check.fail("sinks.influxdb", "give exactly one of url or url_env")
+            check.number(influx, "window_s", "sinks.influxdb", 5.0, above=0)
+    return results, influx

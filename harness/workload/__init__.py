@@ -1,0 +1,1 @@
+"""Workloads: length distributions, production logs, prompts. Pure: no Locust, no gevent."""
