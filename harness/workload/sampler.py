@@ -1,0 +1,56 @@
+"""Per-worker request sampling: lengths from the scenario's distributions, prompts from the builder.
+
+Streams are seeded by ``(seed, worker index, purpose)`` through ``random.Random(str)``, which hashes
+the string with SHA-512: the same on every machine and Python version, independent of
+PYTHONHASHSEED, and unrelated streams for different workers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.prompts import Prompt, PromptBuilder
+
+__all__ = ["PlannedRequest", "RequestSampler", "worker_rng"]
+
+
+def worker_rng(seed: int, worker: int, purpose: str) -> random.Random:
+    return random.Random(f"kneecap/{seed}/{worker}/{purpose}")
+
+
+@dataclass
+class PlannedRequest:
+    prompt: Prompt
+    max_tokens: int
+    """Output length asked for (exactly, when the endpoint honours ignore_eos/min_tokens)."""
+
+
+class RequestSampler:
+    """``next()`` → the next request of this worker: target input length, prompt, output length."""
+
+    def __init__(self, *, input_tokens: Length | None, output_tokens: Length | None, joint: JointEmpirical | None,
+                 api: str, seed: int, worker: int, shared_prefix_tokens: int = 0, unique_prompts: bool = True,
+                 max_context: int | None = None) -> None:
+        if joint is None and (input_tokens is None or output_tokens is None):
+            raise ValueError("give a joint distribution or both input_tokens and output_tokens")
+        self._input, self._output, self._joint = input_tokens, output_tokens, joint
+        self._lengths = worker_rng(seed, worker, "lengths")
+        self._prompt_rng = worker_rng(seed, worker, "prompts")
+        self.prompts = PromptBuilder(api=api, shared_prefix_tokens=shared_prefix_tokens, unique=unique_prompts,
+                                     seed=seed)
+        self.max_context = max_context
+
+    def lengths(self) -> tuple[int, int]:
+        if self._joint is not None:
+            return self._joint.sample(self._lengths)
+        return self._input.sample(self._lengths), self._output.sample(self._lengths)  # type: ignore[union-attr]
+
+    def next(self) -> PlannedRequest:
+        n_in, n_out = self.lengths()
+        if self.max_context is not None and n_in + n_out > self.max_context:
+            # Keep the answer length (what the user waits for) and trim the context to fit.
+            n_out = min(n_out, self.max_context - 1)
+            n_in = self.max_context - n_out
+        return PlannedRequest(self.prompts.build(n_in, self._prompt_rng), max(1, n_out))

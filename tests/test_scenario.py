@@ -1,0 +1,123 @@
+"""Scenario files: the shipped ones load; malformed ones get one error naming file, key path and fix."""
+
+from __future__ import annotations
+
+import glob
+import os
+import textwrap
+
+import pytest
+
+from harness.scenario import ScenarioError, load_scenario
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOOD = """
+name: ok
+workload:
+  input_tokens: {dist: lognormal, median: 900, sigma: 0.8}
+  output_tokens: 100
+"""
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))))
+def test_shipped_scenarios_load(path):
+    s = load_scenario(path)
+    assert s.name and s.load.mode in ("staircase", "constant", "open_staircase")
+    assert s.workload.joint is not None or (s.workload.input_tokens and s.workload.output_tokens)
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(text))
+    (tmp_path / "log.csv").write_text("prompt_tokens,completion_tokens\n10,20\n30,40\n")
+    return str(path)
+
+
+MALFORMED = [
+    ("name: [unclosed", "line 1, column 16: not valid YAML (expected ',' or ']'"),
+    ("- just\n- a list", "(top level): expected a mapping, got a list"),
+    ("workload: {input_tokens: 5, output_tokens: 5}", "(top level): missing required key 'name'"),
+    ("name: 'has space'\nworkload: {input_tokens: 5, output_tokens: 5}", "name: names use letters, digits"),
+    (GOOD + "lod: {}", "(top level): unknown key 'lod'; did you mean 'load'?"),
+    ("name: x\nworkload: {input_tokens: 5}", "workload: missing required key 'output_tokens'"),
+    ("name: x\nworkload: {input_tokens: {dist: lognormal, median: 900, sigma: -1}, output_tokens: 5}",
+     "workload.input_tokens.sigma: must be >= 0, got -1"),
+    ("name: x\nworkload: {input_tokens: {dist: lognormal, median: 0, sigma: 1}, output_tokens: 5}",
+     "workload.input_tokens.median: must be > 0, got 0"),
+    ("name: x\nworkload: {input_tokens: {dist: weibull, k: 1}, output_tokens: 5}",
+     "workload.input_tokens.dist: must be one of fixed, uniform, normal, lognormal, gamma, mixture, empirical"),
+    ("name: x\nworkload: {input_tokens: {dist: uniform, min: 50, max: 10}, output_tokens: 5}",
+     "workload.input_tokens: min (50) must be <= max (10)"),
+    ("name: x\nworkload: {input_tokens: {dist: normal, mean: 5, stdev: 1}, output_tokens: 5}",
+     "workload.input_tokens: unknown key 'stdev'; did you mean 'std'?"),
+    ("name: x\nworkload: {input_tokens: {dist: gamma, mean: 5, std: 1, shape: 2}, output_tokens: 5}",
+     "give either mean/std or shape/scale, not both"),
+    ("name: x\nworkload: {input_tokens: 'many', output_tokens: 5}", "workload.input_tokens: expected a distribution"),
+    ("name: x\nworkload: {input_tokens: {dist: empirical, file: nope.csv, column: a}, output_tokens: 5}",
+     "workload.input_tokens.file: file not found: nope.csv"),
+    ("name: x\nworkload: {input_tokens: {dist: empirical, file: log.csv, column: tokens}, output_tokens: 5}",
+     "no column 'tokens'; columns are prompt_tokens, completion_tokens"),
+    ("name: x\nworkload: {input_tokens: {dist: empirical, quantiles: [[0.1, 5], [1, 9]]}, output_tokens: 5}",
+     "q must increase strictly from 0 to 1"),
+    ("name: x\nworkload: {input_tokens: {dist: empirical, values: [1, -2]}, output_tokens: 5}",
+     "workload.input_tokens.values: expected a non-empty list of integers >= 0"),
+    ("name: x\nworkload: {input_tokens: {dist: mixture, components: [{dist: fixed, value: 3}]}, output_tokens: 5}",
+     "workload.input_tokens.components[0]: missing required key 'weight'"),
+    ("name: x\nworkload: {joint: {file: log.csv, input: prompt_tokens}}",
+     "workload.joint: missing required key 'output'"),
+    ("name: x\nworkload: {joint: {file: log.csv, input: a, output: b}, input_tokens: 4}",
+     "give either joint or input_tokens + output_tokens, not both"),
+    (GOOD + "endpoint: {host: '127.0.0.1:8000'}", "endpoint.host: expected a URL starting with http://"),
+    (GOOD + "endpoint: {api: responses}", "endpoint.api: must be one of chat, completions; got 'responses'"),
+    (GOOD + "endpoint: {timeouts: {ttft_s: 0}}", "endpoint.timeouts.ttft_s: must be > 0, got 0"),
+    (GOOD + "load: {mode: ramp}", "load.mode: must be one of staircase, constant, open_staircase; got 'ramp'"),
+    (GOOD + "load: {users: {start: 64, step: 4, max: 8}}", "load.users: start (64) must be <= max (8)"),
+    (GOOD + "load: {users: {start: 2.5}}", "load.users.start: expected an integer, got a number 2.5"),
+    (GOOD + "load: {mode: staircase, rate: {start: 1}}", "load.rate: staircase mode is driven by users, not rate"),
+    (GOOD + "load: {step: {min_duration_s: 60, max_duration_s: 30}}",
+     "load.step: min_duration_s (60) must be <= max_duration_s (30)"),
+    (GOOD + "slo: {ttft: ['p95<500']}", "slo.ttft[0]: 'p95<500' is not a threshold"),
+    (GOOD + "slo: {error_rate: 'p(99)<0.1'}", "slo.error_rate: error_rate takes \"rate<X\""),
+    (GOOD + "slo: {ttfb: ['p(95)<500']}", "slo: unknown key 'ttfb'; did you mean 'ttft'?"),
+    (GOOD + "sinks: {influxdb: {url: 'http://x', org: o, bucket: b, token: secret}}",
+     "secrets never go in the file: name the variable with token_env"),
+    (GOOD + "sinks: {influxdb: {org: o, bucket: b}}", "sinks.influxdb: give exactly one of url or url_env"),
+]
+
+
+@pytest.mark.parametrize("text,message", MALFORMED, ids=[f"case{i}" for i in range(len(MALFORMED))])
+def test_malformed_scenarios_name_the_problem(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    text = str(err.value)
+    assert text.startswith(path + ": ")
+    assert message in text, text
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    path = write(tmp_path, "name: x\nworkload: {input_tokens: {dist: normal, mean: 1, std: -1}, output_tokens: -3}\n"
+                           "load: {mode: nope}\nslo: {tpot: 'fast'}")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert len(err.value.problems) == 4, err.value.problems
+
+
+def test_missing_file_is_a_scenario_error(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load_scenario(str(tmp_path / "absent.yaml"))
+
+
+def test_overrides_apply_before_validation(tmp_path):
+    path = write(tmp_path, GOOD)
+    s = load_scenario(path, {"load.users.max": 32, "endpoint.host": "http://127.0.0.1:9"})
+    assert s.load.max == 32 and s.endpoint.host == "http://127.0.0.1:9"
+    with pytest.raises(ScenarioError, match=r"load\.users\.max: must be > 0, got -1"):
+        load_scenario(path, {"load.users.max": -1})
+
+
+def test_values_and_defaults(tmp_path):
+    slo = "slo: {ttft: ['p(95)<500', {threshold: 'p(99)<900', abort_on_fail: true}]}"
+    s = load_scenario(write(tmp_path, GOOD + slo))
+    assert [t.text for t in s.slo] == ["ttft: p(95)<500", "ttft: p(99)<900"] and s.slo[1].abort_on_fail
+    assert s.endpoint.api == "chat" and s.endpoint.timeouts.ttft_s == 60 and s.load.step.min_requests == 200
