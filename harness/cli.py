@@ -86,5 +86,42 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
+@main.command()
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--input", "input_col", default=None, help="Prompt-token column [guessed from common names].")
+@click.option("--output", "output_col", default=None, help="Output-token column [guessed from common names].")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Also write the workload block to this file.")
+def fit(log: str, input_col: str | None, output_col: str | None, out_file: str | None) -> None:
+    """Summarise a production log (CSV or JSONL) and fit length distributions to it."""
+    from harness.workload.fit import fit_log, workload_yaml
+    from harness.workload.traces import TraceError, guess_columns, read_columns, read_header
+
+    try:
+        header = read_header(log)
+        guess_in, guess_out = guess_columns(header)
+        input_col, output_col = input_col or guess_in, output_col or guess_out
+        for flag, col in (("--input", input_col), ("--output", output_col)):
+            if col is None:
+                raise click.UsageError(f"cannot tell which column of {log} to use for {flag}; columns are "
+                                       f"{', '.join(header) or '(none)'}. Pass {flag} COLUMN.")
+        cols = read_columns(log, [input_col, output_col])
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    result = fit_log(input_col, cols[input_col], output_col, cols[output_col])
+    for c in (result.input, result.output):
+        qs = "  ".join(f"{k}={v}" for k, v in c.quantiles.items())
+        click.echo(f"{c.column}: n={c.count} mean={c.mean:.1f}  {qs}")
+        ks = "  ".join(f"{k}={v:.3f}" for k, v in sorted(c.ks.items(), key=lambda kv: kv[1]))
+        click.echo(f"  KS distance on held-out rows (lower is better): {ks}")
+    click.echo(f"correlation {input_col} vs {output_col}: Pearson(log) {result.pearson_log:+.3f}, "
+               f"Spearman {result.spearman:+.3f}\n")
+    block = workload_yaml(result, log)
+    click.echo(block, nl=False)
+    if out_file:
+        with open(out_file, "w", encoding="utf-8") as f:
+            f.write(block)
+
+
 if __name__ == "__main__":
     main()

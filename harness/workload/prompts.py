@@ -93,7 +93,7 @@ class PromptBuilder:
             pos += len(w) + 1
         self._starts.append(pos)
         self.shared_prefix = self._slice(0, shared_prefix_tokens) if shared_prefix_tokens else ""
-        self.shared_prefix_tokens = shared_prefix_tokens
+        self._prefix_words = shared_prefix_tokens
         self._count = 0
 
     def _slice(self, first: int, n: int) -> str:
@@ -108,7 +108,7 @@ class PromptBuilder:
     def build(self, target_tokens: int, rng: random.Random) -> Prompt:
         """A prompt whose reported length should approach ``target_tokens`` (the shared prefix included)."""
         total_words = self.calibration.words_for(target_tokens)
-        prefix_words = len(self.shared_prefix.split()) if self.shared_prefix else 0
+        prefix_words = self._prefix_words
         nonce = ""
         if self.unique:
             self._count += 1
