@@ -11,13 +11,14 @@ import json
 import random
 import subprocess
 import time
+from collections.abc import Callable
 
 from harness.workload.lengths import Empirical, Gamma, JointEmpirical, LogNormal, Mixture, Normal, QuantileCurve
 from harness.workload.prompts import PromptBuilder
 from harness.workload.traces import read_columns
 
 
-def per_call_us(fn, n: int) -> float:  # noqa: ANN001 - any zero-argument callable
+def per_call_us(fn: Callable[[], object], n: int) -> float:
     t = time.perf_counter()
     for _ in range(n):
         fn()
