@@ -1,0 +1,98 @@
+"""One request, as the client saw it: times, tokens, outcome. Pure; definitions in README "Metrics".
+
+Times are seconds on the client's monotonic clock (``time.perf_counter``); ``start`` is when the
+request was initiated (a new connection's connect time counts, as a user would feel it). Durations
+(``headers_s``, ``ttft_s``, ``e2e_s``, ``chunk_times``) are relative to ``start``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["ERROR_CLASSES", "RequestRecord"]
+
+ERROR_CLASSES = {
+    "connect_error": "could not connect (refused, DNS, TLS)",
+    "connect_timeout": "connecting took longer than timeouts.connect_s",
+    "ttft_timeout": "no first token within timeouts.ttft_s",
+    "idle_timeout": "no bytes for timeouts.idle_s mid-stream",
+    "total_timeout": "request longer than timeouts.total_s",
+    "http_429": "HTTP 429 (rate limited; Retry-After kept)",
+    "http_4xx": "HTTP 4xx other than 429",
+    "http_5xx": "HTTP 5xx",
+    "not_sse": "HTTP 200 but not text/event-stream",
+    "bad_response": "not parseable as HTTP",
+    "malformed_chunk": "a data: line that is not the JSON expected",
+    "stream_error": "the server sent an error object inside the stream",
+    "truncated": "stream ended without finish_reason or [DONE]",
+    "reset": "connection reset or closed mid-response",
+    "oversized_line": "an SSE line over the client's limit",
+}
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    start: float
+    intended_start: float | None = None
+    """Open loop: when the arrival schedule wanted the request sent."""
+    error: str | None = None
+    """None for success, else a key of ERROR_CLASSES."""
+    error_detail: str = ""
+    status: int | None = None
+    headers_s: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    """End of stream for successes; for failures, when the failure was noticed."""
+    chunk_times: list[float] = field(default_factory=list)
+    """Arrival of each content-carrying chunk (the first is the TTFT)."""
+    output_tokens: int | None = None
+    output_tokens_counted: bool = False
+    """True when the server sent no usage and ``output_tokens`` counts content chunks instead."""
+    prompt_tokens: int | None = None
+    prompt_tokens_target: int | None = None
+    max_tokens: int | None = None
+    finish_reason: str | None = None
+    retry_after_s: float | None = None
+    response_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def send_lag_s(self) -> float | None:
+        return None if self.intended_start is None else self.start - self.intended_start
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(E2E − TTFT) / (n − 1); undefined for n ≤ 1 or failures."""
+        n = self.output_tokens
+        if not self.ok or n is None or n <= 1 or self.ttft_s is None or self.e2e_s is None:
+            return None
+        return (self.e2e_s - self.ttft_s) / (n - 1)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The user's streaming speed, (n − 1) / (E2E − TTFT)."""
+        n = self.output_tokens
+        if not self.ok or n is None or n <= 1 or self.ttft_s is None or self.e2e_s is None:
+            return None
+        span = self.e2e_s - self.ttft_s
+        return (n - 1) / span if span > 0 else None
+
+    def itl_chunks(self) -> list[float]:
+        """Gaps between consecutive content chunks."""
+        t = self.chunk_times
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    def itl_tokens(self) -> list[float] | None:
+        """Per-token gaps: a chunk gap divided by the tokens in the later chunk, known only when every chunk
+        carries one token (server usage equals the chunk count); None otherwise."""
+        if self.output_tokens_counted or self.output_tokens != len(self.chunk_times):
+            return None
+        return self.itl_chunks()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(ok=self.ok, tpot_s=self.tpot_s, tokens_per_s=self.tokens_per_s)
+        return d
