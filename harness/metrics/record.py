@@ -7,6 +7,7 @@ request was initiated (a new connection's connect time counts, as a user would f
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["ERROR_CLASSES", "RequestRecord"]
@@ -83,7 +84,7 @@ class RequestRecord:
     def itl_chunks(self) -> list[float]:
         """Gaps between consecutive content chunks."""
         t = self.chunk_times
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(t)]
 
     def itl_tokens(self) -> list[float] | None:
         """Per-token gaps: a chunk gap divided by the tokens in the later chunk, known only when every chunk

@@ -1,0 +1,107 @@
+"""OpenAI chat/completions requests and stream chunks. Pure: bytes in, fields out.
+
+``StreamTracker.on_event`` is on the per-token hot path: one ``json.loads`` and a few dict lookups.
+TTFT is the first chunk carrying content — text, reasoning (``reasoning_content`` / ``reasoning``)
+or tool-call deltas; the role-only first chunk and empty deltas do not count.
+"""
+
+from __future__ import annotations
+
+import json
+
+from harness.errors import KneecapError
+from harness.workload.prompts import Prompt
+
+__all__ = ["StreamProtocolError", "StreamTracker", "build_body", "request_head"]
+
+
+class StreamProtocolError(KneecapError):
+    """The stream broke the protocol; ``kind`` is an error class of ``metrics.record``."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def build_body(api: str, model: str, prompt: Prompt, max_tokens: int, *, ignore_eos: bool,
+               extra: dict | None = None) -> bytes:
+    """The JSON body: streaming with usage; exact output length via ignore_eos/min_tokens when asked."""
+    body: dict = {"model": model, "stream": True, "stream_options": {"include_usage": True},
+                  "max_tokens": max_tokens}
+    if api == "chat":
+        body["messages"] = prompt.messages
+    else:
+        body["prompt"] = prompt.text
+    if ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def request_head(method: str, path: str, host: str, body_len: int, api_key: str | None) -> bytes:
+    """Request line and headers. ``Accept-Encoding: identity``: a compressed stream would be buffered."""
+    auth = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+    return (f"{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+            f"accept: text/event-stream\r\naccept-encoding: identity\r\nuser-agent: kneecap\r\n{auth}"
+            f"content-length: {body_len}\r\n\r\n").encode()
+
+
+class StreamTracker:
+    """Accumulates one stream's chunks: content arrival times, usage, finish reason, id."""
+
+    __slots__ = ("chunk_times", "completion_tokens", "done_t", "finish_reason", "finish_t", "prompt_tokens",
+                 "response_id", "start")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.chunk_times: list[float] = []
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.finish_t: float | None = None
+        self.done_t: float | None = None
+        self.response_id: str | None = None
+
+    def on_event(self, t: float, data: str) -> bool:
+        """Take one SSE event's data; True at ``[DONE]``. Raises ``StreamProtocolError``."""
+        if data == "[DONE]":
+            self.done_t = t
+            return True
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
+        try:
+            self._take(t, obj)
+        except (AttributeError, TypeError, KeyError, IndexError):
+            raise StreamProtocolError("malformed_chunk", f"chunk is not an OpenAI chunk: {data[:120]!r}") from None
+        return False
+
+    def _take(self, t: float, obj: dict) -> None:
+        if "error" in obj and not obj.get("choices"):
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise StreamProtocolError("stream_error", f"server error in stream: {str(msg)[:200]}")
+        if self.response_id is None:
+            self.response_id = obj.get("id")
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            delta = c.get("delta")
+            if delta is not None:
+                has = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
+                    or delta.get("tool_calls")
+            else:
+                has = c.get("text")
+            if has:
+                self.chunk_times.append(t - self.start)
+            if c.get("finish_reason"):
+                self.finish_reason = c["finish_reason"]
+                self.finish_t = t
+        usage = obj.get("usage")
+        if usage:
+            self.completion_tokens = usage.get("completion_tokens")
+            self.prompt_tokens = usage.get("prompt_tokens")

@@ -1,0 +1,108 @@
+"""Server-sent events from timestamped byte chunks. Pure: no sockets, no clock.
+
+Two decoders behind one interface, tested on the same cases (``tests/client/test_sse.py``):
+
+- ``LineDecoder`` — the hot path: splits lines itself (LF, CRLF or CR, also when a line end is
+  split across chunks), keeps only what an OpenAI stream needs (``data`` and ``event``), refuses a
+  line longer than ``max_line_bytes``.
+- ``SseclientDecoder`` — the same events through sseclient-py, the reference implementation.
+
+An event's timestamp is the arrival time of the chunk that completed it (the blank line), which
+for OpenAI-style streams is the chunk that carried its ``data:`` line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from harness.errors import KneecapError
+
+__all__ = ["Event", "LineDecoder", "OversizedLine", "SseclientDecoder"]
+
+DEFAULT_MAX_LINE = 256 * 1024
+
+
+class OversizedLine(KneecapError):
+    """A line longer than the decoder's limit (a broken or hostile server)."""
+
+
+@dataclass(slots=True)
+class Event:
+    t: float
+    data: str
+    event: str = "message"
+
+
+class LineDecoder:
+    """``feed(t, chunk)`` → the events completed by that chunk. Use: ``for ev in dec.feed(t, data): ...``."""
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE) -> None:
+        self.max_line = max_line_bytes
+        self._buf = b""
+        self._data: list[bytes] = []
+        self._event = b""
+        self._skip_lf = False  # the last chunk ended with CR: a leading LF is the rest of that CRLF
+
+    def feed(self, t: float, chunk: bytes) -> list[Event]:
+        if self._skip_lf and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._skip_lf = False
+        buf = self._buf + chunk if self._buf else chunk
+        out: list[Event] = []
+        start = 0
+        n = len(buf)
+        while start < n:
+            lf = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start, lf if lf >= 0 else n)
+            if cr >= 0:  # CR or CRLF ends this line
+                end, nxt = cr, cr + 1
+                if nxt < n and buf[nxt] == 10:
+                    nxt += 1
+                elif nxt == n:
+                    self._skip_lf = True
+            elif lf >= 0:
+                end, nxt = lf, lf + 1
+            else:
+                break
+            self._line(buf[start:end], t, out)
+            start = nxt
+        self._buf = buf[start:]
+        if len(self._buf) > self.max_line:
+            raise OversizedLine(f"SSE line longer than {self.max_line} bytes")
+        return out
+
+    def _line(self, line: bytes, t: float, out: list[Event]) -> None:
+        if len(line) > self.max_line:
+            raise OversizedLine(f"SSE line of {len(line)} bytes, longer than {self.max_line}")
+        if not line:  # blank line: dispatch
+            if self._data:
+                out.append(Event(t, b"\n".join(self._data).decode("utf-8", "replace"),
+                                 self._event.decode("utf-8", "replace") or "message"))
+                self._data = []
+            self._event = b""
+            return
+        if line[:5] == b"data:":
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line[:6] == b"event:":
+            self._event = line[6:].strip()
+        elif line == b"data":
+            self._data.append(b"")
+        # comments (":...") and id/retry fields carry nothing we use
+
+
+class SseclientDecoder:
+    """sseclient-py over the same chunks; yields the same ``Event`` objects (no line-length limit)."""
+
+    def decode(self, chunks: Iterable[tuple[float, bytes]]) -> Iterator[Event]:
+        import sseclient  # optional reference path; imported only when used
+
+        clock = [0.0]
+
+        def raw() -> Iterator[bytes]:
+            for t, chunk in chunks:
+                clock[0] = t
+                yield chunk
+
+        for ev in sseclient.SSEClient(raw()).events():
+            yield Event(clock[0], ev.data, ev.event or "message")
