@@ -1,0 +1,66 @@
+"""The OpenAI chunk tracker on scripted events (fake clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.client.openai import StreamProtocolError, StreamTracker, build_body
+from harness.workload.prompts import Prompt
+
+
+def chunk(delta=None, text=None, finish=None, usage=None, rid="r1"):
+    c = {"index": 0, "finish_reason": finish}
+    if delta is not None:
+        c["delta"] = delta
+    if text is not None:
+        c["text"] = text
+    obj = {"id": rid, "choices": [c] if usage is None else []}
+    if usage:
+        obj["usage"] = usage
+    return json.dumps(obj)
+
+
+def test_role_chunk_and_empty_deltas_do_not_count_as_first_token():
+    t = StreamTracker(start=10.0)
+    t.on_event(10.1, chunk({"role": "assistant", "content": ""}))
+    t.on_event(10.2, chunk({"content": ""}))
+    t.on_event(10.3, chunk({"reasoning_content": "hmm"}))
+    t.on_event(10.4, chunk({"content": "A"}))
+    t.on_event(10.5, chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}, finish="tool_calls"))
+    t.on_event(10.6, chunk(usage={"prompt_tokens": 7, "completion_tokens": 3}))
+    assert t.on_event(10.7, "[DONE]")
+    assert t.chunk_times == pytest.approx([0.3, 0.4, 0.5])
+    assert (t.finish_reason, t.finish_t, t.done_t) == ("tool_calls", 10.5, 10.7)
+    assert (t.prompt_tokens, t.completion_tokens, t.response_id) == (7, 3, "r1")
+
+
+def test_completions_text_chunks():
+    t = StreamTracker(start=0.0)
+    t.on_event(1.0, chunk(text=" a"))
+    t.on_event(2.0, chunk(text=""))
+    t.on_event(3.0, chunk(text=" b", finish="length"))
+    assert t.chunk_times == [1.0, 3.0] and t.finish_reason == "length"
+
+
+@pytest.mark.parametrize("data,kind", [
+    ("{not json", "malformed_chunk"),
+    ("[1, 2]", "malformed_chunk"),
+    ('{"choices": [7]}', "malformed_chunk"),
+    ('{"choices": [{"delta": "text"}]}', "malformed_chunk"),
+    ('{"error": {"message": "model overloaded", "code": 503}}', "stream_error"),
+])
+def test_protocol_errors_are_classified(data, kind):
+    with pytest.raises(StreamProtocolError) as err:
+        StreamTracker(0.0).on_event(1.0, data)
+    assert err.value.kind == kind
+
+
+def test_build_body_asks_for_usage_and_exact_lengths():
+    p = Prompt(messages=[{"role": "user", "content": "hi"}], text=None, words=1, target_tokens=1)
+    body = json.loads(build_body("chat", "m", p, 50, ignore_eos=True, extra={"temperature": 0}))
+    assert body == {"model": "m", "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 50,
+                    "messages": p.messages, "ignore_eos": True, "min_tokens": 50, "temperature": 0}
+    q = Prompt(messages=None, text="hi", words=1, target_tokens=1)
+    assert "ignore_eos" not in json.loads(build_body("completions", "m", q, 5, ignore_eos=False))

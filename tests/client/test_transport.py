@@ -1,0 +1,162 @@
+"""The streaming client over real loopback sockets: the simulator's faults and scripted broken servers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from harness.client.openai import build_body, request_head
+from harness.client.transport import Connection, Timeouts, stream_request
+from harness.workload.prompts import Prompt
+
+pytestmark = pytest.mark.integration
+PROMPT = Prompt(messages=[{"role": "user", "content": "one two three"}], text=None, words=3, target_tokens=3)
+QUICK = Timeouts(connect_s=2, ttft_s=2, idle_s=0.25, total_s=5)
+
+
+def send(conn: Connection, tokens: int = 10, fault: str | None = None, model: str = "sim-tiny",
+         timeouts: Timeouts = QUICK, max_line: int = 65536):
+    body = build_body("chat", model, PROMPT, tokens, ignore_eos=True)
+    head = request_head("POST", "/v1/chat/completions", conn.host_header, len(body), None)
+    if fault:
+        head = head[:-2] + f"x-kneecap-fault: {fault}\r\n\r\n".encode()
+    return stream_request(conn, "/v1/chat/completions", head, body, timeouts, max_line_bytes=max_line)
+
+
+def test_a_clean_stream(sim):
+    conn = Connection(sim.url)
+    r = send(conn, 12)
+    assert r.ok and r.status == 200 and r.finish_reason == "length"
+    assert r.output_tokens == 12 and not r.output_tokens_counted and r.prompt_tokens == 10
+    assert 0 < r.headers_s <= r.ttft_s < r.e2e_s and len(r.chunk_times) == 12
+    assert r.response_id.startswith("chatcmpl-")
+    assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 11)
+    assert r.itl_tokens() == r.itl_chunks() and len(r.itl_chunks()) == 11
+    sock = conn.sock
+    assert send(conn, 3).ok and conn.sock is sock  # keep-alive reused
+
+
+@pytest.mark.parametrize("fault,kind", [
+    ("reset", "reset"), ("malformed", "malformed_chunk"), ("no_done", "truncated"), ("long_line", "oversized_line"),
+    ("stall", "idle_timeout"), ("429", "http_429"), ("500", "http_5xx"), ("503", "http_5xx"),
+])
+def test_each_fault_is_classified_and_the_connection_recovers(sim, fault, kind):
+    conn = Connection(sim.url)
+    r = send(conn, 10, fault)
+    assert r.error == kind, (r.error, r.error_detail)
+    assert r.e2e_s is not None and r.e2e_s < 3
+    if kind in ("reset", "malformed_chunk", "truncated", "oversized_line", "idle_timeout"):
+        assert len(r.chunk_times) == 5 and r.ttft_s is not None  # the times it reached are kept
+    if kind == "http_429":
+        assert r.retry_after_s == 1.0
+    assert send(conn, 3).ok  # the next request on the same Connection object works
+
+
+def test_http_error_keeps_the_server_message(sim):
+    r = send(Connection(sim.url), model="gpt-nope")
+    assert r.error == "http_4xx" and r.status == 404 and "does not exist" in r.error_detail
+
+
+def test_connect_refused():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    r = send(Connection(f"http://127.0.0.1:{port}"))
+    assert r.error == "connect_error" and "cannot connect" in r.error_detail
+
+
+@contextmanager
+def scripted(script) -> Iterator[str]:
+    """A one-shot server: accepts connections and runs ``script(sock)`` on each."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except TimeoutError:
+                continue
+            with c:
+                c.recv(65536)
+                try:
+                    script(c)
+                except OSError:
+                    pass
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        th.join()
+        srv.close()
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunked(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+TOKEN = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n'
+LAST = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}\n\n'
+
+
+def test_garbage_instead_of_http():
+    with scripted(lambda c: c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")) as url:
+        assert send(Connection(url)).error == "bad_response"
+
+
+def test_json_instead_of_a_stream():
+    body = b'{"choices": []}'
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+    with scripted(lambda c: c.sendall(reply)) as url:
+        r = send(Connection(url))
+    assert r.error == "not_sse" and "application/json" in r.error_detail
+
+
+def test_headers_then_silence_is_a_ttft_timeout():
+    def script(c: socket.socket) -> None:
+        c.sendall(SSE_HEAD)
+        time.sleep(1.0)
+
+    with scripted(script) as url:
+        r = send(Connection(url), timeouts=Timeouts(ttft_s=0.3, idle_s=5, total_s=5))
+    assert r.error == "ttft_timeout" and r.headers_s is not None and 0.29 < r.e2e_s < 0.6
+
+
+def test_trickle_is_a_total_timeout():
+    def script(c: socket.socket) -> None:
+        c.sendall(SSE_HEAD)
+        for _ in range(20):
+            c.sendall(chunked(TOKEN))
+            time.sleep(0.05)
+
+    with scripted(script) as url:
+        r = send(Connection(url), timeouts=Timeouts(ttft_s=1, idle_s=1, total_s=0.4))
+    assert r.error == "total_timeout" and 4 <= len(r.chunk_times) <= 9
+
+
+def test_close_after_finish_without_done_is_complete():
+    with scripted(lambda c: c.sendall(SSE_HEAD + chunked(TOKEN) + chunked(LAST))) as url:
+        r = send(Connection(url))
+    assert r.ok and r.finish_reason == "stop" and r.output_tokens == 2 and r.output_tokens_counted
+    assert r.itl_tokens() is None  # no usage: per-token gaps unknown
+
+
+def test_close_before_headers_is_a_reset():
+    with scripted(lambda c: None) as url:
+        r = send(Connection(url))
+    assert r.error == "reset"
