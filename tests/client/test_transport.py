@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -72,7 +72,7 @@ def test_connect_refused():
 
 
 @contextmanager
-def scripted(script) -> Iterator[str]:
+def scripted(script: Callable[[socket.socket], None]) -> Iterator[str]:
     """A one-shot server: accepts connections and runs ``script(sock)`` on each."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -88,10 +88,8 @@ def scripted(script) -> Iterator[str]:
                 continue
             with c:
                 c.recv(65536)
-                try:
+                with suppress(OSError):
                     script(c)
-                except OSError:
-                    pass
 
     th = threading.Thread(target=serve, daemon=True)
     th.start()
