@@ -25,8 +25,8 @@ from harness.errors import KneecapError
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.spec import joint_from_spec, length_from_spec
 
-__all__ = ["LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError", "StepSpec", "Timeouts", "Workload",
-           "apply_overrides", "load_scenario", "parse_scenario"]
+__all__ = ["DEFAULT_SCENARIO", "LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError", "StepSpec",
+           "Timeouts", "Workload", "apply_overrides", "default_scenario", "load_scenario", "parse_scenario"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase")
 APIS = ("chat", "completions")
@@ -106,6 +106,26 @@ class Scenario:
     influxdb: dict | None = None
     description: str = ""
     source: str = "<scenario>"
+
+
+DEFAULT_SCENARIO: dict = {
+    # The embedded default: chat-shaped traffic against the built-in simulator's default preset.
+    "name": "default-chat",
+    "description": "chat-shaped lengths against the built-in simulator (kneecap sim --preset small)",
+    "endpoint": {"host": "http://127.0.0.1:8000", "api": "chat", "model": "sim-small"},
+    "workload": {"input_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.7, "min": 16, "max": 4000},
+                 "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "min": 8, "max": 800},
+                 "seed": 1},
+    "load": {"mode": "staircase", "users": {"start": 16, "step": 16, "max": 128},
+             "step": {"warmup_s": 3, "min_duration_s": 10, "min_requests": 150, "max_duration_s": 40}},
+    "slo": {"ttft": ["p(95)<1000"], "tpot": ["p(99)<60"], "error_rate": "rate<0.01"},
+}
+
+
+def default_scenario(overrides: dict[str, Any] | None = None) -> Scenario:
+    """The built-in scenario (``DEFAULT_SCENARIO``), with overrides applied the same way as for files."""
+    raw = apply_overrides(DEFAULT_SCENARIO, overrides or {})
+    return parse_scenario(raw, source="<built-in default scenario>")
 
 
 def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:

@@ -19,7 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["LATENCY_METRICS", "SLO_METRICS", "Threshold", "parse_threshold"]
+from harness.metrics.record import RequestRecord
+
+__all__ = ["LATENCY_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
 SLO_METRICS = (*LATENCY_METRICS, "tokens_per_s_per_user", "error_rate")
@@ -68,3 +70,27 @@ def parse_threshold(metric: str, text: str, abort_on_fail: bool = False) -> Thre
     if float(value) < 0:
         raise ValueError(f"{metric} threshold must be >= 0, got {value}")
     return Threshold(metric, p, op, float(value), abort_on_fail)
+
+
+def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callable[[RequestRecord], bool] | None:
+    """The per-request test behind goodput: each latency threshold's value is a per-request limit (ITL uses
+    the request's mean gap, i.e. TPOT), the speed floor a per-request minimum. None when no threshold applies."""
+    limits: list[tuple[str, str, float]] = []
+    for t in thresholds:
+        if t.metric != "error_rate":
+            limits.append((t.metric, t.op, t.value))
+    if not limits:
+        return None
+
+    def meets(rec: RequestRecord) -> bool:
+        for metric, op, value in limits:
+            if metric == "tokens_per_s_per_user":
+                observed = rec.tokens_per_s
+            else:
+                seconds = {"ttft": rec.ttft_s, "e2e": rec.e2e_s}.get(metric, rec.tpot_s)
+                observed = None if seconds is None else seconds * 1000
+            if observed is not None and not _OPS[op](observed, value):
+                return False
+        return True
+
+    return meets

@@ -86,12 +86,14 @@ class RequestRecord:
         t = self.chunk_times
         return [b - a for a, b in itertools.pairwise(t)]
 
+    @property
+    def one_token_per_chunk(self) -> bool:
+        """Known only from server usage equal to the chunk count; then chunk gaps are token gaps."""
+        return not self.output_tokens_counted and self.output_tokens == len(self.chunk_times)
+
     def itl_tokens(self) -> list[float] | None:
-        """Per-token gaps: a chunk gap divided by the tokens in the later chunk, known only when every chunk
-        carries one token (server usage equals the chunk count); None otherwise."""
-        if self.output_tokens_counted or self.output_tokens != len(self.chunk_times):
-            return None
-        return self.itl_chunks()
+        """Per-token gaps (a chunk gap / tokens in the later chunk) when known, else None."""
+        return self.itl_chunks() if self.one_token_per_chunk else None
 
     def to_dict(self) -> dict:
         d = asdict(self)

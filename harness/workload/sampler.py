@@ -32,14 +32,16 @@ class RequestSampler:
 
     def __init__(self, *, input_tokens: Length | None, output_tokens: Length | None, joint: JointEmpirical | None,
                  api: str, seed: int, worker: int, shared_prefix_tokens: int = 0, unique_prompts: bool = True,
-                 max_context: int | None = None) -> None:
+                 max_context: int | None = None, prompts: PromptBuilder | None = None) -> None:
+        """``worker`` names the stream (a worker index, or worker and user); ``prompts`` may be shared by the
+        samplers of one worker so they calibrate together."""
         if joint is None and (input_tokens is None or output_tokens is None):
             raise ValueError("give a joint distribution or both input_tokens and output_tokens")
         self._input, self._output, self._joint = input_tokens, output_tokens, joint
         self._lengths = worker_rng(seed, worker, "lengths")
         self._prompt_rng = worker_rng(seed, worker, "prompts")
-        self.prompts = PromptBuilder(api=api, shared_prefix_tokens=shared_prefix_tokens, unique=unique_prompts,
-                                     seed=seed)
+        self.prompts = prompts or PromptBuilder(api=api, shared_prefix_tokens=shared_prefix_tokens,
+                                                unique=unique_prompts, seed=seed)
         self.max_context = max_context
 
     def lengths(self) -> tuple[int, int]:

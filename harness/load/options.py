@@ -1,0 +1,20 @@
+"""kneecap's Locust command-line options; they also work from ``locust.conf`` and the web UI's custom parameters.
+
+Custom options reach workers with the master's spawn message, so workers read them at test start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["add_arguments"]
+
+
+def add_arguments(parser: Any) -> None:
+    # On the parser itself, not a group: only Locust's parser knows include_in_web_ui.
+    group = parser
+    group.add_argument("--scenario", default="", help="Scenario YAML file (default: the built-in chat scenario).")
+    group.add_argument("--results-dir", default="", help="Where summary.json goes [scenario sinks.results_dir].")
+    group.add_argument("--save-requests", default="",
+                       help="Write every request record as JSON lines to this file (gathered on the master).")
+    group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)

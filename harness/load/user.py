@@ -1,0 +1,75 @@
+"""``LLMUser``: a closed-loop Locust user that streams OpenAI requests and times every chunk.
+
+The HTTP request shows once in Locust's stats with response_time = E2E (so request counts and RPS are
+real); TTFT/TPOT/ITL appear as ``LLM`` entries logged straight into their stats entries, which
+does not touch the Aggregated row. They are a convenience view (Locust keeps ~2 significant
+digits); the sketches behind ``summary.json`` are the truth.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from locust import FastHttpUser, constant, task
+
+from harness.client.openai import build_body, request_head
+from harness.client.transport import Connection, Timeouts, stream_request
+from harness.errors import KneecapError
+from harness.metrics.record import ERROR_CLASSES, RequestRecord
+
+__all__ = ["LLMUser"]
+
+
+class StreamFailure(KneecapError):
+    """How a failed request appears in Locust's failure table: one row per error class."""
+
+
+class LLMUser(FastHttpUser):
+    """Runs the scenario's workload closed-loop. The scenario comes from ``--scenario`` (see harness.load.plugin)."""
+
+    abstract = False
+    wait_time = constant(0)
+    host = "http://127.0.0.1:8000"
+
+    def on_start(self) -> None:
+        self.kneecap = self.environment.kneecap  # set by harness.load.plugin at init
+        scenario = self.kneecap.scenario
+        ep = scenario.endpoint
+        base = self.environment.host or ep.host
+        self.conn = Connection(base)
+        self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
+        self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        self.timeouts = Timeouts(**vars(ep.timeouts))
+        self.sampler = self.kneecap.sampler()
+
+    def on_stop(self) -> None:
+        self.conn.close()
+
+    @task
+    def generate(self) -> None:
+        ep = self.kneecap.scenario.endpoint
+        plan = self.sampler.next()
+        body = build_body(ep.api, ep.model, plan.prompt, plan.max_tokens, ignore_eos=ep.ignore_eos,
+                          extra=ep.extra_body)
+        head = request_head("POST", self.path, self.conn.host_header, len(body), self.api_key)
+        rec = stream_request(self.conn, self.path, head, body, self.timeouts)
+        rec.prompt_tokens_target = plan.prompt.target_tokens
+        rec.max_tokens = plan.max_tokens
+        if rec.prompt_tokens:
+            self.sampler.prompts.observe(plan.prompt, rec.prompt_tokens)
+        self._report(ep.api, rec)
+        self.kneecap.record(rec, time.perf_counter())
+
+    def _report(self, name: str, rec: RequestRecord) -> None:
+        env = self.environment
+        e2e_ms = (rec.e2e_s or 0.0) * 1000
+        exc = None if rec.ok else StreamFailure(f"{rec.error}: {ERROR_CLASSES.get(rec.error or '', '')}")
+        env.events.request.fire(request_type="POST", name=name, response_time=e2e_ms, response_length=0,
+                                exception=exc, context={})
+        if rec.ok and env.stats is not None:
+            if rec.ttft_s is not None:
+                env.stats.get("ttft", "LLM").log(rec.ttft_s * 1000, 0)
+            tpot = rec.tpot_s
+            if tpot is not None:
+                env.stats.get("tpot", "LLM").log(tpot * 1000, 0)

@@ -1,0 +1,212 @@
+"""Per-step aggregates of request records: sketches per metric plus counters, mergeable across a fleet.
+
+A ``Bucket`` holds one (step, phase) of one worker, or the fleet's merge of them. Workers fill a
+``Recorder`` and ship ``drain()`` deltas (plain dicts, msgpack-safe); the master ``Fleet.merge``s
+them. Latency sketches hold successful requests only; failures are counted by class and enter the
+SLO math as misses (``analysis``), never silently dropped. Values are seconds (tokens/s for
+``tokens_per_s``); summaries print milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.metrics.record import RequestRecord
+from harness.metrics.sketch import Sketch
+from harness.metrics.wire import decode_sketch, encode_sketch
+
+__all__ = ["METRICS", "Bucket", "Fleet", "Recorder", "quantile_ci", "summarize_sketch"]
+
+METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
+           "e2e_intended")
+"""ttft/tpot/itl (per chunk)/itl_token/e2e/headers in s; tokens_per_s per user; send_lag and the *_intended
+latencies (from the arrival schedule's intended start) in open-loop mode only."""
+PAYLOAD_VERSION = 1
+
+
+@dataclass
+class Bucket:
+    sketches: dict[str, Sketch] = field(default_factory=dict)
+    requests: int = 0
+    ok: int = 0
+    good: int = 0
+    """Successful requests that met every per-request SLO limit (goodput)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    output_tokens: int = 0
+    input_tokens: int = 0
+    counted_outputs: int = 0
+    """Requests whose output length was counted from chunks because the server sent no usage."""
+    prompt_error_sum: float = 0.0
+    """Sum of |achieved − target| / target prompt lengths, over ``prompt_error_n`` requests."""
+    prompt_error_n: int = 0
+
+    def _sk(self, name: str) -> Sketch:
+        s = self.sketches.get(name)
+        if s is None:
+            s = self.sketches[name] = Sketch()
+        return s
+
+    def add(self, rec: RequestRecord, good: Callable[[RequestRecord], bool] | None = None) -> None:
+        self.requests += 1
+        lag = rec.send_lag_s
+        if lag is not None:
+            self._sk("send_lag").add(max(lag, 0.0))
+        if not rec.ok:
+            self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index]
+            return
+        self.ok += 1
+        if good is None or good(rec):
+            self.good += 1
+        sk = self._sk
+        if rec.ttft_s is not None:
+            sk("ttft").add(rec.ttft_s)
+            if lag is not None:
+                sk("ttft_intended").add(rec.ttft_s + max(lag, 0.0))
+        if rec.e2e_s is not None:
+            sk("e2e").add(rec.e2e_s)
+            if lag is not None:
+                sk("e2e_intended").add(rec.e2e_s + max(lag, 0.0))
+        if rec.headers_s is not None:
+            sk("headers").add(rec.headers_s)
+        tpot, speed = rec.tpot_s, rec.tokens_per_s
+        if tpot is not None:
+            sk("tpot").add(tpot)
+        if speed is not None:
+            sk("tokens_per_s").add(speed)
+        if len(rec.chunk_times) > 1:
+            gaps = rec.itl_chunks()
+            itl = sk("itl")
+            for g in gaps:
+                itl.add(g)
+            if rec.one_token_per_chunk:
+                itl_token = sk("itl_token")
+                for g in gaps:
+                    itl_token.add(g)
+        if rec.output_tokens:
+            self.output_tokens += rec.output_tokens
+            self.counted_outputs += rec.output_tokens_counted
+        if rec.prompt_tokens:
+            self.input_tokens += rec.prompt_tokens
+            if rec.prompt_tokens_target:
+                self.prompt_error_sum += abs(rec.prompt_tokens - rec.prompt_tokens_target) / rec.prompt_tokens_target
+                self.prompt_error_n += 1
+
+    def merge(self, other: Bucket) -> None:
+        for name, s in other.sketches.items():
+            self._sk(name).merge(s)
+        self.requests += other.requests
+        self.ok += other.ok
+        self.good += other.good
+        for k, v in other.failures.items():
+            self.failures[k] = self.failures.get(k, 0) + v
+        self.output_tokens += other.output_tokens
+        self.input_tokens += other.input_tokens
+        self.counted_outputs += other.counted_outputs
+        self.prompt_error_sum += other.prompt_error_sum
+        self.prompt_error_n += other.prompt_error_n
+
+    def to_wire(self) -> dict:
+        return {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}, "n": self.requests, "ok": self.ok,
+                "good": self.good, "fail": dict(self.failures), "out": self.output_tokens, "in": self.input_tokens,
+                "counted": self.counted_outputs, "perr": self.prompt_error_sum, "pn": self.prompt_error_n}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> Bucket:
+        return cls({k: decode_sketch(v) for k, v in d["sk"].items()}, d["n"], d["ok"], d["good"], dict(d["fail"]),
+                   d["out"], d["in"], d["counted"], d["perr"], d["pn"])
+
+
+class Recorder:
+    """Worker side: records go to the bucket of the current step and phase; ``drain()`` ships deltas."""
+
+    def __init__(self, *, warmup_s: float = 0.0, good: Callable[[RequestRecord], bool] | None = None) -> None:
+        self.warmup_s = warmup_s
+        self.good = good
+        self.step = 0
+        self.step_started: float | None = None
+        self._buckets: dict[tuple[int, str], Bucket] = {}
+
+    def set_step(self, index: int, now: float) -> None:
+        self.step, self.step_started = index, now
+
+    def phase(self, now: float) -> str:
+        if self.step_started is not None and now - self.step_started < self.warmup_s:
+            return "warmup"
+        return "measure"
+
+    def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
+        key = (self.step, self.phase(now))
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = Bucket()
+        b.add(rec, self.good)
+        return key
+
+    def drain(self) -> dict:
+        """The deltas since the last drain, and the step this worker is in (so the master knows what is complete)."""
+        out = {"v": PAYLOAD_VERSION, "step": self.step,
+               "buckets": [[s, p, b.to_wire()] for (s, p), b in self._buckets.items()]}
+        self._buckets = {}
+        return out
+
+
+class Fleet:
+    """Master side: the merge of every worker's deltas, per (step, phase), plus a rolling live window."""
+
+    def __init__(self) -> None:
+        self.steps: dict[tuple[int, str], Bucket] = {}
+        self.window = Bucket()
+        self.worker_step: dict[str, int] = {}
+
+    def merge(self, worker: str, payload: dict) -> None:
+        if payload.get("v") != PAYLOAD_VERSION:
+            raise ValueError(f"worker {worker} sent kneecap payload version {payload.get('v')}, expected "
+                             f"{PAYLOAD_VERSION}: run the same kneecap version on master and workers")
+        for step, phase, wire in payload["buckets"]:
+            b = Bucket.from_wire(wire)
+            self.steps.setdefault((step, phase), Bucket()).merge(b)
+            self.window.merge(b)
+        self.worker_step[worker] = payload["step"]
+
+    def step_complete(self, index: int, workers: int) -> bool:
+        """Every worker has reported from a later step, so step ``index`` has all its data."""
+        return len(self.worker_step) >= workers and all(s > index for s in self.worker_step.values())
+
+    def take_window(self) -> Bucket:
+        w, self.window = self.window, Bucket()
+        return w
+
+    def total(self, phase: str | None = "measure") -> Bucket:
+        out = Bucket()
+        for (_, p), b in sorted(self.steps.items()):
+            if phase is None or p == phase:
+                out.merge(b)
+        return out
+
+
+def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
+    """Distribution-free CI of the q-quantile from order statistics: ranks n·q ± z·sqrt(n·q·(1−q)) (normal
+    approximation of Binomial(n, q)), mapped to values through the sketch. None when n is too small to bracket."""
+    n = s.count
+    if n < 2:
+        return None
+    half = z * math.sqrt(n * q * (1 - q))
+    lo, hi = math.floor(n * q - half), math.ceil(n * q + half)
+    if lo < 0 or hi > n - 1:
+        return None
+    return s.value_at_rank(lo), s.value_at_rank(hi)
+
+
+def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
+    """count, mean, p50…p99.9, max and the p99 CI, in ms by default (``scale`` 1 for tokens/s)."""
+    if s.count == 0:
+        return {"count": 0}
+    ci = quantile_ci(s, 0.99)
+    r = 3
+    return {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
+            "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
+            "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
+            "max": round(s.max * scale, r),
+            "p99_ci": [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None}

@@ -1,0 +1,1 @@
+"""Where results go: files (summary.json, requests.jsonl) and, when configured, InfluxDB."""
