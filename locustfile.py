@@ -1,12 +1,9 @@
 """kneecap's locustfile: ``locust -f locustfile.py --scenario scenarios/chat.yaml`` (web UI) or headless.
 
-Thin on purpose: the user class and the plumbing live in harness/load.
+Thin on purpose: everything lives in harness/load (this re-exports the packaged locustfile).
+Add the knee-seeking plan with ``-f locustfile.py,harness/load/shape_file.py``.
 """
 
-from locust import events
-
-from harness.load import LLMUser, setup
+from harness.load.locustfile import LLMUser
 
 __all__ = ["LLMUser"]
-
-setup(events)

@@ -20,6 +20,9 @@ from typing import Any
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
+from harness.analysis.judge import evaluate_slo, is_stationary, step_point
+from harness.analysis.knee import Knee, KneeParams, find_knee
+from harness.analysis.plan import Step, StepPlan, stop_reason
 from harness.analysis.slo import request_meets
 from harness.analysis.steps import Generator, StepInfo, step_summary
 from harness.load.options import add_arguments
@@ -37,6 +40,9 @@ __all__ = ["Kneecap", "setup"]
 log = logging.getLogger("kneecap")
 LAG_PERIOD_S = 0.1
 LOCAL_FLUSH_S = 1.0
+PROGRESS_EVERY_S = 5.0
+EXIT_SLO_FAILED = 3
+EXIT_NO_VALID_RESULT = 4
 
 
 class Kneecap:
@@ -61,6 +67,11 @@ class Kneecap:
         self.started_wall = 0.0
         self.finalized = False
         self._greenlets: list[gevent.Greenlet] = []
+        self.halves: dict[int, list[tuple[float, Sketch]]] = {}
+        self.knee = Knee(False, reason="not judged yet")
+        self.verdicts: dict[int, dict] = {}
+        self.stop_reason: str | None = None
+        self._last_progress = 0.0
 
     # -- configuration ----------------------------------------------------------------------
     @property
@@ -73,6 +84,16 @@ class Kneecap:
             path = getattr(self.options, "scenario", "") if self.options else ""
             self._scenario = load_scenario(path) if path else default_scenario()
         return self._scenario
+
+    @property
+    def plan(self) -> StepPlan:
+        load = self.scenario.load
+        st = load.step
+        if load.mode == "constant":
+            return StepPlan.constant(load.start, load.duration_s, st.warmup_s)
+        return StepPlan.staircase(load.start, load.step_by, load.max, warmup_s=st.warmup_s,
+                                  min_duration_s=st.min_duration_s, min_requests=st.min_requests,
+                                  max_duration_s=st.max_duration_s)
 
     @property
     def worker_index(self) -> int:
@@ -142,8 +163,8 @@ class Kneecap:
         self.started_wall = time.time()
         if getattr(self.options, "save_requests", ""):
             self.requests_file = JsonLinesWriter(self.options.save_requests)
-        users = getattr(self.options, "num_users", None) or 0
-        self.begin_step(float(users))
+        if self.env.shape_class is None:  # plain -u/-r/-t run: one step; a shape begins its own steps
+            self.begin_step(float(getattr(self.options, "num_users", None) or 0))
 
     def begin_step(self, level: float) -> int:
         """Start a new step at ``level`` users (or req/s); workers tag their records from now on."""
@@ -161,6 +182,10 @@ class Kneecap:
     def merge(self, worker: str, payload: dict) -> None:
         try:
             self.fleet.merge(worker, payload)
+            metric = self.scenario.load.knee_metric
+            for step, phase, wire in payload.get("buckets", ()):
+                if phase == "measure" and metric in wire["sk"]:
+                    self.halves.setdefault(step, []).append((time.perf_counter(), decode_sketch(wire["sk"][metric])))
             gen = payload.get("gen")
             if gen:
                 step = payload["step"]
@@ -188,6 +213,82 @@ class Kneecap:
     def on_local_stop(self, **_: Any) -> None:
         self.merge("local", self.drain())
 
+    # -- steps, judging, the knee ---------------------------------------------------------------
+    def shape_tick(self) -> Step | None:
+        """One tick of the load shape: the users to run now, or None to stop."""
+        plan, now = self.plan, time.perf_counter()
+        spawn = self.scenario.load.spawn_rate
+        if self.stop_reason is not None:
+            return None
+        if not self.steps:
+            self._start_run()
+            self.begin_step(plan.levels[0])
+            return Step(int(plan.levels[0]), spawn)
+        cur = self.steps[-1]
+        self.judge()
+        reason = stop_reason(self.knee, [v["error_rate"] for _, v in sorted(self.verdicts.items())],
+                             [r["threshold"] for v in self.verdicts.values() for r in v["slo"]
+                              if r["abort_on_fail"] and not r["passed"]])
+        measured = self.fleet.steps.get((cur.index, "measure"), Bucket()).requests
+        if reason is None and plan.step_done(now - cur.started, measured):
+            nxt = plan.level(cur.index + 1)
+            if nxt is None:
+                reason = f"plan complete: last level {cur.level:g} done"
+            else:
+                cur = self.steps[self.begin_step(nxt)]
+                measured = 0
+        if reason is not None:
+            self.stop_reason = reason
+            log.info("kneecap: stopping: %s", reason)
+            return None
+        if now - self._last_progress >= PROGRESS_EVERY_S:
+            self._last_progress = now
+            log.info("kneecap: %s", self._progress_line(cur, now, measured))
+        return Step(int(cur.level), spawn)
+
+    def _progress_line(self, cur: StepInfo, now: float, measured: int) -> str:
+        metric = self.scenario.load.knee_metric
+        b = self.fleet.steps.get((cur.index, "measure"))
+        p99 = ""
+        if b is not None and metric in b.sketches:
+            p99 = f" | {metric} p99 {b.sketches[metric].quantile(0.99) * 1000:.0f} ms"
+        knee = f"knee at {self.knee.load:g} ({self.knee.confidence})" if self.knee.found else "no knee yet"
+        return (f"step {cur.index} | {cur.level:g} users | {self.plan.samples_line(now - cur.started, measured)}"
+                f"{p99} | {knee}")
+
+    def _complete(self, info: StepInfo) -> bool:
+        if info.ended is None:
+            return False
+        return self.role == "local" or self.finalized or self.fleet.step_complete(info.index, self._workers())
+
+    def _workers(self) -> int:
+        return max(1, getattr(self.runner, "worker_count", 1) or 1)
+
+    def judge(self) -> None:
+        """(Re)judge every step whose data is complete and update the knee."""
+        metric = self.scenario.load.knee_metric
+        points = []
+        for info in self.steps:
+            if not self._complete(info):
+                break
+            bucket = self.fleet.steps.get((info.index, "measure"), Bucket())
+            gen = (self.generators.get(info.index) or Generator()).summary()
+            duration = max(info.ended - info.started - info.warmup_s, 1e-9)  # type: ignore[operator]
+            if bucket.requests == 0:
+                continue
+            points.append(step_point(info.index, info.level, bucket, metric, gen["reliable"], duration))
+            mid = info.started + info.warmup_s + duration / 2
+            first, second = Sketch(), Sketch()
+            for t, sk in self.halves.get(info.index, ()):
+                (first if t < mid else second).merge(sk)
+            slo = evaluate_slo(self.scenario.slo, bucket)
+            self.verdicts[info.index] = {
+                "slo": slo, "slo_passed": all(r["passed"] for r in slo) if slo else None,
+                "stationary": is_stationary(first, second),
+                "error_rate": sum(bucket.failures.values()) / bucket.requests}
+        load = self.scenario.load
+        self.knee = find_knee(points, KneeParams(confirm_steps=load.confirm_steps))
+
     def summary(self) -> dict:
         sc = self.scenario
         steps = []
@@ -195,12 +296,39 @@ class Kneecap:
             if info.ended is None:
                 info.ended = time.perf_counter()
             bucket = self.fleet.steps.get((info.index, "measure"), Bucket())
-            steps.append(step_summary(info, bucket, self.generators.get(info.index), warmup=self.fleet.steps.get(
-                (info.index, "warmup"))))
+            entry = step_summary(info, bucket, self.generators.get(info.index),
+                                 warmup=self.fleet.steps.get((info.index, "warmup")))
+            v = self.verdicts.get(info.index, {})
+            entry.update(stationary=v.get("stationary"), slo_passed=v.get("slo_passed"), slo=v.get("slo", []))
+            steps.append(entry)
+        knee = dict(vars(self.knee))
+        knee["users"] = knee.pop("load")
+        knee["metric"] = sc.load.knee_metric
+        slo = self._slo_verdict(steps)
         return {"schema": "kneecap.summary/1", "run_id": self.run_id, "scenario": sc.name,
                 "host": self.env.host or sc.endpoint.host, "model": sc.endpoint.model,
-                "started_at": self.started_wall, "ended_at": time.time(), "mode": "closed", "steps": steps,
-                "workers": len(self.fleet.worker_step)}
+                "started_at": self.started_wall, "ended_at": time.time(), "mode": "closed",
+                "stop_reason": self.stop_reason, "workers": len(self.fleet.worker_step), "steps": steps,
+                "knee": knee, "slo": slo, "exit_code": self._exit_code(steps, slo)}
+
+    def _slo_verdict(self, steps: list[dict]) -> dict:
+        """Passed: every SLO held at every step up to the knee (all steps when there is no knee)."""
+        judged = [s for s in steps if s["slo_passed"] is not None]
+        if not self.scenario.slo:
+            return {"thresholds": [], "passed": None, "max_load_within_slo": None}
+        last = self.knee.step_index if self.knee.found else None
+        upto = [s for s in judged if last is None or s["index"] <= last]
+        within = [s["users"] for s in judged if s["slo_passed"]]
+        return {"thresholds": [t.text for t in self.scenario.slo],
+                "passed": bool(upto) and all(s["slo_passed"] for s in upto),
+                "max_load_within_slo": max(within) if within else None}
+
+    @staticmethod
+    def _exit_code(steps: list[dict], slo: dict) -> int:
+        measured = [s for s in steps if s["ok"] > 0]
+        if not measured or not any(s["generator"]["reliable"] for s in measured):
+            return EXIT_NO_VALID_RESULT
+        return EXIT_SLO_FAILED if slo["passed"] is False else 0
 
     def finalize(self, **_: Any) -> None:
         if self.finalized or self.role == "worker" or not self.run_id:
@@ -210,9 +338,14 @@ class Kneecap:
             g.kill(block=False)
         if self.role == "local":
             self.merge("local", self.drain())
+        if self.steps and self.steps[-1].ended is None:
+            self.steps[-1].ended = time.perf_counter()
+        self.judge()  # every step is complete now: the workers' final flushes have arrived
         out_dir = getattr(self.options, "results_dir", "") or self.scenario.results_dir
         path = os.path.join(out_dir, "summary.json")
-        write_json_atomic(path, self.summary())
+        summary = self.summary()
+        write_json_atomic(path, summary)
+        self.env.process_exit_code = summary["exit_code"]
         if self.requests_file is not None:
             self.requests_file.close()
         log.info("kneecap: summary written to %s", path)

@@ -17,7 +17,7 @@ from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["METRICS", "Bucket", "Fleet", "Recorder", "quantile_ci", "summarize_sketch"]
+__all__ = ["METRICS", "Bucket", "Fleet", "Recorder", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
            "e2e_intended")
@@ -186,16 +186,18 @@ class Fleet:
         return out
 
 
-def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
-    """Distribution-free CI of the q-quantile from order statistics: ranks n·q ± z·sqrt(n·q·(1−q)) (normal
-    approximation of Binomial(n, q)), mapped to values through the sketch. None when n is too small to bracket."""
-    n = s.count
-    if n < 2:
-        return None
+def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
+    """Distribution-free CI ranks of the q-quantile: n·q ± z·sqrt(n·q·(1−q)) (normal approximation of
+    Binomial(n, q)), clamped to the sample (so with few samples the upper end is the sample max)."""
     half = z * math.sqrt(n * q * (1 - q))
-    lo, hi = math.floor(n * q - half), math.ceil(n * q + half)
-    if lo < 0 or hi > n - 1:
+    return max(0, math.floor(n * q - half)), min(n - 1, math.ceil(n * q + half))
+
+
+def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
+    """The order-statistic CI of the q-quantile mapped to values through the sketch; None below 2 samples."""
+    if s.count < 2:
         return None
+    lo, hi = ci_ranks(s.count, q, z)
     return s.value_at_rank(lo), s.value_at_rank(hi)
 
 

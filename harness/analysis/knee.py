@@ -1,0 +1,100 @@
+"""The knee: the last load level before p99 latency breaks away while throughput stops growing. Pure.
+
+Method (queueing signature, DESIGN §3). For consecutive judged steps i−1 → i, with load L, latency p99
+P (with its order-statistic 95% CI) and throughput T (output tokens/s):
+
+- **significant rise**: step i's p99 CI lies entirely above step i−1's (noise cannot make a knee);
+- **faster than load**: latency elasticity e_P = Δln P / Δln L > ``min_latency_elasticity`` (1.0) —
+  below capacity p99 is flat (e ≈ 0); past it, in a closed loop, each extra user waits a whole
+  service time (Little's law), so p99 jumps;
+- **throughput plateau**: throughput elasticity e_T = Δln T / Δln L < ``max_throughput_elasticity``
+  (0.5) — below capacity T grows with load (e ≈ 1), past it T is flat (e ≈ 0).
+
+The knee is step i−1: the largest load before the break, the endpoint's practical capacity. It is
+*confirmed* when the next ``confirm_steps`` steps stay broken (p99 above the knee's CI, throughput
+within ``plateau_tolerance`` of the knee's); confidence is "high" when confirmed and Kleinrock's
+power (T / P, which peaks at a queue's optimal operating point) also peaks at the knee, "medium"
+when confirmed, "low" before confirmation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Knee", "KneeParams", "StepPoint", "find_knee"]
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    index: int
+    load: float
+    p99: float
+    """Milliseconds of the knee metric (failures count as misses, see analysis.slo.miss_quantile)."""
+    ci: tuple[float, float] | None
+    throughput: float
+    """Output tokens/s over the step's measured part."""
+    reliable: bool = True
+
+
+@dataclass(frozen=True)
+class KneeParams:
+    min_latency_elasticity: float = 1.0
+    max_throughput_elasticity: float = 0.5
+    confirm_steps: int = 1
+    plateau_tolerance: float = 0.15
+
+
+@dataclass
+class Knee:
+    found: bool
+    confirmed: bool = False
+    step_index: int | None = None
+    load: float | None = None
+    p99_before_ms: float | None = None
+    p99_after_ms: float | None = None
+    throughput_before: float | None = None
+    throughput_after: float | None = None
+    confidence: str | None = None
+    reason: str = ""
+
+
+def _ci(p: StepPoint) -> tuple[float, float]:
+    return p.ci if p.ci is not None else (p.p99, p.p99)
+
+
+def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float, float]:
+    """Whether a → b shows the signature, with the two elasticities."""
+    if a.load <= 0 or b.load <= a.load or a.p99 <= 0 or a.throughput <= 0 or b.throughput <= 0:
+        return False, 0.0, 0.0
+    dl = math.log(b.load / a.load)
+    e_p = math.log(b.p99 / a.p99) / dl if b.p99 > 0 else 0.0
+    e_t = math.log(b.throughput / a.throughput) / dl
+    significant = _ci(b)[0] > _ci(a)[1]
+    return significant and e_p > params.min_latency_elasticity and e_t < params.max_throughput_elasticity, e_p, e_t
+
+
+def find_knee(points: list[StepPoint], params: KneeParams = KneeParams()) -> Knee:
+    """Scan judged steps in order; unreliable steps (generator lagging) are skipped, not judged."""
+    pts = [p for p in points if p.reliable and p.p99 == p.p99]
+    for i in range(1, len(pts)):
+        a, b = pts[i - 1], pts[i]
+        broke, e_p, e_t = _breaks(a, b, params)
+        if not broke:
+            continue
+        after = pts[i + 1:i + 1 + params.confirm_steps]
+        confirmed = len(after) == params.confirm_steps and all(
+            _ci(c)[0] > _ci(a)[1] and c.throughput <= a.throughput * (1 + params.plateau_tolerance) for c in after)
+        power = [(p.throughput / p.p99 if p.p99 > 0 else 0.0, p.index) for p in pts]
+        power_peak = max(power)[1]
+        confidence = "low" if not confirmed else "high" if power_peak == a.index else "medium"
+        ratio = b.p99 / a.p99
+        growth = 100 * (b.throughput / a.throughput - 1)
+        reason = (f"p99 rose {ratio:.1f}x ({a.p99:.0f} -> {b.p99:.0f} ms) from {a.load:g} to {b.load:g} load "
+                  f"(latency elasticity {e_p:.1f}) while throughput grew {growth:+.0f}% (elasticity {e_t:.2f}): "
+                  f"capacity is saturated past {a.load:g}")
+        return Knee(True, confirmed, a.index, a.load, a.p99, b.p99, a.throughput, b.throughput, confidence, reason)
+    if len(pts) >= 2:
+        return Knee(False, reason=f"no break up to {pts[-1].load:g}: p99 {pts[0].p99:.0f} -> {pts[-1].p99:.0f} ms, "
+                                  f"throughput {pts[0].throughput:.0f} -> {pts[-1].throughput:.0f} tokens/s")
+    return Knee(False, reason="fewer than two judged steps")
