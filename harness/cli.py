@@ -87,6 +87,41 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
 
 
 @main.command()
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--host", default=None, help="Endpoint base URL [scenario endpoint.host; none: start the simulator].")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local Locust worker processes [cores].")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Results folder [scenario sinks.results_dir/NAME-RUNID].")
+@click.option("--save-requests", is_flag=True, help="Also write every request record to OUT/requests.jsonl.")
+@click.option("--seed", type=int, default=None, help="Override workload.seed.")
+@click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
+              help="Extra argument for the built-in simulator, e.g. --sim-arg=--max-num-seqs=16. Repeatable.")
+def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
+        seed: int | None, sim_args: tuple[str, ...]) -> None:
+    """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
+
+    Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
+    2 usage or invalid scenario, 3 an SLO failed, 4 no valid result (no data, unreliable generator).
+    """
+    import os
+
+    from harness.run import RunOptions
+    from harness.run import run as run_plan
+    from harness.scenario import ScenarioError
+
+    opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
+                      save_requests=save_requests, seed=seed, sim_args=sim_args)
+    try:
+        code = run_plan(opts, say=lambda line: click.echo(line))
+    except ScenarioError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except (OSError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    raise SystemExit(code)
+
+
+@main.command()
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--input", "input_col", default=None, help="Prompt-token column [guessed from common names].")
 @click.option("--output", "output_col", default=None, help="Output-token column [guessed from common names].")

@@ -25,8 +25,8 @@ from harness.errors import KneecapError
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.spec import joint_from_spec, length_from_spec
 
-__all__ = ["DEFAULT_SCENARIO", "LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError", "StepSpec",
-           "Timeouts", "Workload", "apply_overrides", "default_scenario", "load_scenario", "parse_scenario"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError",
+           "StepSpec", "Timeouts", "Workload", "apply_overrides", "default_scenario", "load_scenario", "parse_scenario"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase")
 APIS = ("chat", "completions")
@@ -49,9 +49,14 @@ class Timeouts:
     total_s: float = 600.0
 
 
+DEFAULT_HOST = "http://127.0.0.1:8000"
+"""Where requests go when neither --host nor endpoint.host says (``kneecap sim``'s default address)."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    host: str = "http://127.0.0.1:8000"
+    host: str | None = None
+    """None: ``kneecap run`` starts the built-in simulator; plain Locust uses DEFAULT_HOST."""
     api: str = "chat"
     model: str = "sim-small"
     api_key_env: str | None = None
@@ -112,7 +117,7 @@ DEFAULT_SCENARIO: dict = {
     # The embedded default: chat-shaped traffic against the built-in simulator's default preset.
     "name": "default-chat",
     "description": "chat-shaped lengths against the built-in simulator (kneecap sim --preset small)",
-    "endpoint": {"host": "http://127.0.0.1:8000", "api": "chat", "model": "sim-small"},
+    "endpoint": {"api": "chat", "model": "sim-small"},
     "workload": {"input_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.7, "min": 16, "max": 4000},
                  "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "min": 8, "max": 800},
                  "seed": 1},

@@ -12,7 +12,8 @@ P (with its order-statistic 95% CI) and throughput T (output tokens/s):
 
 The knee is step i−1: the largest load before the break, the endpoint's practical capacity. It is
 *confirmed* when the next ``confirm_steps`` steps stay broken (p99 above the knee's CI, throughput
-within ``plateau_tolerance`` of the knee's); confidence is "high" when confirmed and Kleinrock's
+within ``plateau_tolerance`` of the knee's), *refuted* (and the scan goes on) when they do not, and
+pending while those steps are still to come; confidence is "high" when confirmed and Kleinrock's
 power (T / P, which peaks at a queue's optimal operating point) also peaks at the knee, "medium"
 when confirmed, "low" before confirmation.
 """
@@ -85,6 +86,8 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams()) -> Kne
         after = pts[i + 1:i + 1 + params.confirm_steps]
         confirmed = len(after) == params.confirm_steps and all(
             _ci(c)[0] > _ci(a)[1] and c.throughput <= a.throughput * (1 + params.plateau_tolerance) for c in after)
+        if not confirmed and len(after) == params.confirm_steps:
+            continue  # refuted by the steps after it: noise, keep scanning
         power = [(p.throughput / p.p99 if p.p99 > 0 else 0.0, p.index) for p in pts]
         power_peak = max(power)[1]
         confidence = "low" if not confirmed else "high" if power_peak == a.index else "medium"

@@ -17,4 +17,6 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--results-dir", default="", help="Where summary.json goes [scenario sinks.results_dir].")
     group.add_argument("--save-requests", default="",
                        help="Write every request record as JSON lines to this file (gathered on the master).")
+    group.add_argument("--overrides", default="", include_in_web_ui=False,
+                       help='Scenario overrides as a JSON object of dotted keys, e.g. \'{"workload.seed": 3}\'.')
     group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)

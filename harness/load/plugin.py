@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from typing import Any
 
 import gevent
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
 
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, find_knee
@@ -30,7 +31,7 @@ from harness.metrics.aggregate import Bucket, Fleet, Recorder
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
-from harness.scenario import Scenario, ScenarioError, default_scenario, load_scenario
+from harness.scenario import DEFAULT_HOST, Scenario, ScenarioError, default_scenario, load_scenario
 from harness.sinks.files import JsonLinesWriter, write_json_atomic
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
@@ -82,7 +83,14 @@ class Kneecap:
     def scenario(self) -> Scenario:
         if self._scenario is None:
             path = getattr(self.options, "scenario", "") if self.options else ""
-            self._scenario = load_scenario(path) if path else default_scenario()
+            raw = getattr(self.options, "overrides", "") if self.options else ""
+            try:
+                overrides = json.loads(raw) if raw else {}
+            except ValueError as exc:
+                raise ScenarioError("--overrides", [f"not a JSON object: {exc}"]) from None
+            if not isinstance(overrides, dict):
+                raise ScenarioError("--overrides", ["expected a JSON object of dotted keys"])
+            self._scenario = load_scenario(path, overrides) if path else default_scenario(overrides)
         return self._scenario
 
     @property
@@ -306,7 +314,7 @@ class Kneecap:
         knee["metric"] = sc.load.knee_metric
         slo = self._slo_verdict(steps)
         return {"schema": "kneecap.summary/1", "run_id": self.run_id, "scenario": sc.name,
-                "host": self.env.host or sc.endpoint.host, "model": sc.endpoint.model,
+                "host": self.env.host or sc.endpoint.host or DEFAULT_HOST, "model": sc.endpoint.model,
                 "started_at": self.started_wall, "ended_at": time.time(), "mode": "closed",
                 "stop_reason": self.stop_reason, "workers": len(self.fleet.worker_step), "steps": steps,
                 "knee": knee, "slo": slo, "exit_code": self._exit_code(steps, slo)}
@@ -336,6 +344,8 @@ class Kneecap:
         self.finalized = True
         for g in self._greenlets:
             g.kill(block=False)
+        if self.role == "master" and self.runner.state not in (STATE_INIT, STATE_STOPPED):
+            self.runner.stop()  # e.g. SIGTERM mid-run: collect the workers' final flushes before writing
         if self.role == "local":
             self.merge("local", self.drain())
         if self.steps and self.steps[-1].ended is None:

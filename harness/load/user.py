@@ -17,6 +17,7 @@ from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, Timeouts, stream_request
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
+from harness.scenario import DEFAULT_HOST
 
 __all__ = ["LLMUser"]
 
@@ -30,13 +31,13 @@ class LLMUser(FastHttpUser):
 
     abstract = False
     wait_time = constant(0)
-    host = "http://127.0.0.1:8000"
+    host = None  # --host, else the scenario's endpoint.host, else the simulator's default address
 
     def on_start(self) -> None:
         self.kneecap = self.environment.kneecap  # set by harness.load.plugin at init
         scenario = self.kneecap.scenario
         ep = scenario.endpoint
-        base = self.environment.host or ep.host
+        base = self.environment.host or ep.host or DEFAULT_HOST
         self.conn = Connection(base)
         self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None

@@ -1,0 +1,158 @@
+"""``kneecap run``: a headless Locust master and N local workers running a scenario's plan, then the verdict.
+
+Processes: the built-in simulator (only when no host is given anywhere), one Locust master with the
+knee-seeking shape, N workers. Each gets its own session, so Ctrl-C reaches only this process, which
+asks the master to stop (SIGTERM: Locust's graceful shutdown) and so still gets a valid, partial
+summary. The same files come out of a plain ``locust --master``/``--worker`` run (README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.scenario import Scenario, default_scenario, load_scenario
+from harness.sim.presets import DEFAULT_PRESET, PRESETS
+
+__all__ = ["RunOptions", "run"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
+SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
+EXIT_NO_VALID_RESULT = 4
+_LOG_PREFIX = re.compile(r"^\[[^]]+\] [^/]+/\w+/kneecap: (kneecap: )?")
+
+
+@dataclass
+class RunOptions:
+    scenario: str | None
+    host: str | None = None
+    workers: int = max(1, os.cpu_count() or 1)
+    out: str | None = None
+    save_requests: bool = False
+    seed: int | None = None
+    sim_args: tuple[str, ...] = ()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(cmd: list[str], **kw: object) -> subprocess.Popen:
+    return subprocess.Popen(cmd, start_new_session=True, **kw)  # type: ignore[call-overload]
+
+
+def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait: float = 15.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _start_sim(model: str, extra: tuple[str, ...], say: Callable[[str], None]) -> tuple[subprocess.Popen, str]:
+    preset = model[4:] if model.startswith("sim-") and model[4:] in PRESETS else DEFAULT_PRESET
+    cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--preset", preset, "--model", model, *extra]
+    proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    m = re.search(r"(http://[\d.]+:\d+)", line)
+    if not m:
+        _stop(proc)
+        raise RuntimeError(f"the built-in simulator did not start: {line.strip()!r}")
+    say(f"no host given: started the built-in simulator (preset {preset}) at {m.group(1)}")
+    return proc, m.group(1)
+
+
+def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
+    """Run the plan; returns the exit code (0 ok, 3 SLO failed, 4 no valid result)."""
+    overrides = {"workload.seed": opts.seed} if opts.seed is not None else {}
+    sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    out = opts.out or os.path.join(sc.results_dir, f"{sc.name}-{run_id}")
+    os.makedirs(out, exist_ok=True)
+    sim = master = None
+    workers: list[subprocess.Popen] = []
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        host = opts.host or sc.endpoint.host
+        if host is None:
+            sim, host = _start_sim(sc.endpoint.model, opts.sim_args, say)
+        port = _free_port()
+        common = ["--host", host, "--run-id", run_id, "--results-dir", out]
+        if opts.scenario:
+            common += ["--scenario", opts.scenario]
+        if overrides:
+            common += ["--overrides", json.dumps(overrides)]
+        if opts.save_requests:
+            common += ["--save-requests", os.path.join(out, "requests.jsonl")]
+        say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
+        master = _start([sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
+                         "--master", "--expect-workers", str(opts.workers), "--master-bind-host", "127.0.0.1",
+                         "--master-bind-port", str(port), "--only-summary", "--loglevel", "INFO", *common],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        workers = [_start([sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
+                           "--master-port", str(port), "--loglevel", "WARNING"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(opts.workers)]
+        relay = threading.Thread(target=_relay, args=(master, say), daemon=True)
+        relay.start()
+        while master.poll() is None:
+            if interrupted.is_set():
+                say("interrupted: stopping the run, writing partial results")
+                _stop(master, signal.SIGTERM, wait=60)
+                break
+            time.sleep(0.2)
+        relay.join(timeout=5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _stop(master)
+        for w in workers:
+            _stop(w)
+        _stop(sim)
+    return _verdict(out, say)
+
+
+def _relay(master: subprocess.Popen, say: Callable[[str], None]) -> None:
+    """Pass the master's kneecap progress lines and any error on; drop Locust's tables."""
+    assert master.stdout is not None
+    for line in master.stdout:
+        line = line.rstrip()
+        if "/kneecap:" in line:
+            say(_LOG_PREFIX.sub("", line))
+        elif "ERROR" in line or "Traceback" in line or "CRITICAL" in line:
+            say(line)
+
+
+def _verdict(out: str, say: Callable[[str], None]) -> int:
+    path = os.path.join(out, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        say(f"no valid summary was written ({path}); see the messages above")
+        return EXIT_NO_VALID_RESULT
+    knee = summary.get("knee", {})
+    if knee.get("found"):
+        say(f"knee: {knee['users']:g} users ({knee['confidence']} confidence) - {knee['reason']}")
+    else:
+        say(f"knee: not found ({knee.get('reason', '')})")
+    slo = summary.get("slo", {})
+    if slo.get("thresholds"):
+        verdict = "PASSED" if slo.get("passed") else "FAILED"
+        say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
+    say(f"results: {path}")
+    return int(summary.get("exit_code", EXIT_NO_VALID_RESULT))

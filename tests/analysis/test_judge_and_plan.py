@@ -1,0 +1,84 @@
+"""Step judging (failures as misses, SLO verdicts, stationarity) and load plans, on plain data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.analysis.judge import evaluate_slo, is_stationary, miss_quantile, miss_quantile_ci
+from harness.analysis.knee import Knee
+from harness.analysis.plan import StepPlan, stop_reason
+from harness.analysis.slo import parse_threshold
+from harness.metrics.aggregate import Bucket
+from harness.metrics.record import RequestRecord
+from harness.metrics.sketch import Sketch
+
+
+def sketch(values) -> Sketch:
+    s = Sketch()
+    for v in values:
+        s.add(v)
+    return s
+
+
+def test_failures_rank_above_every_success():
+    s = sketch([i / 1000 for i in range(1, 99)])  # 98 successes: 1..98 ms
+    assert miss_quantile(s, 0.5, 0) == pytest.approx(0.049, rel=0.01)
+    assert miss_quantile(s, 0.99, 2) == math.inf  # 2 of 100 failed: p99 is a miss
+    assert miss_quantile(s, 0.97, 2) == pytest.approx(0.097, rel=0.01)
+    assert miss_quantile(s, 0.01, 2, high=False) == 0.0  # speed floor: failures stream at 0 tokens/s
+    assert miss_quantile(None, 0.5, 0) != miss_quantile(None, 0.5, 0)  # nan: no data
+    lo, hi = miss_quantile_ci(sketch([i / 1000 for i in range(1, 1001)]), 0.99, 0)
+    assert 0.97 <= lo < hi <= 1.01 and hi - lo < 0.03  # ranks 983 and 997 of 1000, within the 1% bound
+
+
+def bucket(ttfts_ms, failures=0, speed=None) -> Bucket:
+    """Two-token requests: tokens/s per user = 1 / (e2e − ttft)."""
+    b = Bucket()
+    for i, t in enumerate(ttfts_ms):
+        gap = 1 / speed[i] if speed is not None else 1.0
+        b.add(RequestRecord(start=0.0, ttft_s=t / 1000, e2e_s=t / 1000 + gap, chunk_times=[t / 1000, t / 1000 + gap],
+                            output_tokens=2, prompt_tokens=10))
+    for _ in range(failures):
+        b.add(RequestRecord(start=0.0, error="ttft_timeout"))
+    return b
+
+
+def test_slo_verdicts_count_failures_as_misses():
+    ths = (parse_threshold("ttft", "p(95)<500"), parse_threshold("error_rate", "rate<0.05"))
+    ok = evaluate_slo(ths, bucket([100] * 100))
+    assert [r["passed"] for r in ok] == [True, True] and ok[0]["observed"] == pytest.approx(100, rel=0.01)
+    bad = evaluate_slo(ths, bucket([100] * 90, failures=10))
+    assert [r["passed"] for r in bad] == [False, False] and bad[0]["observed"] == "inf"
+    assert bad[1]["observed"] == pytest.approx(0.1)
+
+
+def test_speed_floor():
+    th = (parse_threshold("tokens_per_s_per_user", "p(5)>20"),)
+    assert evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 100))[0]["passed"]
+    assert not evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 90 + [5.0] * 10))[0]["passed"]
+
+
+def test_stationarity():
+    assert is_stationary(sketch([0.1] * 50), sketch([0.11] * 50))
+    assert not is_stationary(sketch([0.1] * 50), sketch([0.3] * 50))
+    assert is_stationary(sketch([0.001] * 50), sketch([0.0025] * 50))  # tiny absolute change
+    assert is_stationary(sketch([0.1] * 5), sketch([0.3] * 50)) is None
+
+
+def test_staircase_levels_and_step_hold():
+    plan = StepPlan.staircase(4, 4, 16, warmup_s=5, min_duration_s=20, min_requests=200, max_duration_s=60)
+    assert plan.levels == (4, 8, 12, 16) and plan.level(4) is None
+    assert not plan.step_done(24, 500)  # warm-up excluded: 19 s measured
+    assert not plan.step_done(30, 150)  # not enough requests yet
+    assert plan.step_done(26, 200)
+    assert plan.step_done(65, 3)  # capped by the maximum duration
+    assert StepPlan.constant(10, 30, 2).levels == (10,)
+
+
+def test_stop_reasons():
+    assert stop_reason(Knee(True, confirmed=True, load=16), [0.0], []) == "knee confirmed at 16"
+    assert stop_reason(Knee(True, confirmed=False, load=16), [0.0], []) is None
+    assert "error storm" in stop_reason(Knee(False), [0.0, 0.8], [])
+    assert "abort_on_fail" in stop_reason(Knee(False), [0.0], ["ttft: p(99)<1000"])

@@ -1,0 +1,87 @@
+"""The knee finder on plain data: queueing-shaped curves, flat and linear curves, noise, unreliable steps."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from harness.analysis.knee import KneeParams, StepPoint, find_knee
+
+
+def curve(loads, p99s, tps, spread=0.05, reliable=None):
+    return [StepPoint(i, load, p, (p * (1 - spread), p * (1 + spread)), tp, True if reliable is None else reliable[i])
+            for i, (load, p, tp) in enumerate(zip(loads, p99s, tps, strict=True))]
+
+
+def closed_loop(slots: int, loads: list[int], service_ms: float = 1000.0, prefill_ms: float = 40.0):
+    """An M/D/S-like closed loop: TTFT p99 flat until the slots fill, then a whole service time per wave."""
+    p99, tp = [], []
+    for n in loads:
+        waves = math.ceil(n / slots) - 1
+        p99.append(prefill_ms * (1 + 0.02 * min(n, slots)) + waves * service_ms)
+        tp.append(min(n, slots) / service_ms * 1000 * 100)
+    return p99, tp
+
+
+def test_knee_at_the_slot_count():
+    loads = [4, 8, 12, 16, 20, 24, 28]
+    p99, tp = closed_loop(16, loads)
+    knee = find_knee(curve(loads, p99, tp))
+    assert knee.found and knee.confirmed and knee.load == 16 and knee.step_index == 3
+    assert knee.p99_after_ms > 10 * knee.p99_before_ms and "saturated past 16" in knee.reason
+    assert knee.confidence in ("medium", "high")
+
+
+def test_unconfirmed_until_one_more_step():
+    loads = [4, 8, 12, 16, 20]
+    p99, tp = closed_loop(16, loads)
+    knee = find_knee(curve(loads, p99, tp))
+    assert knee.found and not knee.confirmed and knee.confidence == "low"
+    assert find_knee(curve(loads, p99, tp), KneeParams(confirm_steps=0)).confirmed
+
+
+def test_no_knee_when_capacity_is_out_of_range():
+    loads = [4, 8, 12, 16]
+    p99, tp = closed_loop(64, loads)
+    knee = find_knee(curve(loads, p99, tp))
+    assert not knee.found and "no break up to 16" in knee.reason
+
+
+def test_latency_growing_with_load_but_throughput_too_is_no_knee():
+    """A server that slows down gracefully (throughput still grows) has no knee yet."""
+    loads = [4, 8, 16, 32]
+    knee = find_knee(curve(loads, [50, 100, 200, 400], [100, 190, 370, 700]))
+    assert not knee.found
+
+
+def test_noise_makes_no_false_knee():
+    rng = random.Random(7)
+    loads = [4, 8, 12, 16, 20, 24, 28, 32]
+    for _ in range(200):
+        p99 = [100 * rng.uniform(0.8, 1.25) for _ in loads]
+        tp = [n * 10 * rng.uniform(0.9, 1.1) for n in loads]
+        pts = [StepPoint(i, load, p, (p * 0.85, p * 1.18), t) for i, (load, p, t) in enumerate(zip(loads, p99, tp,
+                                                                                               strict=True))]
+        knee = find_knee(pts)
+        assert not knee.confirmed  # a break may be pending at the very last step, never confirmed
+        assert not knee.found or knee.step_index == len(loads) - 2
+
+
+def test_overlapping_cis_are_not_significant():
+    loads = [4, 8, 12, 16, 20, 24, 28]
+    p99, tp = closed_loop(16, loads)
+    wide = curve(loads, p99, tp, spread=0.97)
+    assert not find_knee(wide).found
+
+
+def test_unreliable_steps_are_skipped():
+    loads = [4, 8, 12, 16, 20, 24, 28]
+    p99, tp = closed_loop(16, loads)
+    knee = find_knee(curve(loads, p99, tp, reliable=[True, True, True, True, False, True, True]))
+    assert knee.found and knee.load == 16 and knee.p99_after_ms == p99[5]
+
+
+def test_failures_as_infinite_p99_still_make_a_knee():
+    loads = [4, 8, 12, 16]
+    knee = find_knee(curve(loads, [50, 52, 55, math.inf], [100, 200, 300, 310]), KneeParams(confirm_steps=0))
+    assert knee.found and knee.load == 12
