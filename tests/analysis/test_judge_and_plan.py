@@ -30,7 +30,8 @@ def test_failures_rank_above_every_success():
     assert miss_quantile(s, 0.01, 2, high=False) == 0.0  # speed floor: failures stream at 0 tokens/s
     assert miss_quantile(None, 0.5, 0) != miss_quantile(None, 0.5, 0)  # nan: no data
     lo, hi = miss_quantile_ci(sketch([i / 1000 for i in range(1, 1001)]), 0.99, 0)
-    assert 0.97 <= lo < hi <= 1.01 and hi - lo < 0.03  # ranks 983 and 997 of 1000, within the 1% bound
+    # ranks 983 and 997 of 1000 (984, 998 ms): each within the 1% bound, possibly the same 2%-wide bin
+    assert 0.974 <= lo <= hi <= 1.008
 
 
 def bucket(ttfts_ms, failures=0, speed=None) -> Bucket:
