@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import time
 from typing import Any
 
@@ -221,6 +222,10 @@ class Kneecap:
     def on_local_stop(self, **_: Any) -> None:
         self.merge("local", self.drain())
 
+    def interrupt(self) -> None:
+        log.info("kneecap: SIGTERM: ending the plan, writing partial results")
+        self.stop_reason = "interrupted"
+
     # -- steps, judging, the knee ---------------------------------------------------------------
     def shape_tick(self) -> Step | None:
         """One tick of the load shape: the users to run now, or None to stop."""
@@ -382,7 +387,11 @@ def setup(events: Any) -> None:
             ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__("kneecap", k.drain()))
             ev.test_stop.add_listener(k.on_worker_stop)
             k.runner.register_message("kneecap_step", k.on_step_message)
-        elif k.role == "master":
+        if k.role != "worker" and environment.shape_class is not None:
+            # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
+            # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
+            gevent.signal_handler(signal.SIGTERM, k.interrupt)
+        if k.role == "master":
             ev.worker_report.add_listener(k.on_worker_report)
             k.runner.register_message("kneecap_flush", k.on_flush_message)
             ev.quitting.add_listener(k.finalize)

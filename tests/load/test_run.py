@@ -1,0 +1,108 @@
+"""``kneecap run`` end to end: a master and a worker against the simulator, for real.
+
+The simulator's knee is analytical: with fixed lengths and S slots, TTFT is flat up to S closed-loop
+users and jumps beyond (README, "Where the knee is").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+KNEECAP = [sys.executable, "-m", "harness.cli"]
+
+
+def scenario(tmp_path, load: str, slo: str = "") -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent("""
+        name: run-test
+        endpoint: {api: chat, model: sim-tiny, timeouts: {ttft_s: 20, idle_s: 10}}
+        workload: {input_tokens: 100, output_tokens: 20}
+    """) + load + slo)
+    return str(path)
+
+
+STAIRS = """
+load:
+  users: {start: 2, step: 2, max: 16}
+  step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
+"""
+
+
+def run(tmp_path, scenario_path: str, *args: str, timeout: float = 120) -> tuple[int, dict, str]:
+    out = tmp_path / "out"
+    proc = subprocess.run([*KNEECAP, "run", scenario_path, "--workers", "1", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    summary = json.loads((out / "summary.json").read_text())
+    return proc.returncode, summary, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_knee_at_the_simulators_capacity(tmp_path, seed):
+    code, summary, output = run(tmp_path, scenario(tmp_path, STAIRS), "--seed", str(seed),
+                                "--sim-arg=--max-num-seqs=8")
+    assert "started the built-in simulator" in output
+    knee = summary["knee"]
+    assert knee["found"] and knee["confirmed"], (knee, output)
+    assert knee["users"] in (6, 8, 10), knee  # analytical knee: 8 slots, within one step
+    assert summary["stop_reason"].startswith("knee confirmed")
+    assert code == 0 and f"knee: {knee['users']:g} users" in output
+
+
+def test_no_knee_within_range(tmp_path):
+    load = STAIRS.replace("max: 16", "max: 10")
+    _, summary, output = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64")
+    assert not summary["knee"]["found"], summary["knee"]
+    assert summary["stop_reason"].startswith("plan complete") and "knee: not found" in output
+
+
+def test_jitter_makes_no_false_knee(tmp_path):
+    load = STAIRS.replace("max: 16", "max: 10")
+    _, summary, _ = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3")
+    assert not summary["knee"]["confirmed"], summary["knee"]
+
+
+CONSTANT = """
+load: {mode: constant, users: 4, duration_s: 3, step: {warmup_s: 0.5}}
+"""
+
+
+@pytest.mark.parametrize("budget,code", [("p(95)<5000", 0), ("p(95)<1", 3)])
+def test_slo_decides_the_exit_code(tmp_path, budget, code):
+    got, summary, output = run(tmp_path, scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"}}\n"))
+    assert got == code and summary["exit_code"] == code, output
+    assert summary["slo"]["passed"] is (code == 0)
+    assert ("SLO PASSED" if code == 0 else "SLO FAILED") in output
+
+
+def test_bad_scenario_is_a_usage_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nworkload: {input_tokens: -5, output_tokens: 5}\n")
+    proc = subprocess.run([*KNEECAP, "run", str(path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "workload.input_tokens.value: must be >= 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_leaves_a_valid_partial_summary(tmp_path):
+    out = tmp_path / "out"
+    load = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60",
+                                                                             "min_requests: 100000")
+    proc = subprocess.Popen([*KNEECAP, "run", scenario(tmp_path, load), "--workers", "1", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(out.glob("*")):
+        time.sleep(0.2)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    summary = json.loads((out / "summary.json").read_text())
+    assert "interrupted" in output and summary["steps"] and summary["steps"][0]["requests"] > 0
+    assert not [f for f in os.listdir(out) if f.startswith(".tmp-")]
