@@ -147,7 +147,8 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
         return EXIT_NO_VALID_RESULT
     knee = summary.get("knee", {})
     if knee.get("found"):
-        say(f"knee: {knee['users']:g} users ({knee['confidence']} confidence) - {knee['reason']}")
+        level = f"{knee['users']:g} users" if "users" in knee else f"{knee['rate_rps']:g} req/s"
+        say(f"knee: {level} ({knee['confidence']} confidence) - {knee['reason']}")
     else:
         say(f"knee: not found ({knee.get('reason', '')})")
     slo = summary.get("slo", {})

@@ -22,8 +22,10 @@ import yaml
 from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker
 from harness.errors import KneecapError
+from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.spec import joint_from_spec, length_from_spec
+from harness.workload.traces import TraceError, read_timestamps
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError",
            "StepSpec", "Timeouts", "Workload", "apply_overrides", "default_scenario", "load_scenario", "parse_scenario"]
@@ -95,6 +97,10 @@ class LoadPlan:
     """``constant`` mode only."""
     arrival: str = "poisson"
     burstiness_cv: float = 1.0
+    trace_gaps: tuple[float, ...] | None = None
+    """``arrival.process: trace``: the trace's inter-arrival gaps (seconds), replayed rescaled to each rate."""
+    max_in_flight: int = 1000
+    """Open loop: arrivals beyond this many requests in flight per worker are dropped and counted."""
     step: StepSpec = field(default_factory=StepSpec)
     knee_metric: str = "ttft"
     confirm_steps: int = 1
@@ -230,7 +236,7 @@ def _workload(node: Any, check: Checker) -> Workload | None:
 
 def _load(node: Any, check: Checker) -> LoadPlan:
     d = LoadPlan()
-    keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee")
+    keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee", "max_in_flight")
     if check.mapping(node, "load", keys) is None:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
@@ -248,14 +254,18 @@ def _load(node: Any, check: Checker) -> LoadPlan:
         top = check.number(level, "max", f"load.{level_key}", d.max, integer=closed, above=0)
         if None not in (start, top) and start > top:
             check.fail(f"load.{level_key}", f"start ({start}) must be <= max ({top})")
-    arrival, cv = d.arrival, d.burstiness_cv
+    arrival, cv, gaps = d.arrival, d.burstiness_cv, None
     if "arrival" in node:
         a = node["arrival"]
         if closed:
             check.fail("load.arrival", "arrival processes apply to open_staircase mode only")
-        elif check.mapping(a, "load.arrival", ("process", "cv")) is not None:
-            arrival = check.string(a, "process", "load.arrival", d.arrival, choices=("poisson", "constant", "gamma"))
+        elif check.mapping(a, "load.arrival", ("process", "cv", "file", "column")) is not None:
+            arrival = check.string(a, "process", "load.arrival", d.arrival, choices=PROCESSES)
             cv = check.number(a, "cv", "load.arrival", d.burstiness_cv, above=0)
+            if arrival == "trace":
+                gaps = _trace_gaps(a, check)
+            elif "file" in a or "column" in a:
+                check.fail("load.arrival", "file and column apply to process: trace only")
     s, sd = node.get("step", {}), StepSpec()
     step = sd
     if check.mapping(s, "load.step", ("warmup_s", "min_duration_s", "min_requests", "max_duration_s")) is not None:
@@ -272,8 +282,21 @@ def _load(node: Any, check: Checker) -> LoadPlan:
         metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=("ttft", "tpot", "itl", "e2e"))
         confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
     return LoadPlan(mode, start, step_by, top, check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
-                    check.number(node, "duration_s", "load", d.duration_s, above=0), arrival, cv, step, metric,
-                    confirm)
+                    check.number(node, "duration_s", "load", d.duration_s, above=0), arrival, cv, gaps,
+                    check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1), step,
+                    metric, confirm)
+
+
+def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:
+    file = check.file(node, "file", "load.arrival")
+    column = check.string(node, "column", "load.arrival", "TIMESTAMP")
+    if file is None or column is None:
+        return None
+    try:
+        return tuple(trace_gaps(read_timestamps(file, column)))
+    except (TraceError, ValueError) as exc:
+        check.fail("load.arrival.file", str(exc))
+        return None
 
 
 def _slo(node: Any, check: Checker) -> tuple[Threshold, ...]:

@@ -60,6 +60,8 @@ def step_summary(info: StepInfo, bucket: Bucket, generator: Generator | None, *,
         "duration_s": round(duration, 3), "warmup_s": info.warmup_s,
         "requests": bucket.requests, "ok": bucket.ok, "failures": dict(sorted(bucket.failures.items())),
         "warmup_requests": warmup.requests if warmup else 0,
+        **({"arrivals_per_s": round(bucket.arrivals / duration, 3), "dropped_arrivals": bucket.dropped}
+           if mode == "open" else {}),
         "throughput": {"requests_per_s": round(bucket.requests / duration, 3),
                        "output_tokens_per_s": round(bucket.output_tokens / duration, 1),
                        "input_tokens_per_s": round(bucket.input_tokens / duration, 1),

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -47,6 +48,16 @@ EXIT_SLO_FAILED = 3
 EXIT_NO_VALID_RESULT = 4
 
 
+@dataclass(frozen=True)
+class OpenStep:
+    """Open loop: the step a worker's arrival driver follows (rate of the whole fleet, this worker's share)."""
+
+    index: int
+    rate: float
+    t0: float
+    stride: int
+
+
 class Kneecap:
     """Per-environment state. Reached from users as ``environment.kneecap``."""
 
@@ -74,6 +85,7 @@ class Kneecap:
         self.verdicts: dict[int, dict] = {}
         self.stop_reason: str | None = None
         self._last_progress = 0.0
+        self.open_step: OpenStep | None = None
 
     # -- configuration ----------------------------------------------------------------------
     @property
@@ -93,6 +105,10 @@ class Kneecap:
                 raise ScenarioError("--overrides", ["expected a JSON object of dotted keys"])
             self._scenario = load_scenario(path, overrides) if path else default_scenario(overrides)
         return self._scenario
+
+    @property
+    def open_loop(self) -> bool:
+        return self.scenario.load.mode == "open_staircase"
 
     @property
     def plan(self) -> StepPlan:
@@ -150,7 +166,10 @@ class Kneecap:
 
     def on_test_start(self, **_: Any) -> None:
         if self.role == "worker":  # the master's --scenario and friends arrived with the spawn message
-            self._scenario, self._prompts, self.recorder = None, None, None
+            self._scenario, self._prompts = None, None
+            if self.recorder is not None:  # keep the step the master already announced
+                self.recorder.warmup_s = self.scenario.load.step.warmup_s
+                self.recorder.good = request_meets(self.scenario.slo)
         if self.role != "master" and not self._greenlets:
             self._greenlets.append(gevent.spawn(self._lag_monitor))
             if self.role == "local":
@@ -162,7 +181,17 @@ class Kneecap:
         self.runner.send_message("kneecap_flush", self.drain())
 
     def on_step_message(self, environment: Any, msg: Any, **_: Any) -> None:
-        self._recorder().set_step(msg.data["index"], time.perf_counter())
+        self._set_step(msg.data, time.perf_counter())
+
+    def _set_step(self, data: dict, now: float) -> None:
+        self._recorder().set_step(data["index"], now)
+        if data.get("end"):
+            self.open_step = None
+        elif data.get("rate"):
+            self.open_step = OpenStep(data["index"], data["rate"], now, data["stride"])
+
+    def arrival(self, dropped: bool) -> None:
+        self._recorder().arrival(time.perf_counter(), dropped)
 
     # -- master side ------------------------------------------------------------------------
     def _start_run(self) -> None:
@@ -182,11 +211,25 @@ class Kneecap:
             self.steps[-1].ended = now
         index = len(self.steps)
         self.steps.append(StepInfo(index, level, now, self.scenario.load.step.warmup_s, started_wall=time.time()))
+        data = {"index": index}
+        if self.open_loop:
+            data.update(rate=level, stride=self._workers())
         if self.role == "master":
-            self.runner.send_message("kneecap_step", {"index": index})
+            self.runner.send_message("kneecap_step", data)
         else:
-            self._recorder().set_step(index, now)
+            self._set_step(data, now)
         return index
+
+    def end_plan(self) -> None:
+        """Close the last step now: workers move to a step past the plan (their records from here on are
+        not part of any step) and open-loop drivers stop dispatching."""
+        if self.steps and self.steps[-1].ended is None:
+            self.steps[-1].ended = time.perf_counter()
+            data = {"index": len(self.steps), "end": True}
+            if self.role == "master":
+                self.runner.send_message("kneecap_step", data)
+            else:
+                self._set_step(data, time.perf_counter())
 
     def merge(self, worker: str, payload: dict) -> None:
         try:
@@ -225,6 +268,7 @@ class Kneecap:
     def interrupt(self) -> None:
         log.info("kneecap: SIGTERM: ending the plan, writing partial results")
         self.stop_reason = "interrupted"
+        self.end_plan()
 
     # -- steps, judging, the knee ---------------------------------------------------------------
     def shape_tick(self) -> Step | None:
@@ -236,7 +280,7 @@ class Kneecap:
         if not self.steps:
             self._start_run()
             self.begin_step(plan.levels[0])
-            return Step(int(plan.levels[0]), spawn)
+            return self._users(plan.levels[0], spawn)
         cur = self.steps[-1]
         self.judge()
         reason = stop_reason(self.knee, [v["error_rate"] for _, v in sorted(self.verdicts.items())],
@@ -253,11 +297,19 @@ class Kneecap:
         if reason is not None:
             self.stop_reason = reason
             log.info("kneecap: stopping: %s", reason)
+            self.end_plan()
             return None
         if now - self._last_progress >= PROGRESS_EVERY_S:
             self._last_progress = now
             log.info("kneecap: %s", self._progress_line(cur, now, measured))
-        return Step(int(cur.level), spawn)
+        return self._users(cur.level, spawn)
+
+    def _users(self, level: float, spawn: float) -> Step:
+        """Closed loop: the level is users. Open loop: one arrival driver per worker, whatever the rate."""
+        if self.open_loop:
+            w = self._workers()
+            return Step(w, float(w))
+        return Step(int(level), spawn)
 
     def _progress_line(self, cur: StepInfo, now: float, measured: int) -> str:
         metric = self.scenario.load.knee_metric
@@ -266,7 +318,8 @@ class Kneecap:
         if b is not None and metric in b.sketches:
             p99 = f" | {metric} p99 {b.sketches[metric].quantile(0.99) * 1000:.0f} ms"
         knee = f"knee at {self.knee.load:g} ({self.knee.confidence})" if self.knee.found else "no knee yet"
-        return (f"step {cur.index} | {cur.level:g} users | {self.plan.samples_line(now - cur.started, measured)}"
+        unit = "req/s" if self.open_loop else "users"
+        return (f"step {cur.index} | {cur.level:g} {unit} | {self.plan.samples_line(now - cur.started, measured)}"
                 f"{p99} | {knee}")
 
     def _complete(self, info: StepInfo) -> bool:
@@ -304,34 +357,38 @@ class Kneecap:
 
     def summary(self) -> dict:
         sc = self.scenario
+        mode = "open" if self.open_loop else "closed"
+        level_key = "rate_rps" if self.open_loop else "users"
         steps = []
         for info in self.steps:
             if info.ended is None:
                 info.ended = time.perf_counter()
             bucket = self.fleet.steps.get((info.index, "measure"), Bucket())
-            entry = step_summary(info, bucket, self.generators.get(info.index),
+            entry = step_summary(info, bucket, self.generators.get(info.index), mode=mode,
                                  warmup=self.fleet.steps.get((info.index, "warmup")))
             v = self.verdicts.get(info.index, {})
-            entry.update(stationary=v.get("stationary"), slo_passed=v.get("slo_passed"), slo=v.get("slo", []))
+            complete = info is not self.steps[-1] or self.plan.step_done(info.ended - info.started, bucket.requests)
+            entry.update(complete=complete, stationary=v.get("stationary"), slo_passed=v.get("slo_passed"),
+                         slo=v.get("slo", []))
             steps.append(entry)
         knee = dict(vars(self.knee))
-        knee["users"] = knee.pop("load")
+        knee[level_key] = knee.pop("load")
         knee["metric"] = sc.load.knee_metric
-        slo = self._slo_verdict(steps)
+        slo = self._slo_verdict(steps, level_key)
         return {"schema": "kneecap.summary/1", "run_id": self.run_id, "scenario": sc.name,
                 "host": self.env.host or sc.endpoint.host or DEFAULT_HOST, "model": sc.endpoint.model,
-                "started_at": self.started_wall, "ended_at": time.time(), "mode": "closed",
+                "started_at": self.started_wall, "ended_at": time.time(), "mode": mode,
                 "stop_reason": self.stop_reason, "workers": len(self.fleet.worker_step), "steps": steps,
                 "knee": knee, "slo": slo, "exit_code": self._exit_code(steps, slo)}
 
-    def _slo_verdict(self, steps: list[dict]) -> dict:
+    def _slo_verdict(self, steps: list[dict], level_key: str) -> dict:
         """Passed: every SLO held at every step up to the knee (all steps when there is no knee)."""
         judged = [s for s in steps if s["slo_passed"] is not None]
         if not self.scenario.slo:
             return {"thresholds": [], "passed": None, "max_load_within_slo": None}
         last = self.knee.step_index if self.knee.found else None
         upto = [s for s in judged if last is None or s["index"] <= last]
-        within = [s["users"] for s in judged if s["slo_passed"]]
+        within = [s[level_key] for s in judged if s["slo_passed"]]
         return {"thresholds": [t.text for t in self.scenario.slo],
                 "passed": bool(upto) and all(s["slo_passed"] for s in upto),
                 "max_load_within_slo": max(within) if within else None}

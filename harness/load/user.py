@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import time
 
+import gevent
+from gevent.pool import Group
 from locust import FastHttpUser, constant, task
 
 from harness.client.openai import build_body, request_head
@@ -18,6 +20,8 @@ from harness.client.transport import Connection, Timeouts, stream_request
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
 from harness.scenario import DEFAULT_HOST
+from harness.workload.arrivals import arrival_times
+from harness.workload.sampler import worker_rng
 
 __all__ = ["LLMUser"]
 
@@ -27,7 +31,8 @@ class StreamFailure(KneecapError):
 
 
 class LLMUser(FastHttpUser):
-    """Runs the scenario's workload closed-loop. The scenario comes from ``--scenario`` (see harness.load.plugin)."""
+    """Runs the scenario's workload: closed loop (one request at a time), or in open loop one arrival driver
+    per worker. The scenario comes from ``--scenario`` (see harness.load.plugin)."""
 
     abstract = False
     wait_time = constant(0)
@@ -44,17 +49,57 @@ class LLMUser(FastHttpUser):
         self.timeouts = Timeouts(**vars(ep.timeouts))
         self.sampler = self.kneecap.sampler()
 
+        self.base = base
+        self.in_flight = Group()
+
     def on_stop(self) -> None:
+        self.in_flight.kill(block=False)
         self.conn.close()
 
     @task
     def generate(self) -> None:
+        if self.kneecap.open_loop:
+            self._drive()
+        else:
+            self._request(self.conn)
+
+    def _drive(self) -> None:
+        """Open loop: follow the fleet's arrival schedule (this worker's share); one greenlet per request,
+        so a slow server delays responses, never arrivals. Runs until the user is stopped."""
+        k, load = self.kneecap, self.kneecap.scenario.load
+        idle: list[Connection] = []
+        while True:
+            step = k.open_step
+            if step is None:
+                gevent.sleep(0.02)
+                continue
+            rng = worker_rng(k.scenario.workload.seed, step.index, "arrivals")  # the same on every worker
+            for t in arrival_times(load.arrival, step.rate, rng, cv=load.burstiness_cv, gaps=load.trace_gaps,
+                                   stride=step.stride, offset=k.worker_index % step.stride):
+                due = step.t0 + t
+                while (wait := due - time.perf_counter()) > 0 and k.open_step is step:
+                    gevent.sleep(min(wait, 0.05))  # wake up to notice a step change
+                if k.open_step is not step:
+                    break
+                full = len(self.in_flight) >= load.max_in_flight
+                k.arrival(dropped=full)
+                if not full:
+                    self.in_flight.spawn(self._pooled, idle, due)
+
+    def _pooled(self, idle: list[Connection], due: float) -> None:
+        conn = idle.pop() if idle else Connection(self.base)
+        try:
+            self._request(conn, due)
+        finally:
+            idle.append(conn)
+
+    def _request(self, conn: Connection, intended_start: float | None = None) -> None:
         ep = self.kneecap.scenario.endpoint
         plan = self.sampler.next()
         body = build_body(ep.api, ep.model, plan.prompt, plan.max_tokens, ignore_eos=ep.ignore_eos,
                           extra=ep.extra_body)
-        head = request_head("POST", self.path, self.conn.host_header, len(body), self.api_key)
-        rec = stream_request(self.conn, self.path, head, body, self.timeouts)
+        head = request_head("POST", self.path, conn.host_header, len(body), self.api_key)
+        rec = stream_request(conn, self.path, head, body, self.timeouts, intended_start=intended_start)
         rec.prompt_tokens_target = plan.prompt.target_tokens
         rec.max_tokens = plan.max_tokens
         if rec.prompt_tokens:

@@ -41,6 +41,10 @@ class Bucket:
     prompt_error_sum: float = 0.0
     """Sum of |achieved − target| / target prompt lengths, over ``prompt_error_n`` requests."""
     prompt_error_n: int = 0
+    arrivals: int = 0
+    """Open loop: arrivals the schedule dispatched (sent or dropped)."""
+    dropped: int = 0
+    """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -106,16 +110,19 @@ class Bucket:
         self.counted_outputs += other.counted_outputs
         self.prompt_error_sum += other.prompt_error_sum
         self.prompt_error_n += other.prompt_error_n
+        self.arrivals += other.arrivals
+        self.dropped += other.dropped
 
     def to_wire(self) -> dict:
         return {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}, "n": self.requests, "ok": self.ok,
                 "good": self.good, "fail": dict(self.failures), "out": self.output_tokens, "in": self.input_tokens,
-                "counted": self.counted_outputs, "perr": self.prompt_error_sum, "pn": self.prompt_error_n}
+                "counted": self.counted_outputs, "perr": self.prompt_error_sum, "pn": self.prompt_error_n,
+                "arr": self.arrivals, "drop": self.dropped}
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
         return cls({k: decode_sketch(v) for k, v in d["sk"].items()}, d["n"], d["ok"], d["good"], dict(d["fail"]),
-                   d["out"], d["in"], d["counted"], d["perr"], d["pn"])
+                   d["out"], d["in"], d["counted"], d["perr"], d["pn"], d["arr"], d["drop"])
 
 
 class Recorder:
@@ -136,13 +143,23 @@ class Recorder:
             return "warmup"
         return "measure"
 
-    def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
+    def _bucket(self, now: float) -> tuple[tuple[int, str], Bucket]:
         key = (self.step, self.phase(now))
         b = self._buckets.get(key)
         if b is None:
             b = self._buckets[key] = Bucket()
+        return key, b
+
+    def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
+        key, b = self._bucket(now)
         b.add(rec, self.good)
         return key
+
+    def arrival(self, now: float, dropped: bool) -> None:
+        """Open loop: one scheduled arrival, sent or dropped."""
+        b = self._bucket(now)[1]
+        b.arrivals += 1
+        b.dropped += dropped
 
     def drain(self) -> dict:
         """The deltas since the last drain, and the step this worker is in (so the master knows what is complete)."""

@@ -6,8 +6,10 @@ import csv
 import json
 import os
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 
-__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "TraceError", "guess_columns", "read_columns", "read_header"]
+__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "TraceError", "guess_columns", "read_columns", "read_header",
+           "read_timestamps"]
 
 # Common spellings, most specific first: OpenAI usage, vLLM/Azure traces, generic.
 INPUT_NAMES = ("prompt_tokens", "ContextTokens", "input_tokens", "input_length", "prompt_len", "num_prompt_tokens",
@@ -89,4 +91,35 @@ def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:
             out[c].append(round(number))
     if not out[columns[0]]:
         raise TraceError(f"{path}: no rows")
+    return out
+
+
+def _seconds(value: object) -> float:
+    """A timestamp as seconds: a number, or an ISO date-time with any number of fractional digits."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    head, _, frac = text.partition(".")
+    stamp = datetime.fromisoformat(head.replace("Z", "")).replace(tzinfo=timezone.utc).timestamp()
+    digits = "".join(ch for ch in frac if ch.isdigit())
+    return stamp + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+def read_timestamps(path: str, column: str) -> list[float]:
+    """Arrival times (seconds) of a log's ``column``: numbers or ISO date-times such as 2023-11-16 18:17:03.97996."""
+    header = read_header(path)
+    if column not in header:
+        raise TraceError(f"{path}: no column {column!r}; columns are {', '.join(header) or '(none)'}")
+    out = []
+    for n, row in _rows(path):
+        try:
+            out.append(_seconds(row.get(column)))
+        except (TypeError, ValueError):
+            raise TraceError(f"{path}:{n}: column {column!r} is {row.get(column)!r}, expected a timestamp") from None
+    if len(out) < 2:
+        raise TraceError(f"{path}: need at least two timestamps")
     return out

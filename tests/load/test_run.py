@@ -37,6 +37,12 @@ load:
 """
 
 
+def curve(summary: dict) -> list:
+    """What the knee finder saw, for failure messages."""
+    return [(s["users"], s["latency_ms"].get("ttft", {}).get("p99"), s["latency_ms"].get("ttft", {}).get("p99_ci"),
+             s["throughput"]["output_tokens_per_s"], s["generator"]) for s in summary["steps"]]
+
+
 def run(tmp_path, scenario_path: str, *args: str, timeout: float = 120) -> tuple[int, dict, str]:
     out = tmp_path / "out"
     proc = subprocess.run([*KNEECAP, "run", scenario_path, "--workers", "1", "--out", str(out), *args],
@@ -51,7 +57,7 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
                                 "--sim-arg=--max-num-seqs=8")
     assert "started the built-in simulator" in output
     knee = summary["knee"]
-    assert knee["found"] and knee["confirmed"], (knee, output)
+    assert knee["found"] and knee["confirmed"], (knee, curve(summary), output)
     assert knee["users"] in (6, 8, 10), knee  # analytical knee: 8 slots, within one step
     assert summary["stop_reason"].startswith("knee confirmed")
     assert code == 0 and f"knee: {knee['users']:g} users" in output
@@ -60,14 +66,14 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
 def test_no_knee_within_range(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
     _, summary, output = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64")
-    assert not summary["knee"]["found"], summary["knee"]
+    assert not summary["knee"]["found"], (summary["knee"], curve(summary))
     assert summary["stop_reason"].startswith("plan complete") and "knee: not found" in output
 
 
 def test_jitter_makes_no_false_knee(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
     _, summary, _ = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3")
-    assert not summary["knee"]["confirmed"], summary["knee"]
+    assert not summary["knee"]["confirmed"], (summary["knee"], curve(summary))
 
 
 CONSTANT = """
