@@ -65,14 +65,16 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
 
 def test_no_knee_within_range(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
-    _, summary, output = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64")
+    _, summary, output = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64",
+                             "--sim-arg=--iter-base-ms=10")  # TTFT well above OS scheduling noise
     assert not summary["knee"]["found"], (summary["knee"], curve(summary))
     assert summary["stop_reason"].startswith("plan complete") and "knee: not found" in output
 
 
 def test_jitter_makes_no_false_knee(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
-    _, summary, _ = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3")
+    _, summary, _ = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3",
+                        "--sim-arg=--iter-base-ms=10")
     assert not summary["knee"]["confirmed"], (summary["knee"], curve(summary))
 
 
