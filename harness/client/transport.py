@@ -1,9 +1,11 @@
 """Streaming one request over a keep-alive HTTP/1.1 connection, timing every chunk as it arrives.
 
 Plain blocking sockets: under Locust (gevent monkey-patched) they are cooperative, elsewhere they are
-ordinary threads' sockets. The response is parsed by httptools (C, handles chunked encoding); every
-``recv`` is timestamped with ``time.perf_counter`` the moment it returns, before any parsing, so no
-buffering sits between the wire and the clock (Locust's ``iter_lines`` waits for 1 KB: +100 ms TTFT).
+ordinary threads' sockets. The response is parsed by httptools (C, handles chunked encoding). Every
+receive is timestamped before any parsing, so no buffering sits between the wire and the clock
+(Locust's ``iter_lines`` waits for 1 KB: +100 ms TTFT). On Linux plain TCP the stamp is the kernel's
+own receive time (``SO_TIMESTAMPNS``), so a worker reading a burst of streams one after another does
+not add its reading order to their times; elsewhere (TLS) it is ``time.perf_counter`` at ``recv``.
 Nothing raises: every outcome is a ``RequestRecord``, failures with their error class.
 """
 
@@ -13,6 +15,8 @@ import contextlib
 import json
 import socket
 import ssl
+import struct
+import sys
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -27,6 +31,9 @@ __all__ = ["Connection", "Timeouts", "stream_request"]
 
 _RECV = 65536
 _MAX_ERROR_BODY = 65536
+# Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,21 @@ class Connection:
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.base_path = u.path.rstrip("/")
         self.sock: socket.socket | None = None
+        self.kernel_ts = False
+        """True when the kernel stamps each receive (SO_TIMESTAMPNS, plain TCP on Linux)."""
 
     def open(self, timeout: float) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.kernel_ts = False
         if self.tls:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+        elif _SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self.kernel_ts = True
+            except OSError:
+                pass
         self.sock = sock
         return sock
 
@@ -73,7 +89,9 @@ class _Response:
         self.headers: dict[str, str] = {}
         self.headers_done = False
         self.complete = False
+        self.keep_alive = False
         self.body: list[bytes] = []
+        self.parser: httptools.HttpResponseParser | None = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
@@ -86,6 +104,8 @@ class _Response:
 
     def on_message_complete(self) -> None:
         self.complete = True
+        # Ask now: once feed_data returns, httptools has reset and always answers False.
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
 
 
 class _Failure(Exception):
@@ -150,10 +170,11 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
               tracker: StreamTracker, max_line: int) -> None:
     reused = _send(conn, payload, timeouts, start)
     resp = _Response()
-    parser = httptools.HttpResponseParser(resp)
+    parser = resp.parser = httptools.HttpResponseParser(resp)
     decoder = LineDecoder(max_line)
     got_bytes = False
     sse = True
+    real_minus_perf = time.time() - time.perf_counter()
     error_body: list[bytes] = []
     perf = time.perf_counter
     while True:
@@ -168,7 +189,10 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
             raise _Failure(kind, f"{kind.replace('_', ' ')} after {now - start:.3f} s")
         sock.settimeout(limit)  # type: ignore[union-attr]
         try:
-            data = sock.recv(_RECV)  # type: ignore[union-attr]
+            if conn.kernel_ts:
+                data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)  # type: ignore[union-attr]
+            else:
+                data, anc = sock.recv(_RECV), None  # type: ignore[union-attr]
         except TimeoutError:
             raise _Failure(kind, f"{kind.replace('_', ' ')} after {perf() - start:.3f} s "
                                  f"({len(tracker.chunk_times)} content chunks)") from None
@@ -179,6 +203,11 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
             raise _Failure("reset", f"connection error after {len(tracker.chunk_times)} content chunks: "
                                     f"{exc}") from None
         t = perf()
+        if anc and anc[0][1] == _SO_TIMESTAMPNS:
+            # The kernel's receive time (CLOCK_REALTIME) on our clock: the moment the bytes arrived, however
+            # late this greenlet got to read them (a burst of streams is read one after another).
+            sec, nsec = struct.unpack("qq", anc[0][2][:16])
+            t = min(t, sec + nsec * 1e-9 - real_minus_perf)
         if not data:
             if reused and not got_bytes:
                 conn.close()
@@ -214,7 +243,7 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
         if rec.e2e_s is not None and not resp.complete:
             continue  # [DONE] seen: read the chunked terminator so the connection can be reused
         if resp.complete:
-            if not parser.should_keep_alive():
+            if not resp.keep_alive:
                 conn.close()
             if not sse:
                 _http_failure(rec, resp, b"".join(error_body))

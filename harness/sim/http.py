@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -32,6 +33,8 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     keep_alive: bool = True
+    received_at: float = 0.0
+    """time.monotonic() when the request's first bytes were parsed (its arrival)."""
 
 
 def _status_line(status: int) -> bytes:
@@ -54,6 +57,7 @@ class Connection(asyncio.Protocol):
         self._current: Request | None = None
         self._busy = False
         self._url = b""
+        self._began = 0.0
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._body_size = 0
@@ -91,6 +95,7 @@ class Connection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._began = time.monotonic()
         self._url = b""
         self._headers = {}
         self._body = []
@@ -120,7 +125,7 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserInvalidURLError:
             path, query = "", ""
         self._pending.append(Request(self._parser.get_method().decode("latin-1"), path, query, self._headers,
-                                     b"".join(self._body), self._parser.should_keep_alive()))
+                                     b"".join(self._body), self._parser.should_keep_alive(), self._began))
         if len(self._pending) > 16 and self._transport is not None:
             self._transport.pause_reading()  # a client pipelining without reading: stop taking more
         self._next()

@@ -80,7 +80,7 @@ class SimServer:
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
         self._wake = asyncio.Event()
-        self._trace = open(config.trace_file, "a", buffering=1 << 16) if config.trace_file else None  # noqa: SIM115
+        self._trace = open(config.trace_file, "w", buffering=1 << 16) if config.trace_file else None  # noqa: SIM115
         self._wall_offset = time.time() - time.monotonic()
         self._started = time.monotonic()
         self._reset_stats()
@@ -177,7 +177,7 @@ class SimServer:
         if cfg.max_waiting is not None and len(self.engine.waiting) >= cfg.max_waiting:
             raise ApiError(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
                            headers={"retry-after": str(cfg.faults.retry_after_s)})
-        now = time.monotonic()
+        now = req.received_at or time.monotonic()  # arrival = first bytes, not when we got to parse them
         self._next_id += 1
         seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now)
         job = _Job(gen, conn, seq, now, fault)

@@ -38,7 +38,7 @@ def test_a_clean_stream(sim):
     assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 11)
     assert r.itl_tokens() == r.itl_chunks() and len(r.itl_chunks()) == 11
     sock = conn.sock
-    assert send(conn, 3).ok and conn.sock is sock  # keep-alive reused
+    assert sock is not None and send(conn, 3).ok and conn.sock is sock  # keep-alive reused
 
 
 @pytest.mark.parametrize("fault,kind", [
