@@ -65,6 +65,8 @@ class Endpoint:
     ignore_eos: bool = True
     extra_body: dict = field(default_factory=dict)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    metrics: str = "auto"
+    """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
 
 
 def _endpoint(node: Any, check: Checker) -> Endpoint:
-    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts")
+    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics")
     d = Endpoint()
     if check.mapping(node, "endpoint", keys) is None:
         return d
@@ -209,7 +211,14 @@ def _endpoint(node: Any, check: Checker) -> Endpoint:
                     check.string(node, "model", "endpoint", d.model),
                     check.string(node, "api_key_env", "endpoint", None),
                     check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
-                    extra if isinstance(extra, dict) else {}, timeouts)
+                    extra if isinstance(extra, dict) else {}, timeouts, _metrics(node, check))
+
+
+def _metrics(node: dict, check: Checker) -> str:
+    value = check.string(node, "metrics", "endpoint", "auto")
+    if value not in (None, "auto", "off") and not value.startswith(("http://", "https://")):
+        check.fail("endpoint.metrics", f"expected auto, off or an http(s) URL, got '{value}'")
+    return value or "auto"
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:

@@ -19,4 +19,9 @@ def add_arguments(parser: Any) -> None:
                        help="Write every request record as JSON lines to this file (gathered on the master).")
     group.add_argument("--overrides", default="", include_in_web_ui=False,
                        help='Scenario overrides as a JSON object of dotted keys, e.g. \'{"workload.seed": 3}\'.')
+    group.add_argument("--influx-url", default="", help="Write live results to this InfluxDB 2 [scenario sinks].")
+    group.add_argument("--influx-org", default="kneecap", help="InfluxDB organisation.")
+    group.add_argument("--influx-bucket", default="kneecap", help="InfluxDB bucket.")
+    group.add_argument("--influx-token-env", default="INFLUX_TOKEN",
+                       help="Name of the environment variable holding the InfluxDB token.")
     group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)

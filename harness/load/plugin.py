@@ -26,8 +26,10 @@ from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, find_knee
 from harness.analysis.plan import Step, StepPlan, stop_reason
+from harness.analysis.server import explain
 from harness.analysis.slo import request_meets
 from harness.analysis.steps import Generator, StepInfo, step_summary
+from harness.load.live import Live
 from harness.load.options import add_arguments
 from harness.metrics.aggregate import Bucket, Fleet, Recorder
 from harness.metrics.record import RequestRecord
@@ -86,6 +88,9 @@ class Kneecap:
         self.stop_reason: str | None = None
         self._last_progress = 0.0
         self.open_step: OpenStep | None = None
+        self.live: Live | None = None
+        self.worker_gen: dict[str, dict] = {}
+        """Each worker's latest generator health, for the live window."""
 
     # -- configuration ----------------------------------------------------------------------
     @property
@@ -119,6 +124,10 @@ class Kneecap:
         return StepPlan.staircase(load.start, load.step_by, load.max, warmup_s=st.warmup_s,
                                   min_duration_s=st.min_duration_s, min_requests=st.min_requests,
                                   max_duration_s=st.max_duration_s)
+
+    @property
+    def out_dir(self) -> str:
+        return getattr(self.options, "results_dir", "") or self.scenario.results_dir
 
     @property
     def worker_index(self) -> int:
@@ -201,6 +210,8 @@ class Kneecap:
         self.started_wall = time.time()
         if getattr(self.options, "save_requests", ""):
             self.requests_file = JsonLinesWriter(self.options.save_requests)
+        self.live = Live(self, self.out_dir)
+        self.live.start()
         if self.env.shape_class is None:  # plain -u/-r/-t run: one step; a shape begins its own steps
             self.begin_step(float(getattr(self.options, "num_users", None) or 0))
 
@@ -214,6 +225,8 @@ class Kneecap:
         data = {"index": index}
         if self.open_loop:
             data.update(rate=level, stride=self._workers())
+        if self.live is not None:
+            self.live.event("step", f"step {index}: {level:g} {'req/s' if self.open_loop else 'users'}", level)
         if self.role == "master":
             self.runner.send_message("kneecap_step", data)
         else:
@@ -240,6 +253,7 @@ class Kneecap:
                     self.halves.setdefault(step, []).append((time.perf_counter(), decode_sketch(wire["sk"][metric])))
             gen = payload.get("gen")
             if gen:
+                self.worker_gen[worker] = gen
                 step = payload["step"]
                 self.generators.setdefault(step, Generator()).merge(decode_sketch(gen["lag"]), gen["cpu"])
         except (ValueError, KeyError, TypeError) as exc:
@@ -370,9 +384,18 @@ class Kneecap:
             complete = info is not self.steps[-1] or self.plan.step_done(info.ended - info.started, bucket.requests)
             entry.update(complete=complete, stationary=v.get("stationary"), slo_passed=v.get("slo_passed"),
                          slo=v.get("slo", []))
+            server = self.live.server.get(info.index) if self.live else None
+            if server is not None:
+                entry["server"] = server.summary()
             steps.append(entry)
         knee = dict(vars(self.knee))
         knee[level_key] = knee.pop("load")
+        if self.knee.found:
+            by_index = {s["index"]: s for s in steps}
+            after = next((s for s in steps if s["index"] > self.knee.step_index), None)
+            why = explain(by_index[self.knee.step_index].get("server"), after.get("server") if after else None)
+            if why:
+                knee["reason"] = f"{knee['reason']}; {why}"
         knee["metric"] = sc.load.knee_metric
         slo = self._slo_verdict(steps, level_key)
         return {"schema": "kneecap.summary/1", "run_id": self.run_id, "scenario": sc.name,
@@ -413,9 +436,12 @@ class Kneecap:
         if self.steps and self.steps[-1].ended is None:
             self.steps[-1].ended = time.perf_counter()
         self.judge()  # every step is complete now: the workers' final flushes have arrived
-        out_dir = getattr(self.options, "results_dir", "") or self.scenario.results_dir
-        path = os.path.join(out_dir, "summary.json")
+        path = os.path.join(self.out_dir, "summary.json")
         summary = self.summary()
+        if self.live is not None:
+            influx = self.live.close(summary["steps"], "rate_rps" if self.open_loop else "users", summary["knee"])
+            if influx is not None:
+                summary["influx"] = influx
         write_json_atomic(path, summary)
         self.env.process_exit_code = summary["exit_code"]
         if self.requests_file is not None:
