@@ -1,0 +1,51 @@
+"""The server's side of a step, from its scraped /metrics: queue, batch, KV cache, preemptions. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.client.server_metrics import ServerSample
+
+__all__ = ["ServerStep", "explain"]
+
+
+@dataclass
+class ServerStep:
+    waiting: list[float] = field(default_factory=list)
+    running: list[float] = field(default_factory=list)
+    kv: list[float] = field(default_factory=list)
+    preemptions: list[float] = field(default_factory=list)
+
+    def add(self, s: ServerSample) -> None:
+        for name, values in (("waiting", self.waiting), ("running", self.running), ("kv_cache_usage", self.kv),
+                             ("preemptions", self.preemptions)):
+            v = getattr(s, name)
+            if v is not None:
+                values.append(v)
+
+    def summary(self) -> dict:
+        def stat(v: list[float], f: Callable[[list[float]], float]) -> float | None:
+            return round(f(v), 3) if v else None
+
+        def mean(v: list[float]) -> float:
+            return sum(v) / len(v)
+
+        return {"samples": max(len(self.waiting), len(self.running)),
+                "waiting_max": stat(self.waiting, max), "waiting_mean": stat(self.waiting, mean),
+                "running_max": stat(self.running, max), "kv_cache_usage_max": stat(self.kv, max),
+                "preemptions": round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None}
+
+
+def explain(before: dict | None, after: dict | None) -> str:
+    """The server's part of the knee's reason, e.g. "server: waiting requests 0 -> 37, KV cache 98%"."""
+    if not before or not after or before.get("waiting_mean") is None or after.get("waiting_mean") is None:
+        return ""
+    parts = [f"waiting requests {before['waiting_mean']:.0f} -> {after['waiting_mean']:.0f}"]
+    if after.get("running_max") is not None:
+        parts.append(f"running {after['running_max']:.0f}")
+    if after.get("kv_cache_usage_max") is not None:
+        parts.append(f"KV cache {100 * after['kv_cache_usage_max']:.0f}%")
+    if after.get("preemptions"):
+        parts.append(f"{after['preemptions']:.0f} preemptions")
+    return "server: " + ", ".join(parts)

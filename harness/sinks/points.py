@@ -1,0 +1,84 @@
+"""InfluxDB line-protocol points for kneecap's measurements (``schema.py``). Pure: data in, lines out."""
+
+from __future__ import annotations
+
+from influxdb_client import Point, WritePrecision
+
+from harness.client.server_metrics import ServerSample
+from harness.metrics.aggregate import Bucket
+
+__all__ = ["event_point", "generator_point", "server_point", "step_points", "window_points"]
+
+_LATENCY = ("ttft", "tpot", "itl", "e2e", "headers", "send_lag", "ttft_intended", "e2e_intended")
+
+
+def _point(measurement: str, tags: dict[str, str], ts_ms: int) -> Point:
+    p = Point(measurement).time(ts_ms, WritePrecision.MS)
+    for k, v in tags.items():
+        p = p.tag(k, v)
+    return p
+
+
+def _lines(points: list[Point]) -> list[str]:
+    return [p.to_line_protocol() for p in points]
+
+
+def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, step: int, load: float,
+                  duration_s: float) -> list[str]:
+    """One window's fleet-wide percentiles, throughput and errors."""
+    out = []
+    st = {**tags, "step": str(step)}
+    for metric in _LATENCY:
+        s = b.sketches.get(metric)
+        if s is None or s.count == 0:
+            continue
+        p = _point("kneecap_latency", {**st, "metric": metric}, ts_ms)
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999)):
+            p = p.field(name, round(s.quantile(q) * 1000, 3))
+        out.append(p.field("mean", round(s.mean * 1000, 3)).field("count", s.count).field("window", window))
+    d = max(duration_s, 1e-9)
+    out.append(_point("kneecap_throughput", st, ts_ms).field("requests_per_s", round(b.requests / d, 3))
+               .field("ok_per_s", round(b.ok / d, 3)).field("output_tokens_per_s", round(b.output_tokens / d, 1))
+               .field("input_tokens_per_s", round(b.input_tokens / d, 1))
+               .field("goodput_per_s", round(b.good / d, 3)).field("load", float(load)).field("window", window))
+    for error, count in sorted(b.failures.items()):
+        out.append(_point("kneecap_errors", {**st, "error": error}, ts_ms).field("count", count)
+                   .field("window", window))
+    return _lines(out)
+
+
+def step_points(step: dict, *, tags: dict[str, str], ts_ms: int, level_key: str) -> list[str]:
+    """A judged step's summary.json numbers, one point per metric."""
+    out = []
+    for metric, stats in step["latency_ms"].items():
+        if not stats.get("count"):
+            continue
+        p = _point("kneecap_step", {**tags, "metric": metric, "step": str(step["index"])}, ts_ms)
+        for name in ("p50", "p90", "p95", "p99", "p999", "mean", "count"):
+            p = p.field(name, stats[name])
+        if stats.get("p99_ci"):
+            p = p.field("p99_ci_lo", stats["p99_ci"][0]).field("p99_ci_hi", stats["p99_ci"][1])
+        out.append(p.field("load", float(step[level_key])))
+    return _lines(out)
+
+
+def generator_point(worker: str, lag_p99_ms: float, lag_max_ms: float, cpu: float, *, tags: dict[str, str],
+                    ts_ms: int, window: int) -> str:
+    return _point("kneecap_generator", {**tags, "worker": worker}, ts_ms).field("lag_p99_ms", lag_p99_ms) \
+        .field("lag_max_ms", lag_max_ms).field("cpu_pct", cpu).field("window", window).to_line_protocol()
+
+
+def server_point(s: ServerSample, *, tags: dict[str, str], ts_ms: int, window: int, step: int) -> str:
+    p = _point("kneecap_server", {**tags, "step": str(step)}, ts_ms)
+    for name in ("running", "waiting", "kv_cache_usage", "preemptions"):
+        value = getattr(s, name)
+        if value is not None:
+            p = p.field(name, float(value))
+    return p.field("window", window).to_line_protocol()
+
+
+def event_point(kind: str, text: str, load: float | None, *, tags: dict[str, str], ts_ms: int) -> str:
+    p = _point("kneecap_event", {**tags, "kind": kind}, ts_ms).field("text", text)
+    if load is not None:
+        p = p.field("load", float(load))
+    return p.to_line_protocol()
