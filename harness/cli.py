@@ -96,8 +96,14 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
 @click.option("--seed", type=int, default=None, help="Override workload.seed.")
 @click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
               help="Extra argument for the built-in simulator, e.g. --sim-arg=--max-num-seqs=16. Repeatable.")
+@click.option("--influx-url", default=None, help="Write live results to this InfluxDB 2 [scenario sinks.influxdb].")
+@click.option("--influx-org", default="kneecap", show_default=True)
+@click.option("--influx-bucket", default="kneecap", show_default=True)
+@click.option("--influx-token-env", default="INFLUX_TOKEN", show_default=True,
+              help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
-        seed: int | None, sim_args: tuple[str, ...]) -> None:
+        seed: int | None, sim_args: tuple[str, ...], influx_url: str | None, influx_org: str, influx_bucket: str,
+        influx_token_env: str) -> None:
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
@@ -109,8 +115,10 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     from harness.run import run as run_plan
     from harness.scenario import ScenarioError
 
+    influx = ("--influx-url", influx_url, "--influx-org", influx_org, "--influx-bucket", influx_bucket,
+              "--influx-token-env", influx_token_env) if influx_url else ()
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
-                      save_requests=save_requests, seed=seed, sim_args=sim_args)
+                      save_requests=save_requests, seed=seed, sim_args=sim_args, influx_args=influx)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:
@@ -156,6 +164,25 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
     if out_file:
         with open(out_file, "w", encoding="utf-8") as f:
             f.write(block)
+
+
+@main.command("influx-replay")
+@click.argument("spool", type=click.Path(exists=True, dir_okay=False))
+@click.option("--url", required=True, help="InfluxDB 2 URL.")
+@click.option("--org", default="kneecap", show_default=True)
+@click.option("--bucket", default="kneecap", show_default=True)
+@click.option("--token-env", default="INFLUX_TOKEN", show_default=True, help="Environment variable with the token.")
+def influx_replay(spool: str, url: str, org: str, bucket: str, token_env: str) -> None:
+    """Load a spool file (points a run could not write, see summary.json "influx") into InfluxDB."""
+    import os
+
+    from harness.sinks.influx import replay
+
+    try:
+        n = replay(spool, url=url, token=os.environ.get(token_env, ""), org=org, bucket=bucket)
+    except Exception as exc:  # the client raises many types; the message is what the user needs
+        raise click.ClickException(f"cannot write {spool} to {url}: {str(exc).splitlines()[0][:300]}") from None
+    click.echo(f"wrote {n} points from {spool} to {url} (bucket {bucket})")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ class RunOptions:
     save_requests: bool = False
     seed: int | None = None
     sim_args: tuple[str, ...] = ()
+    influx_args: tuple[str, ...] = ()
+    """Locust options for the InfluxDB sink (--influx-url URL, --influx-org ...), passed to the master."""
 
 
 def _free_port() -> int:
@@ -100,6 +102,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
             common += ["--overrides", json.dumps(overrides)]
         if opts.save_requests:
             common += ["--save-requests", os.path.join(out, "requests.jsonl")]
+        common += list(opts.influx_args)
         say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
         master = _start([sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
                          "--master", "--expect-workers", str(opts.workers), "--master-bind-host", "127.0.0.1",

@@ -1,7 +1,7 @@
 """Master side, while the run goes: windows to InfluxDB and the endpoint's /metrics scraped per step.
 
 Two greenlets: every ``window_s`` the fleet's window (everything merged since the last one) becomes
-points; every second the server's /metrics is sampled into the current step. Both only queue and
+points; every 0.5 s the server's /metrics is sampled into the current step. Both only queue and
 sample — the InfluxDB write is the sink's ``flush``, which never raises and spools on failure.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Live", "influx_config"]
 
 log = logging.getLogger("kneecap")
-SCRAPE_EVERY_S = 1.0
+SCRAPE_EVERY_S = 0.5
 
 
 def influx_config(options: Any, scenario_influx: dict | None) -> dict | None:

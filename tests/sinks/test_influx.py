@@ -1,0 +1,151 @@
+"""Live results into a real time-series database over the InfluxDB v2 write API (VictoriaMetrics, see
+DESIGN.md §5): numbers equal the summary's, an outage loses nothing, a database never up leaves a
+complete spool that ``kneecap influx-replay`` loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+pytestmark = pytest.mark.integration
+KNEECAP = [sys.executable, "-m", "harness.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def victoria(data_dir, port: int) -> Iterator[str]:
+    binary = shutil.which("victoria-metrics")
+    assert binary, "victoria-metrics is not installed (.ci/run installs Debian's victoria-metrics)"
+    proc = subprocess.Popen([binary, f"-storageDataPath={data_dir}", f"-httpListenAddr=127.0.0.1:{port}",
+                             "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "victoria-metrics did not start"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def export(url: str, run: str) -> dict[tuple, list[float]]:
+    """{(metric name, sorted labels…): values} for one run."""
+    urllib.request.urlopen(url + "/internal/force_flush", timeout=10).read()
+    query = urllib.parse.urlencode({"match[]": f'{{run="{run}"}}'})
+    out = {}
+    with urllib.request.urlopen(f"{url}/api/v1/export?{query}", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            d = json.loads(line)
+            m = d["metric"]
+            key = (m.pop("__name__"), *sorted((k, v) for k, v in m.items() if k not in ("run", "scenario", "model")))
+            out[key] = d["values"]
+    return out
+
+
+def scenario(tmp_path, load: str, influx_url: str, window_s: float = 1.0) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: influx-test
+        endpoint: {{api: chat, model: sim-tiny}}
+        workload: {{input_tokens: 100, output_tokens: 20}}
+        sinks: {{influxdb: {{url: "{influx_url}", org: kneecap, bucket: kneecap, window_s: {window_s}}}}}
+    """) + load)
+    return str(path)
+
+
+def run(tmp_path, path: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([*KNEECAP, "run", path, "--workers", "1", "--out", str(tmp_path / "out"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def summary_of(tmp_path) -> dict:
+    return json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+STAIRS = """
+load:
+  users: {start: 2, step: 2, max: 16}
+  step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
+"""
+
+
+def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_the_knee(tmp_path):
+    with victoria(tmp_path / "vm", free_port()) as url:
+        out, _ = run(tmp_path, scenario(tmp_path, STAIRS, url), "--sim-arg=--max-num-seqs=8").communicate(timeout=120)
+        s = summary_of(tmp_path)
+        points = export(url, s["run_id"])
+    assert s["influx"]["unwritten"] == 0 and s["influx"]["written"] > 50, (s.get("influx"), out)
+    for step in s["steps"]:
+        for metric in ("ttft", "tpot", "e2e"):
+            got = points[("kneecap_step_p99", ("metric", metric), ("step", str(step["index"])))]
+            assert got == [step["latency_ms"][metric]["p99"]]
+    windows = sorted(v for k, vs in points.items() if k[0] == "kneecap_throughput_window" for v in vs)
+    assert windows == list(range(len(windows))) and len(windows) >= 10
+    # The server's side: its waiting queue is (about) empty up to the knee and grows past it. A request can
+    # wait for the next iteration even below capacity, so the mean, not the max, tells.
+    knee = s["knee"]
+    assert knee["found"] and "server: waiting requests" in knee["reason"], knee
+    before = [st["server"]["waiting_mean"] for st in s["steps"] if st["index"] <= knee["step_index"] and "server" in st]
+    after = [st["server"]["waiting_mean"] for st in s["steps"] if st["index"] > knee["step_index"] and "server" in st]
+    assert before and after and 2 * sum(before) / len(before) < sum(after) / len(after), (before, after)
+
+
+CONSTANT = "load: {mode: constant, users: 4, duration_s: 12, step: {warmup_s: 0.5}}\n"
+
+
+def test_an_outage_loses_no_point(tmp_path):
+    port = free_port()
+    with victoria(tmp_path / "vm", port) as url:
+        proc = run(tmp_path, scenario(tmp_path, CONSTANT, url))
+        time.sleep(4)
+    time.sleep(4)  # the database is down for ~4 s of the run
+    with victoria(tmp_path / "vm", port) as url:
+        out, _ = proc.communicate(timeout=120)
+        s = summary_of(tmp_path)
+        points = export(url, s["run_id"])
+    assert s["influx"]["unwritten"] == 0 and s["influx"]["last_error"], (s.get("influx"), out)
+    assert s["steps"][0]["failures"] == {} and s["exit_code"] == 0  # the load did not notice
+    indexes = sorted(v for k, vs in points.items() if k[0] == "kneecap_throughput_window" for v in vs)
+    assert indexes == list(range(len(indexes))) and len(indexes) >= 10, indexes
+    assert not (tmp_path / "out" / "influx-spool.lp").exists()
+
+
+def test_database_never_up_spools_everything_and_replay_loads_it(tmp_path):
+    port = free_port()
+    out, _ = run(tmp_path, scenario(tmp_path, CONSTANT.replace("12", "4"), f"http://127.0.0.1:{port}")) \
+        .communicate(timeout=120)
+    s = summary_of(tmp_path)
+    spool = tmp_path / "out" / "influx-spool.lp"
+    lines = spool.read_text().splitlines()
+    assert s["exit_code"] == 0 and s["influx"]["written"] == 0, out
+    assert s["influx"]["unwritten"] == len(lines) > 5 and s["influx"]["spool_file"] == str(spool)
+    with victoria(tmp_path / "vm", port) as url:
+        proc = subprocess.run([*KNEECAP, "influx-replay", str(spool), "--url", url], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0 and f"wrote {len(lines)} points" in proc.stdout
+        points = export(url, s["run_id"])
+    windows = [v for k, vs in points.items() if k[0] == "kneecap_throughput_window" for v in vs]
+    assert len(windows) == sum(line.startswith("kneecap_throughput,") for line in lines)
