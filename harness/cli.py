@@ -166,6 +166,42 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
             f.write(block)
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def report(run_dir: str) -> None:
+    """Write RUN_DIR/report.html (self-contained) from RUN_DIR/summary.json."""
+    from harness.report.html import write_report
+
+    try:
+        click.echo(write_report(run_dir))
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(f"cannot build a report from {run_dir}: {exc}") from None
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", default="compare.html", show_default=True, type=click.Path(dir_okay=False))
+def compare(run_dirs: tuple[str, ...], out: str) -> None:
+    """Overlay the curves of several runs and tabulate the deltas against the first one."""
+    import json
+    import os
+
+    from harness.report.html import compare_html
+
+    if len(run_dirs) < 2:
+        raise click.UsageError("give at least two run folders")
+    runs = []
+    for d in run_dirs:
+        try:
+            with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
+                runs.append((os.path.basename(os.path.normpath(d)), json.load(f)))
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"cannot read {d}/summary.json: {exc}") from None
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(compare_html(runs))
+    click.echo(out)
+
+
 @main.command("influx-replay")
 @click.argument("spool", type=click.Path(exists=True, dir_okay=False))
 @click.option("--url", required=True, help="InfluxDB 2 URL.")

@@ -158,5 +158,10 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
     if slo.get("thresholds"):
         verdict = "PASSED" if slo.get("passed") else "FAILED"
         say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
-    say(f"results: {path}")
+    try:
+        from harness.report.html import write_report
+
+        say(f"results: {path}, report: {write_report(out)}")
+    except (OSError, ValueError, KeyError) as exc:  # the summary is the result; a report failure must not hide it
+        say(f"results: {path} (report not written: {exc})")
     return int(summary.get("exit_code", EXIT_NO_VALID_RESULT))

@@ -61,7 +61,9 @@ class Live:
             log.warning("kneecap: sinks.influxdb has no URL (url_env unset?); not writing to InfluxDB")
         self.tags = {"run": k.run_id, "scenario": k.scenario.name, "model": k.scenario.endpoint.model}
         self.window = 0
-        self._steps_written: set[int] = set()
+        self.history: list[dict] = []
+        """One entry per window for the web UI's chart page (t, load, p50/p99 of ttft and tpot)."""
+        self._t0 = time.monotonic()
         self._greenlets: list[gevent.Greenlet] = []
 
     def _metrics_url(self) -> str | None:
@@ -79,9 +81,8 @@ class Live:
             self.metrics_url = None
         if self.metrics_url:
             self._greenlets.append(gevent.spawn(self._scrape_loop))
-        if self.sink is not None:
-            self.event("run_start", f"run {self.k.run_id}: scenario {self.k.scenario.name}", None)
-            self._greenlets.append(gevent.spawn(self._window_loop))
+        self.event("run_start", f"run {self.k.run_id}: scenario {self.k.scenario.name}", None)
+        self._greenlets.append(gevent.spawn(self._window_loop))
 
     def _scrape_loop(self) -> None:
         while True:
@@ -97,12 +98,20 @@ class Live:
             self.write_window()
 
     def write_window(self) -> None:
+        """Close a window: keep it for the chart page and, with a sink, write it."""
         k, sink = self.k, self.sink
-        if sink is None:
-            return
         ts = int(time.time() * 1000)
         step = k.steps[-1] if k.steps else None
         b = k.fleet.take_window()
+        entry = {"t": round(time.monotonic() - self._t0, 1), "load": step.level if step else 0.0}
+        for metric in ("ttft", "tpot"):
+            s = b.sketches.get(metric)
+            if s is not None and s.count:
+                entry[f"{metric}_p50"] = s.quantile(0.5) * 1000
+                entry[f"{metric}_p99"] = s.quantile(0.99) * 1000
+        self.history.append(entry)
+        if sink is None:
+            return
         lines = window_points(b, tags=self.tags, ts_ms=ts, window=self.window, step=step.index if step else -1,
                               load=step.level if step else 0.0, duration_s=self.window_s)
         for worker, gen in k.worker_gen.items():

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 from harness.scenario import DEFAULT_HOST, Scenario, ScenarioError, default_scenario, load_scenario
 from harness.sinks.files import JsonLinesWriter, write_json_atomic
+from harness.web import register as register_web
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
 
@@ -374,14 +376,16 @@ class Kneecap:
         mode = "open" if self.open_loop else "closed"
         level_key = "rate_rps" if self.open_loop else "users"
         steps = []
+        now = time.perf_counter()
         for info in self.steps:
-            if info.ended is None:
-                info.ended = time.perf_counter()
+            if info.ended is None:  # the running step, so far (not closed here: the run goes on)
+                info = dataclasses.replace(info, ended=now)
             bucket = self.fleet.steps.get((info.index, "measure"), Bucket())
             entry = step_summary(info, bucket, self.generators.get(info.index), mode=mode,
                                  warmup=self.fleet.steps.get((info.index, "warmup")))
             v = self.verdicts.get(info.index, {})
-            complete = info is not self.steps[-1] or self.plan.step_done(info.ended - info.started, bucket.requests)
+            complete = info.index < len(self.steps) - 1 or self.plan.step_done(info.ended - info.started,
+                                                                                 bucket.requests)
             entry.update(complete=complete, stationary=v.get("stationary"), slo_passed=v.get("slo_passed"),
                          slo=v.get("slo", []))
             server = self.live.server.get(info.index) if self.live else None
@@ -403,6 +407,12 @@ class Kneecap:
                 "started_at": self.started_wall, "ended_at": time.time(), "mode": mode,
                 "stop_reason": self.stop_reason, "workers": len(self.fleet.worker_step), "steps": steps,
                 "knee": knee, "slo": slo, "exit_code": self._exit_code(steps, slo)}
+
+    def summary_live(self) -> dict:
+        """The summary as it stands now (web UI), judged on the data complete so far."""
+        if self.steps:
+            self.judge()
+        return self.summary()
 
     def _slo_verdict(self, steps: list[dict], level_key: str) -> dict:
         """Passed: every SLO held at every step up to the knee (all steps when there is no knee)."""
@@ -466,6 +476,8 @@ def setup(events: Any) -> None:
             raise SystemExit(2) from None
         ev = environment.events
         ev.test_start.add_listener(k.on_test_start)
+        if getattr(environment, "web_ui", None) is not None:
+            register_web(environment, k)
         if k.role == "worker":
             ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__("kneecap", k.drain()))
             ev.test_stop.add_listener(k.on_worker_stop)

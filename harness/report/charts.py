@@ -1,0 +1,193 @@
+"""Charts as inline SVG (matplotlib, Agg): no JavaScript, no network, a few tens of KB each.
+
+Each function takes summary.json dicts (one run, or several for ``compare``) and returns an SVG string.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+__all__ = [
+    "errors_vs_load",
+    "generator_chart",
+    "histogram",
+    "latency_vs_load",
+    "over_time",
+    "overlay",
+    "server_vs_load",
+    "throughput_vs_load",
+]
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+                     "figure.dpi": 96})
+
+
+def _svg(fig: plt.Figure) -> str:
+    buf = io.StringIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _level_key(summary: dict) -> str:
+    return "rate_rps" if summary.get("mode") == "open" else "users"
+
+
+def _loads(summary: dict) -> list[float]:
+    key = _level_key(summary)
+    return [s[key] for s in summary["steps"]]
+
+
+def _mark_knee(ax: plt.Axes, summary: dict) -> None:
+    knee = summary.get("knee") or {}
+    level = knee.get(_level_key(summary))
+    if knee.get("found") and level is not None:
+        ax.axvline(level, color="crimson", linestyle="--", linewidth=1.2, label=f"knee ({level:g})")
+
+
+def latency_vs_load(summary: dict, metric: str) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    loads = _loads(summary)
+    stats = [s["latency_ms"].get(metric, {}) for s in summary["steps"]]
+    for q, style in (("p50", ":"), ("p95", "--"), ("p99", "-")):
+        ax.plot(loads, [st.get(q) for st in stats], style, marker="o", markersize=3, label=q)
+    ci = [st.get("p99_ci") or [st.get("p99"), st.get("p99")] for st in stats]
+    ax.fill_between(loads, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2, label="p99 95% CI")
+    for t in (summary.get("slo") or {}).get("thresholds", []):
+        name, _, rule = t.partition(": ")
+        if name == metric and "<" in rule:
+            ax.axhline(float(rule.split("<")[-1].lstrip("=")), color="gray", linewidth=1, label=f"SLO {rule}")
+    _mark_knee(ax, summary)
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_ylabel(f"{metric} (ms)")
+    ax.set_title(f"{metric.upper()} percentiles vs load")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def throughput_vs_load(summary: dict) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    loads = _loads(summary)
+    tp = [s["throughput"] for s in summary["steps"]]
+    ax.plot(loads, [t["output_tokens_per_s"] for t in tp], marker="o", markersize=3, label="output tokens/s")
+    ax.set_ylabel("output tokens/s")
+    ax2 = ax.twinx()
+    ax2.plot(loads, [t["requests_per_s"] for t in tp], "g--", marker="s", markersize=3, label="requests/s")
+    ax2.plot(loads, [t["goodput_per_s"] for t in tp], "g:", marker="^", markersize=3, label="goodput/s")
+    ax2.set_ylabel("requests/s")
+    _mark_knee(ax, summary)
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_title("Throughput and goodput vs load")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
+    return _svg(fig)
+
+
+def errors_vs_load(summary: dict) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    loads = _loads(summary)
+    classes = sorted({c for s in summary["steps"] for c in s["failures"]})
+    bottom = [0.0] * len(loads)
+    for c in classes:
+        rates = [s["failures"].get(c, 0) / max(s["requests"], 1) for s in summary["steps"]]
+        ax.bar([str(x) for x in loads], rates, bottom=bottom, label=c)
+        bottom = [b + r for b, r in zip(bottom, rates, strict=True)]
+    if not classes:
+        ax.bar([str(x) for x in loads], bottom)
+        ax.text(0.5, 0.5, "no failed request", transform=ax.transAxes, ha="center")
+    ax.set_ylabel("failed / requests")
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_title("Error rate by class")
+    if classes:
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def server_vs_load(summary: dict) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    steps = [s for s in summary["steps"] if s.get("server")]
+    key = _level_key(summary)
+    loads = [s[key] for s in steps]
+    ax.plot(loads, [s["server"]["waiting_mean"] for s in steps], marker="o", markersize=3, label="waiting (mean)")
+    ax.plot(loads, [s["server"]["running_max"] for s in steps], marker="s", markersize=3, label="running (max)")
+    ax2 = ax.twinx()
+    kv = [100 * (s["server"]["kv_cache_usage_max"] or 0) for s in steps]
+    ax2.plot(loads, kv, "k:", label="KV cache % (max)")
+    ax2.set_ylabel("KV cache %")
+    _mark_knee(ax, summary)
+    ax.set_xlabel(key.replace("_", " "))
+    ax.set_ylabel("requests")
+    ax.set_title("The server's side (/metrics)")
+    ax.legend(fontsize=7, loc="upper left")
+    return _svg(fig)
+
+
+def generator_chart(summary: dict, lag_limit_ms: float) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    loads = _loads(summary)
+    ax.plot(loads, [s["generator"]["lag_p99_ms"] for s in summary["steps"]], marker="o", markersize=3,
+            label="loop lag p99")
+    ax.axhline(lag_limit_ms, color="gray", linewidth=1, label=f"reliability limit {lag_limit_ms:g} ms")
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_ylabel("ms")
+    ax.set_title("Load generator health")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def histogram(achieved: list[float], target: list[float], title: str) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    bins = 40
+    ax.hist(target, bins=bins, alpha=0.5, label="scenario target")
+    ax.hist(achieved, bins=bins, alpha=0.5, label="sent (server usage)")
+    ax.set_xlabel("tokens")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def overlay(runs: list[tuple[str, dict]], metric: str, what: str) -> str:
+    """``what``: "p99" of ``metric`` or "throughput" (output tokens/s), one line per run."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for name, summary in runs:
+        loads = _loads(summary)
+        if what == "throughput":
+            ys = [s["throughput"]["output_tokens_per_s"] for s in summary["steps"]]
+        else:
+            ys = [s["latency_ms"].get(metric, {}).get("p99") for s in summary["steps"]]
+        line = ax.plot(loads, ys, marker="o", markersize=3, label=name)[0]
+        knee = summary.get("knee") or {}
+        if knee.get("found"):
+            ax.axvline(knee.get(_level_key(summary)), color=line.get_color(), linestyle="--", linewidth=1)
+    ax.set_xlabel("load")
+    ax.set_ylabel("output tokens/s" if what == "throughput" else f"{metric} p99 (ms)")
+    ax.set_title("Throughput vs load" if what == "throughput" else f"{metric.upper()} p99 vs load (dashed: knees)")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def over_time(history: list[dict]) -> str:
+    """Live windows: p50/p99 of TTFT and TPOT over time, and the load level."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    t = [h["t"] for h in history]
+    for metric, color in (("ttft", "tab:blue"), ("tpot", "tab:orange")):
+        ax.plot(t, [h.get(f"{metric}_p99") for h in history], color=color, label=f"{metric} p99")
+        ax.plot(t, [h.get(f"{metric}_p50") for h in history], ":", color=color, label=f"{metric} p50")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("ms")
+    ax2 = ax.twinx()
+    ax2.step(t, [h["load"] for h in history], "k--", where="post", linewidth=1, label="load")
+    ax2.set_ylabel("load")
+    ax.set_title("Latency over time (per window)")
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
+    return _svg(fig)

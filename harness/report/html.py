@@ -1,0 +1,144 @@
+"""``report.html`` (one run) and ``compare.html`` (several): self-contained pages, inline SVG, no network."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+
+from harness.analysis.steps import LAG_LIMIT_MS
+from harness.report import charts
+
+__all__ = ["compare_html", "report_html", "write_report"]
+
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}
+th{background:#f4f4f4}.verdict{font-size:16px;padding:10px;background:#f6f8fa;border-left:4px solid #888}
+.pass{color:#1a7f37}.fail{color:#cf222e}.grid{display:flex;flex-wrap:wrap;gap:8px}.grid>div{flex:1 1 520px}
+svg{max-width:100%;height:auto}"""
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def _e(x: object) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _verdict(s: dict) -> str:
+    knee = s.get("knee") or {}
+    key = "rate_rps" if s.get("mode") == "open" else "users"
+    unit = "req/s" if key == "rate_rps" else "users"
+    if knee.get("found"):
+        k = (f"<b id='knee'>Knee: {knee.get(key):g} {unit}</b> ({_e(knee.get('confidence'))} confidence, "
+             f"metric {_e(knee.get('metric'))}) — {_e(knee.get('reason'))}")
+    else:
+        k = f"<b id='knee'>No knee found</b> — {_e(knee.get('reason'))}"
+    slo = s.get("slo") or {}
+    if slo.get("thresholds"):
+        cls, word = ("pass", "PASSED") if slo.get("passed") else ("fail", "FAILED")
+        k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({_e(', '.join(slo['thresholds']))}); "
+              f"largest load within SLO: {_e(slo.get('max_load_within_slo'))}")
+    return f"<div class='verdict'>{k}<br>Exit code {_e(s.get('exit_code'))}; stop: {_e(s.get('stop_reason'))}</div>"
+
+
+def _step_table(s: dict) -> str:
+    key = "rate_rps" if s.get("mode") == "open" else "users"
+    head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
+            "TPOT p99", "E2E p99", "stationary", "SLO", "reliable"]
+    rows = []
+    for st in s["steps"]:
+        lat = st["latency_ms"]
+        t = lat.get("ttft", {})
+        ci = t.get("p99_ci")
+        rows.append([st["index"], st[key], st["requests"], sum(st["failures"].values()),
+                     st["throughput"]["requests_per_s"], st["throughput"]["output_tokens_per_s"],
+                     st["throughput"]["goodput_per_s"], t.get("p50"),
+                     f"{t.get('p99')} [{ci[0]}, {ci[1]}]" if ci else t.get("p99"),
+                     lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"), st.get("stationary"),
+                     st.get("slo_passed"), st["generator"]["reliable"]])
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+
+
+def _workload(records: list[dict]) -> str:
+    if not records:
+        return "<p>Run with <code>--save-requests</code> to see the lengths actually sent.</p>"
+    ok = [r for r in records if r.get("ok")]
+    prompt = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens")]
+    prompt_target = [r["prompt_tokens_target"] for r in ok if r.get("prompt_tokens_target")]
+    out = [r["output_tokens"] for r in ok if r.get("output_tokens")]
+    out_target = [r["max_tokens"] for r in ok if r.get("max_tokens")]
+    return ("<div class='grid'>" + (f"<div>{charts.histogram(prompt, prompt_target, 'Prompt tokens')}</div>"
+                                    if prompt else "")
+            + (f"<div>{charts.histogram(out, out_target, 'Output tokens')}</div>" if out else "") + "</div>")
+
+
+def report_html(s: dict, records: list[dict] | None = None) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.get("started_at") or 0))
+    meta = (f"<p>Run <b>{_e(s.get('run_id'))}</b> · scenario <b>{_e(s.get('scenario'))}</b> · model "
+            f"{_e(s.get('model'))} at {_e(s.get('host'))} · {_e(s.get('mode'))} loop · {_e(s.get('workers'))} "
+            f"workers · started {started}</p>")
+    steps = s.get("steps") or []
+    parts = [f"<h1>kneecap report: {_e(s.get('scenario'))}</h1>", meta, _verdict(s)]
+    if steps:
+        parts += ["<h2>Latency vs load</h2><div class='grid'>"
+                  + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in ("ttft", "tpot", "e2e"))
+                  + "</div>",
+                  f"<h2>Throughput</h2>{charts.throughput_vs_load(s)}",
+                  f"<h2>Errors</h2>{charts.errors_vs_load(s)}",
+                  "<h2>Steps</h2>" + _step_table(s)]
+        if any(st.get("server") for st in steps):
+            parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
+        if any(st["generator"]["lag_p99_ms"] is not None for st in steps):
+            parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, LAG_LIMIT_MS)}")
+    else:
+        parts.append("<p>No step has data.</p>")
+    parts.append("<h2>Workload sent</h2>" + _workload(records or []))
+    return _page(f"kneecap {s.get('scenario')} {s.get('run_id')}", "".join(parts))
+
+
+def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:
+    key = "rate_rps" if s.get("mode") == "open" else "users"
+    return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"] if st[key] == load), None)
+
+
+def compare_html(runs: list[tuple[str, dict]]) -> str:
+    base_name, base = runs[0]
+    key = "rate_rps" if base.get("mode") == "open" else "users"
+    common = sorted(set.intersection(*({st[key] for st in s["steps"]} for _, s in runs)))
+    rows = []
+    for name, s in runs:
+        knee = s.get("knee") or {}
+        level = knee.get(key) if knee.get("found") else None
+        p99 = {load: _p99_at(s, load) for load in common}
+        rows.append([name, level, (s.get("slo") or {}).get("max_load_within_slo"),
+                     *(f"{p99[load]} ({p99[load] / _p99_at(base, load) - 1:+.0%})" if p99[load] and
+                       _p99_at(base, load) else p99[load] for load in common)])
+    head = ["run", "knee", "max load within SLO", *(f"TTFT p99 @ {load:g}" for load in common)]
+    table = ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+    body = (f"<h1>kneecap compare</h1><p>Deltas against the first run, <b>{_e(base_name)}</b>.</p>{table}"
+            f"<div class='grid'><div>{charts.overlay(runs, 'ttft', 'p99')}</div>"
+            f"<div>{charts.overlay(runs, 'tpot', 'p99')}</div>"
+            f"<div>{charts.overlay(runs, 'ttft', 'throughput')}</div></div>")
+    return _page("kneecap compare", body)
+
+
+def write_report(run_dir: str) -> str:
+    """Write RUN_DIR/report.html from summary.json (and requests.jsonl when present); returns its path."""
+    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    records = []
+    req = os.path.join(run_dir, "requests.jsonl")
+    if os.path.exists(req):
+        with open(req, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    path = os.path.join(run_dir, "report.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(report_html(summary, records))
+    return path

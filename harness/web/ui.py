@@ -1,0 +1,100 @@
+"""The LLM tab and ``/kneecap/charts`` (see package docstring)."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any
+
+from flask import Blueprint, Response, request
+
+from harness.metrics.aggregate import Bucket, summarize_sketch
+from harness.report import charts
+
+if TYPE_CHECKING:
+    from harness.load.plugin import Kneecap
+
+__all__ = ["llm_rows", "register"]
+
+_COLUMNS = ("metric", "count", "p50", "p90", "p95", "p99", "p999")
+
+
+def llm_rows(k: Kneecap) -> list[dict]:
+    """Rows of the LLM tab: the current step's merged percentiles (ms), speed, goodput, step, knee."""
+    if not k.steps:
+        return [{"metric": "waiting for the first step"}]
+    step = k.steps[-1]
+    b = k.fleet.steps.get((step.index, "measure")) or Bucket()
+    rows = []
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        s = b.sketches.get(metric)
+        if s is not None and s.count:
+            rows.append({"metric": f"{metric} (ms)", **{c: v for c, v in summarize_sketch(s).items() if c in _COLUMNS}})
+    speed = b.sketches.get("tokens_per_s")
+    if speed is not None and speed.count:
+        rows.append({"metric": "tokens/s per user", **{c: v for c, v in summarize_sketch(speed, 1.0).items()
+                                                       if c in _COLUMNS}})
+    gen = k.generators.get(step.index)
+    reliable = gen.summary()["reliable"] if gen else "n/a"
+    unit = "req/s" if k.open_loop else "users"
+    rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,
+                 "p50": f"goodput {b.good} ok", "p90": f"failures {sum(b.failures.values())}",
+                 "p95": f"generator reliable: {reliable}"})
+    knee = k.knee
+    rows.append({"metric": "knee", "count": f"{knee.load:g} {unit}" if knee.found else "not yet",
+                 "p50": knee.confidence or "", "p90": knee.reason[:160]})
+    rows.append({"metric": "charts", "p50": "/kneecap/charts"})
+    return rows
+
+
+def _charts_page(k: Kneecap) -> str:
+    summary = k.summary_live()
+    knee = summary.get("knee") or {}
+    key = "rate_rps" if summary.get("mode") == "open" else "users"
+    marker = (f"<p id='knee'>Knee: {knee.get(key):g} ({html.escape(str(knee.get('confidence')))})</p>"
+              if knee.get("found") else "<p id='knee'>Knee: not found yet</p>")
+    parts = [f"<h1>kneecap {html.escape(summary['scenario'])} — run {html.escape(summary['run_id'])}</h1>", marker]
+    if k.live is not None and len(k.live.history) >= 2:
+        parts.append(charts.over_time(k.live.history))
+    if summary["steps"]:
+        parts += [charts.latency_vs_load(summary, "ttft"), charts.latency_vs_load(summary, "tpot"),
+                  charts.throughput_vs_load(summary)]
+    return ("<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
+            "<title>kneecap charts</title><style>body{font:14px system-ui,sans-serif;margin:20px}"
+            "svg{max-width:48%;height:auto;display:inline-block}</style></head><body>" + "".join(parts)
+            + "</body></html>")
+
+
+def register(environment: Any, k: Kneecap) -> None:
+    web = environment.web_ui
+    if web is None:
+        return
+    web.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
+    web.template_args["extended_tables"] = [{"key": "llm", "structure": [
+        {"key": "metric", "title": "LLM metric"}, {"key": "count", "title": "count"},
+        *({"key": q, "title": q} for q in ("p50", "p90", "p95", "p99", "p999"))]}]
+    web.template_args["extended_csv_files"] = [
+        {"href": "./kneecap/charts", "title": "kneecap charts: LLM latency over time and vs load"},
+        {"href": "./kneecap/summary.json", "title": "kneecap summary.json (live)"}]
+    auth = getattr(web, "auth_required_if_enabled", lambda f: f)
+    bp = Blueprint("kneecap", __name__)
+
+    @web.app.after_request
+    def add_llm_tab(response: Response) -> Response:
+        if request.path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": "llm", "data": llm_rows(k)}]
+            response.set_data(json.dumps(data))
+        return response
+
+    @bp.route("/kneecap/charts")
+    @auth
+    def chart_page() -> Response:
+        return Response(_charts_page(k), mimetype="text/html")
+
+    @bp.route("/kneecap/summary.json")
+    @auth
+    def live_summary() -> Response:
+        return Response(json.dumps(k.summary_live(), default=str), mimetype="application/json")
+
+    web.app.register_blueprint(bp)
