@@ -29,7 +29,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
+    try:
+        from playwright import sync_api as playwright
+    except ImportError:
+        pytest.fail("playwright is missing: pip install -e '.[test]' installs it")
     path = shutil.which("chromium")
     assert path, "Debian's chromium is not installed (.ci/run installs it)"
     with playwright.sync_playwright() as p:
