@@ -138,8 +138,7 @@ class Live:
         self.write_window()
         ts = int(time.time() * 1000)
         for s in steps:
-            if s["index"] not in self._steps_written:
-                self.sink.add(step_points(s, tags=self.tags, ts_ms=ts, level_key=level_key))
+            self.sink.add(step_points(s, tags=self.tags, ts_ms=ts, level_key=level_key))
         if knee.get("found"):
             self.event("knee", knee["reason"], knee.get(level_key))
         self.event("run_end", f"run {self.k.run_id} ended: {self.k.stop_reason or 'done'}", None)

@@ -449,7 +449,12 @@ class Kneecap:
         path = os.path.join(self.out_dir, "summary.json")
         summary = self.summary()
         if self.live is not None:
-            influx = self.live.close(summary["steps"], "rate_rps" if self.open_loop else "users", summary["knee"])
+            try:
+                influx = self.live.close(summary["steps"], "rate_rps" if self.open_loop else "users", summary["knee"])
+            except Exception:  # the sink must never cost the results: log it, fail the run, write the summary
+                log.exception("kneecap: closing the live sinks failed")
+                summary["exit_code"] = 1
+                influx = None
             if influx is not None:
                 summary["influx"] = influx
         write_json_atomic(path, summary)
