@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gevent
+from locust import argument_parser as locust_argument_parser
 from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
 
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
@@ -464,8 +466,19 @@ class Kneecap:
         log.info("kneecap: summary written to %s", path)
 
 
+def _cache_locust_default_args() -> None:
+    """Locust's worker handles each spawn message with ``k not in default_args_dict()`` inside a dict
+    comprehension, building a whole argument parser per option: a 100-200 ms stall of every worker at
+    every step change (seen with gevent's blocking monitor), which delays requests and trips the loop-lag
+    check. The defaults never change within a process, so compute them once."""
+    if not hasattr(locust_argument_parser.default_args_dict, "cache_info"):
+        locust_argument_parser.default_args_dict = functools.lru_cache(maxsize=1)(
+            locust_argument_parser.default_args_dict)
+
+
 def setup(events: Any) -> None:
     """Register kneecap with a Locust ``events`` object (called once from the locustfile)."""
+    _cache_locust_default_args()
     events.init_command_line_parser.add_listener(add_arguments)
 
     def on_init(environment: Any, **_: Any) -> None:
