@@ -21,6 +21,7 @@ import yaml
 
 from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker
+from harness.client.timeouts import Timeouts
 from harness.errors import KneecapError
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.lengths import JointEmpirical, Length
@@ -41,14 +42,6 @@ class ScenarioError(KneecapError):
         self.source, self.problems = source, problems
         head = f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"
         super().__init__(head + "".join(f"\n  - {p}" for p in problems))
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect_s: float = 10.0
-    ttft_s: float = 60.0
-    idle_s: float = 30.0
-    total_s: float = 600.0
 
 
 DEFAULT_HOST = "http://127.0.0.1:8000"

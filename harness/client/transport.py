@@ -18,13 +18,13 @@ import ssl
 import struct
 import sys
 import time
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httptools
 
 from harness.client.openai import StreamProtocolError, StreamTracker
 from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
+from harness.client.timeouts import Timeouts
 from harness.metrics.record import RequestRecord
 
 __all__ = ["Connection", "Timeouts", "stream_request"]
@@ -34,14 +34,6 @@ _MAX_ERROR_BODY = 65536
 # Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect_s: float = 10.0
-    ttft_s: float = 60.0
-    idle_s: float = 30.0
-    total_s: float = 600.0
 
 
 class Connection:

@@ -32,6 +32,7 @@ from harness.analysis.plan import Step, StepPlan, stop_reason
 from harness.analysis.server import explain
 from harness.analysis.slo import request_meets
 from harness.analysis.steps import Generator, StepInfo, step_summary
+from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.live import Live
 from harness.load.options import add_arguments
 from harness.metrics.aggregate import Bucket, Fleet, Recorder
@@ -50,8 +51,6 @@ log = logging.getLogger("kneecap")
 LAG_PERIOD_S = 0.1
 LOCAL_FLUSH_S = 1.0
 PROGRESS_EVERY_S = 5.0
-EXIT_SLO_FAILED = 3
-EXIT_NO_VALID_RESULT = 4
 
 
 @dataclass(frozen=True)
@@ -403,37 +402,18 @@ class Kneecap:
             if why:
                 knee["reason"] = f"{knee['reason']}; {why}"
         knee["metric"] = sc.load.knee_metric
-        slo = self._slo_verdict(steps, level_key)
+        slo = slo_verdict(steps, sc.slo, self.knee.step_index if self.knee.found else None, level_key)
         return {"schema": "kneecap.summary/1", "run_id": self.run_id, "scenario": sc.name,
                 "host": self.env.host or sc.endpoint.host or DEFAULT_HOST, "model": sc.endpoint.model,
                 "started_at": self.started_wall, "ended_at": time.time(), "mode": mode,
                 "stop_reason": self.stop_reason, "workers": len(self.fleet.worker_step), "steps": steps,
-                "knee": knee, "slo": slo, "exit_code": self._exit_code(steps, slo)}
+                "knee": knee, "slo": slo, "exit_code": exit_code(steps, slo)}
 
     def summary_live(self) -> dict:
         """The summary as it stands now (web UI), judged on the data complete so far."""
         if self.steps:
             self.judge()
         return self.summary()
-
-    def _slo_verdict(self, steps: list[dict], level_key: str) -> dict:
-        """Passed: every SLO held at every step up to the knee (all steps when there is no knee)."""
-        judged = [s for s in steps if s["slo_passed"] is not None]
-        if not self.scenario.slo:
-            return {"thresholds": [], "passed": None, "max_load_within_slo": None}
-        last = self.knee.step_index if self.knee.found else None
-        upto = [s for s in judged if last is None or s["index"] <= last]
-        within = [s[level_key] for s in judged if s["slo_passed"]]
-        return {"thresholds": [t.text for t in self.scenario.slo],
-                "passed": bool(upto) and all(s["slo_passed"] for s in upto),
-                "max_load_within_slo": max(within) if within else None}
-
-    @staticmethod
-    def _exit_code(steps: list[dict], slo: dict) -> int:
-        measured = [s for s in steps if s["ok"] > 0]
-        if not measured or not any(s["generator"]["reliable"] for s in measured):
-            return EXIT_NO_VALID_RESULT
-        return EXIT_SLO_FAILED if slo["passed"] is False else 0
 
     def finalize(self, **_: Any) -> None:
         if self.finalized or self.role == "worker" or not self.run_id:

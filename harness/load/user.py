@@ -16,7 +16,7 @@ from gevent.pool import Group
 from locust import FastHttpUser, constant, task
 
 from harness.client.openai import build_body, request_head
-from harness.client.transport import Connection, Timeouts, stream_request
+from harness.client.transport import Connection, stream_request
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
 from harness.scenario import DEFAULT_HOST
@@ -46,7 +46,7 @@ class LLMUser(FastHttpUser):
         self.conn = Connection(base)
         self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-        self.timeouts = Timeouts(**vars(ep.timeouts))
+        self.timeouts = ep.timeouts
         self.sampler = self.kneecap.sampler()
 
         self.base = base

@@ -1,0 +1,30 @@
+"""The run's verdict from its judged steps: the SLO section of summary.json and the exit code. Pure."""
+
+from __future__ import annotations
+
+from harness.analysis.slo import Threshold
+
+__all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "exit_code", "slo_verdict"]
+
+EXIT_SLO_FAILED = 3
+EXIT_NO_VALID_RESULT = 4
+
+
+def slo_verdict(steps: list[dict], thresholds: tuple[Threshold, ...], knee_step: int | None, level_key: str) -> dict:
+    """Passed: every SLO held at every step up to the knee (every step when there is no knee);
+    ``max_load_within_slo``: the largest load whose step met them all."""
+    if not thresholds:
+        return {"thresholds": [], "passed": None, "max_load_within_slo": None}
+    judged = [s for s in steps if s["slo_passed"] is not None]
+    upto = [s for s in judged if knee_step is None or s["index"] <= knee_step]
+    within = [s[level_key] for s in judged if s["slo_passed"]]
+    return {"thresholds": [t.text for t in thresholds], "passed": bool(upto) and all(s["slo_passed"] for s in upto),
+            "max_load_within_slo": max(within) if within else None}
+
+
+def exit_code(steps: list[dict], slo: dict) -> int:
+    """0 ok; 3 an SLO failed; 4 no valid result (no successful request, or no step with a reliable generator)."""
+    measured = [s for s in steps if s["ok"] > 0]
+    if not measured or not any(s["generator"]["reliable"] for s in measured):
+        return EXIT_NO_VALID_RESULT
+    return EXIT_SLO_FAILED if slo["passed"] is False else 0
