@@ -51,14 +51,18 @@ class Checker:
                 self.fail(path, f"missing required key '{key}'")
         return node
 
+    def _absent(self, key: str, path: str, default: Any) -> Any:
+        if default is MISSING:
+            self.fail(path, f"missing required key '{key}'")
+            return None
+        return default
+
     def number(self, node: dict, key: str, path: str, default: Any = MISSING, *, integer: bool = False,
                minimum: float | None = None, maximum: float | None = None, above: float | None = None) -> Any:
         """A number (an integer when ``integer``) within the bounds; ``default`` when absent."""
         where = f"{path}.{key}" if path else key
         if key not in node:
-            if default is MISSING:
-                self.fail(path, f"missing required key '{key}'")
-            return None if default is MISSING else default
+            return self._absent(key, path, default)
         value = node[key]
         ok = isinstance(value, int) if integer else isinstance(value, (int, float))
         if isinstance(value, bool) or not ok:
@@ -82,9 +86,7 @@ class Checker:
                choices: Iterable[str] | None = None, name: bool = False) -> Any:
         where = f"{path}.{key}" if path else key
         if key not in node:
-            if default is MISSING:
-                self.fail(path, f"missing required key '{key}'")
-            return None if default is MISSING else default
+            return self._absent(key, path, default)
         value = node[key]
         if not isinstance(value, str) or not value:
             self.fail(where, f"expected a non-empty string, got {_kind(value)} {value!r}")

@@ -30,18 +30,9 @@ def read_header(path: str) -> list[str]:
     """Column names: the CSV header, or the keys of the first JSONL object."""
     if not os.path.isfile(path):
         raise TraceError(f"{path}: file not found")
+    if _is_jsonl(path):
+        return list(next(_rows(path), (0, {}))[1])
     with open(path, newline="", encoding="utf-8") as f:
-        if _is_jsonl(path):
-            for line in f:
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except ValueError as exc:
-                        raise TraceError(f"{path}:1: not a JSON object per line ({exc})") from None
-                    if not isinstance(row, dict):
-                        raise TraceError(f"{path}:1: expected a JSON object per line, got {type(row).__name__}")
-                    return list(row)
-            return []
         return next(csv.reader(f), [])
 
 
