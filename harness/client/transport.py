@@ -25,6 +25,7 @@ import httptools
 from harness.client.openai import StreamProtocolError, StreamTracker
 from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
 from harness.client.timeouts import Timeouts
+from harness.client.watchdog import Deadline, watchdog
 from harness.metrics.record import RequestRecord
 
 __all__ = ["Connection", "Timeouts", "stream_request"]
@@ -64,6 +65,7 @@ class Connection:
                 self.kernel_ts = True
             except OSError:
                 pass
+        sock.settimeout(None)  # deadlines are the watchdog's (harness/client/watchdog.py), not per-wait timers
         self.sock = sock
         return sock
 
@@ -148,19 +150,47 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float) ->
                                               f"{timeouts.connect_s} s") from None
         except (OSError, ssl.SSLError) as exc:
             raise _Failure("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}") from None
+    sock = conn.sock
+    assert sock is not None
+    sock.settimeout(max(start + timeouts.total_s - time.perf_counter(), 0.001))  # a server that never reads
     try:
-        conn.sock.sendall(payload)  # type: ignore[union-attr]
+        sock.sendall(payload)
+    except TimeoutError:
+        conn.close()
+        raise _Failure("total_timeout", f"sending the request took over {timeouts.total_s} s") from None
     except OSError as exc:
         conn.close()
         if reused:
             return _send(conn, payload, timeouts, start)
         raise _Failure("reset", f"send failed: {exc}") from None
+    finally:
+        with contextlib.suppress(OSError):  # already closed on failure
+            sock.settimeout(None)
     return reused
 
 
 def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, rec: RequestRecord,
               tracker: StreamTracker, max_line: int) -> None:
     reused = _send(conn, payload, timeouts, start)
+    deadline = watchdog.watch(Deadline(conn.sock, start, timeouts.ttft_s, timeouts.idle_s,  # type: ignore[arg-type]
+                                       timeouts.total_s))
+    try:
+        retry = _read(conn, deadline, reused, start, rec, tracker, max_line)
+    finally:
+        watchdog.forget(deadline)
+    if retry:  # a stale keep-alive socket: once more on a new one
+        _exchange(conn, payload, timeouts, start, rec, tracker, max_line)
+
+
+def _expired(deadline: Deadline, start: float, tracker: StreamTracker) -> _Failure:
+    kind = deadline.expired or "reset"
+    return _Failure(kind, f"{kind.replace('_', ' ')} after {time.perf_counter() - start:.3f} s "
+                          f"({len(tracker.chunk_times)} content chunks)")
+
+
+def _read(conn: Connection, deadline: Deadline, reused: bool, start: float, rec: RequestRecord,
+          tracker: StreamTracker, max_line: int) -> bool:
+    """Read the response to its end; True when a reused socket turned out stale before any byte."""
     resp = _Response()
     parser = resp.parser = httptools.HttpResponseParser(resp)
     decoder = LineDecoder(max_line)
@@ -169,45 +199,39 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
     real_minus_perf = time.time() - time.perf_counter()
     error_body: list[bytes] = []
     perf = time.perf_counter
+    sock = conn.sock
+    assert sock is not None
     while True:
-        sock = conn.sock
-        now = perf()
-        limit, kind = timeouts.idle_s, "idle_timeout"
-        if not tracker.chunk_times and start + timeouts.ttft_s - now < limit:
-            limit, kind = start + timeouts.ttft_s - now, "ttft_timeout"
-        if start + timeouts.total_s - now < limit:
-            limit, kind = start + timeouts.total_s - now, "total_timeout"
-        if limit <= 0:
-            raise _Failure(kind, f"{kind.replace('_', ' ')} after {now - start:.3f} s")
-        sock.settimeout(limit)  # type: ignore[union-attr]
         try:
             if conn.kernel_ts:
-                data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)  # type: ignore[union-attr]
+                data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)
             else:
-                data, anc = sock.recv(_RECV), None  # type: ignore[union-attr]
-        except TimeoutError:
-            raise _Failure(kind, f"{kind.replace('_', ' ')} after {perf() - start:.3f} s "
-                                 f"({len(tracker.chunk_times)} content chunks)") from None
+                data, anc = sock.recv(_RECV), None
         except OSError as exc:
-            if reused and not got_bytes:  # a stale keep-alive socket: retry once on a new one
+            if deadline.expired:
+                raise _expired(deadline, start, tracker) from None
+            if reused and not got_bytes:
                 conn.close()
-                return _exchange(conn, payload, timeouts, start, rec, tracker, max_line)
+                return True
             raise _Failure("reset", f"connection error after {len(tracker.chunk_times)} content chunks: "
                                     f"{exc}") from None
+        if deadline.expired:
+            raise _expired(deadline, start, tracker)
         t = perf()
         if anc and anc[0][1] == _SO_TIMESTAMPNS:
             # The kernel's receive time (CLOCK_REALTIME) on our clock: the moment the bytes arrived, however
             # late this greenlet got to read them (a burst of streams is read one after another).
             sec, nsec = struct.unpack("qq", anc[0][2][:16])
             t = min(t, sec + nsec * 1e-9 - real_minus_perf)
+        deadline.last = t
         if not data:
             if reused and not got_bytes:
                 conn.close()
-                return _exchange(conn, payload, timeouts, start, rec, tracker, max_line)
+                return True
             conn.close()
             if tracker.finish_reason is not None and sse:  # closed after finish: complete, no [DONE]
                 rec.e2e_s = tracker.finish_t - start  # type: ignore[operator]
-                return None
+                return False
             raise _Failure("truncated" if resp.headers_done else "reset",
                            f"server closed the connection after {len(tracker.chunk_times)} content chunks "
                            f"without finish_reason or [DONE]")
@@ -228,6 +252,7 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
                     for ev in decoder.feed(t, chunk):
                         if tracker.on_event(ev.t, ev.data):
                             rec.e2e_s = ev.t - start
+                deadline.first = bool(tracker.chunk_times)
             else:
                 error_body.extend(chunks)
                 if sum(map(len, error_body)) > _MAX_ERROR_BODY:
@@ -244,7 +269,7 @@ def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float
                     raise _Failure("truncated", f"stream ended without finish_reason or [DONE] after "
                                                 f"{len(tracker.chunk_times)} content chunks")
                 rec.e2e_s = tracker.finish_t - start  # type: ignore[operator]
-            return None
+            return False
 
 
 def _http_failure(rec: RequestRecord, resp: _Response, body: bytes) -> None:
