@@ -52,6 +52,8 @@ class Connection:
         self.sock: socket.socket | None = None
         self.kernel_ts = False
         """True when the kernel stamps each receive (SO_TIMESTAMPNS, plain TCP on Linux)."""
+        self.cooperative = False
+        """True for gevent sockets (inside Locust)."""
 
     def open(self, timeout: float) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=timeout)
@@ -65,7 +67,10 @@ class Connection:
                 self.kernel_ts = True
             except OSError:
                 pass
-        sock.settimeout(None)  # deadlines are the watchdog's (harness/client/watchdog.py), not per-wait timers
+        # gevent sockets wait without timeouts (each would arm a timer per event); the watchdog keeps the
+        # deadlines. Plain sockets get a per-read timeout instead (harness/client/watchdog.py).
+        self.cooperative = type(sock).__module__.startswith("gevent")
+        sock.settimeout(None)
         self.sock = sock
         return sock
 
@@ -172,8 +177,9 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float) ->
 def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, rec: RequestRecord,
               tracker: StreamTracker, max_line: int) -> None:
     reused = _send(conn, payload, timeouts, start)
-    deadline = watchdog.watch(Deadline(conn.sock, start, timeouts.ttft_s, timeouts.idle_s,  # type: ignore[arg-type]
-                                       timeouts.total_s))
+    deadline = Deadline(conn.sock, start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s)  # type: ignore[arg-type]
+    if conn.cooperative:
+        watchdog.watch(deadline)
     try:
         retry = _read(conn, deadline, reused, start, rec, tracker, max_line)
     finally:
@@ -201,12 +207,19 @@ def _read(conn: Connection, deadline: Deadline, reused: bool, start: float, rec:
     perf = time.perf_counter
     sock = conn.sock
     assert sock is not None
+    cooperative = conn.cooperative
     while True:
+        if not cooperative:  # plain sockets: a per-read timeout is free, no watchdog
+            at, kind = deadline.next()
+            sock.settimeout(max(at - perf(), 1e-6))
         try:
             if conn.kernel_ts:
                 data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)
             else:
                 data, anc = sock.recv(_RECV), None
+        except TimeoutError:
+            deadline.expired = kind
+            raise _expired(deadline, start, tracker) from None
         except OSError as exc:
             if deadline.expired:
                 raise _expired(deadline, start, tracker) from None

@@ -1,17 +1,19 @@
-"""Request deadlines (TTFT, idle, total) enforced by one watchdog per process instead of socket timeouts.
+"""Request deadlines (TTFT, idle, total): one ``Deadline`` per request, enforced in one of two ways.
 
-Why: under gevent, every socket wait with a timeout arms a timer — about 16 µs per streamed event,
-a fifth of the client's cost per token. Here sockets block without a timeout; a single thread (a
-greenlet when gevent has patched ``threading``) checks every in-flight request each ``TICK_S`` and,
-past a deadline, records which one and shuts the socket down, which wakes the blocked read. Deadlines
-are therefore exact to ``TICK_S`` (50 ms), far below any sensible timeout.
+- **Cooperative sockets (gevent, i.e. inside Locust):** one watchdog greenlet per process checks every
+  in-flight request each ``TICK_S`` and, past a deadline, records which one and shuts the socket down,
+  which wakes the blocked read. Sockets wait without a timeout: under gevent every wait with a timeout
+  arms a timer, ~16 µs per streamed event, a fifth of the client's cost per token. Deadlines are
+  exact to ``TICK_S`` (50 ms), far below any sensible timeout.
+- **Plain sockets (threads, scripts):** the transport sets the socket timeout to ``remaining()`` before
+  each read; there a timeout costs nothing extra. No background thread is ever started (a real thread
+  alive when gevent later patches the process can deadlock imports).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 
 __all__ = ["TICK_S", "Deadline", "watchdog"]
@@ -34,33 +36,43 @@ class Deadline:
         self.expired: str | None = None
         """The deadline that fired: "ttft_timeout", "idle_timeout" or "total_timeout"."""
 
+    def next(self) -> tuple[float, str]:
+        """The earliest deadline and its kind."""
+        at, kind = min(self.total_at, self.last + self.idle_s), "total_timeout"
+        if at != self.total_at:
+            kind = "idle_timeout"
+        if not self.first and self.ttft_at < at:
+            at, kind = self.ttft_at, "ttft_timeout"
+        return at, kind
+
     def due(self, now: float) -> str | None:
-        """The earliest deadline already past, if any."""
-        limits = [(self.total_at, "total_timeout"), (self.last + self.idle_s, "idle_timeout")]
-        if not self.first:
-            limits.append((self.ttft_at, "ttft_timeout"))
-        at, kind = min(limits)
+        at, kind = self.next()
         return kind if now >= at else None
 
 
 class _Watchdog:
     def __init__(self) -> None:
         self._active: dict[int, Deadline] = {}
-        self._thread: threading.Thread | None = None
+        self._running = False
 
     def watch(self, d: Deadline) -> Deadline:
+        """Enforce ``d`` from the watchdog greenlet (cooperative sockets only)."""
         self._active[id(d)] = d
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kneecap-deadlines", daemon=True)
-            self._thread.start()
+        if not self._running:
+            import gevent  # only reached with gevent sockets, i.e. gevent is in use
+
+            self._running = True
+            gevent.spawn(self._run)
         return d
 
     def forget(self, d: Deadline) -> None:
         self._active.pop(id(d), None)
 
     def _run(self) -> None:
+        import gevent
+
         while True:
-            time.sleep(TICK_S)
+            gevent.sleep(TICK_S)
             now = time.perf_counter()
             for d in list(self._active.values()):
                 kind = d.due(now)
@@ -72,4 +84,4 @@ class _Watchdog:
 
 
 watchdog = _Watchdog()
-"""The process's watchdog (one thread, started on first use)."""
+"""The process's watchdog (its greenlet starts on first use)."""

@@ -13,44 +13,38 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import gevent
-from locust import argument_parser as locust_argument_parser
 from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
 
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, find_knee
-from harness.analysis.plan import Step, StepPlan, stop_reason
+from harness.analysis.plan import StepPlan
 from harness.analysis.server import explain
 from harness.analysis.slo import request_meets
 from harness.analysis.steps import Generator, StepInfo, step_summary
 from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.live import Live
-from harness.load.options import add_arguments
 from harness.metrics.aggregate import Bucket, Fleet, Recorder
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 from harness.scenario import DEFAULT_HOST, Scenario, ScenarioError, default_scenario, load_scenario
 from harness.sinks.files import JsonLinesWriter, write_json_atomic
-from harness.web import register as register_web
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
 
-__all__ = ["Kneecap", "setup"]
+__all__ = ["Kneecap", "OpenStep"]
 
 log = logging.getLogger("kneecap")
 LAG_PERIOD_S = 0.1
 LOCAL_FLUSH_S = 1.0
-PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,7 @@ class Kneecap:
         self.knee = Knee(False, reason="not judged yet")
         self.verdicts: dict[int, dict] = {}
         self.stop_reason: str | None = None
-        self._last_progress = 0.0
+        self.last_progress = 0.0
         self.open_step: OpenStep | None = None
         self.live: Live | None = None
         self.worker_gen: dict[str, dict] = {}
@@ -187,7 +181,7 @@ class Kneecap:
             if self.role == "local":
                 self._greenlets.append(gevent.spawn(self._local_flush_loop))
         if self.role != "worker":
-            self._start_run()
+            self.start_run()
 
     def on_worker_stop(self, **_: Any) -> None:
         self.runner.send_message("kneecap_flush", self.drain())
@@ -206,7 +200,7 @@ class Kneecap:
         self._recorder().arrival(time.perf_counter(), dropped)
 
     # -- master side ------------------------------------------------------------------------
-    def _start_run(self) -> None:
+    def start_run(self) -> None:
         if self.run_id:
             return
         self.run_id = getattr(self.options, "run_id", "") or time.strftime("%Y%m%d-%H%M%S")
@@ -227,7 +221,7 @@ class Kneecap:
         self.steps.append(StepInfo(index, level, now, self.scenario.load.step.warmup_s, started_wall=time.time()))
         data = {"index": index}
         if self.open_loop:
-            data.update(rate=level, stride=self._workers())
+            data.update(rate=level, stride=self.workers())
         if self.live is not None:
             self.live.event("step", f"step {index}: {level:g} {'req/s' if self.open_loop else 'users'}", level)
         if self.role == "master":
@@ -288,63 +282,12 @@ class Kneecap:
         self.end_plan()
 
     # -- steps, judging, the knee ---------------------------------------------------------------
-    def shape_tick(self) -> Step | None:
-        """One tick of the load shape: the users to run now, or None to stop."""
-        plan, now = self.plan, time.perf_counter()
-        spawn = self.scenario.load.spawn_rate
-        if self.stop_reason is not None:
-            return None
-        if not self.steps:
-            self._start_run()
-            self.begin_step(plan.levels[0])
-            return self._users(plan.levels[0], spawn)
-        cur = self.steps[-1]
-        self.judge()
-        reason = stop_reason(self.knee, [v["error_rate"] for _, v in sorted(self.verdicts.items())],
-                             [r["threshold"] for v in self.verdicts.values() for r in v["slo"]
-                              if r["abort_on_fail"] and not r["passed"]])
-        measured = self.fleet.steps.get((cur.index, "measure"), Bucket()).requests
-        if reason is None and plan.step_done(now - cur.started, measured):
-            nxt = plan.level(cur.index + 1)
-            if nxt is None:
-                reason = f"plan complete: last level {cur.level:g} done"
-            else:
-                cur = self.steps[self.begin_step(nxt)]
-                measured = 0
-        if reason is not None:
-            self.stop_reason = reason
-            log.info("kneecap: stopping: %s", reason)
-            self.end_plan()
-            return None
-        if now - self._last_progress >= PROGRESS_EVERY_S:
-            self._last_progress = now
-            log.info("kneecap: %s", self._progress_line(cur, now, measured))
-        return self._users(cur.level, spawn)
-
-    def _users(self, level: float, spawn: float) -> Step:
-        """Closed loop: the level is users. Open loop: one arrival driver per worker, whatever the rate."""
-        if self.open_loop:
-            w = self._workers()
-            return Step(w, float(w))
-        return Step(int(level), spawn)
-
-    def _progress_line(self, cur: StepInfo, now: float, measured: int) -> str:
-        metric = self.scenario.load.knee_metric
-        b = self.fleet.steps.get((cur.index, "measure"))
-        p99 = ""
-        if b is not None and metric in b.sketches:
-            p99 = f" | {metric} p99 {b.sketches[metric].quantile(0.99) * 1000:.0f} ms"
-        knee = f"knee at {self.knee.load:g} ({self.knee.confidence})" if self.knee.found else "no knee yet"
-        unit = "req/s" if self.open_loop else "users"
-        return (f"step {cur.index} | {cur.level:g} {unit} | {self.plan.samples_line(now - cur.started, measured)}"
-                f"{p99} | {knee}")
-
     def _complete(self, info: StepInfo) -> bool:
         if info.ended is None:
             return False
-        return self.role == "local" or self.finalized or self.fleet.step_complete(info.index, self._workers())
+        return self.role == "local" or self.finalized or self.fleet.step_complete(info.index, self.workers())
 
-    def _workers(self) -> int:
+    def workers(self) -> int:
         return max(1, getattr(self.runner, "worker_count", 1) or 1)
 
     def judge(self) -> None:
@@ -444,52 +387,3 @@ class Kneecap:
         if self.requests_file is not None:
             self.requests_file.close()
         log.info("kneecap: summary written to %s", path)
-
-
-def _cache_locust_default_args() -> None:
-    """Locust's worker handles each spawn message with ``k not in default_args_dict()`` inside a dict
-    comprehension, building a whole argument parser per option: a 100-200 ms stall of every worker at
-    every step change (seen with gevent's blocking monitor), which delays requests and trips the loop-lag
-    check. The defaults never change within a process, so compute them once."""
-    if not hasattr(locust_argument_parser.default_args_dict, "cache_info"):
-        locust_argument_parser.default_args_dict = functools.lru_cache(maxsize=1)(
-            locust_argument_parser.default_args_dict)
-
-
-def setup(events: Any) -> None:
-    """Register kneecap with a Locust ``events`` object (called once from the locustfile)."""
-    _cache_locust_default_args()
-    events.init_command_line_parser.add_listener(add_arguments)
-
-    def on_init(environment: Any, **_: Any) -> None:
-        k = Kneecap(environment)
-        environment.kneecap = k
-        try:
-            if k.role != "worker":  # workers get the master's options at test start
-                k.scenario  # noqa: B018 - validate now: a bad scenario must stop the run before any load
-        except ScenarioError as exc:
-            log.error("%s", exc)
-            if environment.runner is not None:
-                environment.runner.quit()
-            raise SystemExit(2) from None
-        ev = environment.events
-        ev.test_start.add_listener(k.on_test_start)
-        if getattr(environment, "web_ui", None) is not None:
-            register_web(environment, k)
-        if k.role == "worker":
-            ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__("kneecap", k.drain()))
-            ev.test_stop.add_listener(k.on_worker_stop)
-            k.runner.register_message("kneecap_step", k.on_step_message)
-        if k.role != "worker" and environment.shape_class is not None:
-            # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
-            # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
-            gevent.signal_handler(signal.SIGTERM, k.interrupt)
-        if k.role == "master":
-            ev.worker_report.add_listener(k.on_worker_report)
-            k.runner.register_message("kneecap_flush", k.on_flush_message)
-            ev.quitting.add_listener(k.finalize)
-        else:
-            ev.test_stop.add_listener(k.on_local_stop)
-            ev.quitting.add_listener(k.finalize)
-
-    events.init.add_listener(on_init)

@@ -158,3 +158,35 @@ def test_close_before_headers_is_a_reset():
     with scripted(lambda c: None) as url:
         r = send(Connection(url))
     assert r.error == "reset"
+
+
+COOPERATIVE = """
+from gevent import monkey; monkey.patch_all()
+import sys
+from harness.client.openai import build_body, request_head
+from harness.client.timeouts import Timeouts
+from harness.client.transport import Connection, stream_request
+from harness.workload.prompts import Prompt
+conn = Connection(sys.argv[1])
+prompt = Prompt(messages=[{"role": "user", "content": "x"}], text=None, words=1, target_tokens=1)
+for tokens, fault, limits in ((10, "stall", Timeouts(idle_s=0.25)), (3000, None, Timeouts(total_s=0.4)),
+                              (10, None, Timeouts())):
+    body = build_body("chat", "sim-tiny", prompt, tokens, ignore_eos=True)
+    head = request_head("POST", "/v1/chat/completions", conn.host_header, len(body), None)
+    if fault:
+        head = head[:-2] + f"x-kneecap-fault: {fault}\\r\\n\\r\\n".encode()
+    r = stream_request(conn, "/v1/chat/completions", head, body, limits)
+    print(conn.cooperative, r.error, round(r.e2e_s, 2))
+"""
+
+
+def test_deadlines_under_gevent_come_from_the_watchdog(sim):
+    """Inside Locust sockets are gevent's: no per-read timeout, the watchdog greenlet enforces deadlines."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", COOPERATIVE, sim.url], capture_output=True, text=True, timeout=60)
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert [line[:2] for line in lines] == [["True", "idle_timeout"], ["True", "total_timeout"], ["True", "None"]], \
+        out.stdout + out.stderr
+    assert 0.25 <= float(lines[0][2]) < 0.45 and 0.4 <= float(lines[1][2]) < 0.6
