@@ -162,6 +162,6 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
         from harness.report.html import write_report
 
         say(f"results: {path}, report: {write_report(out)}")
-    except (OSError, ValueError, KeyError) as exc:  # the summary is the result; a report failure must not hide it
-        say(f"results: {path} (report not written: {exc})")
+    except Exception as exc:  # the summary is the result: a report failure must not hide it or the exit code
+        say(f"results: {path} (report not written: {type(exc).__name__}: {exc}; try: kneecap report {out})")
     return int(summary.get("exit_code", EXIT_NO_VALID_RESULT))

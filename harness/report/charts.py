@@ -54,8 +54,10 @@ def _mark_knee(ax: plt.Axes, summary: dict) -> None:
 
 def latency_vs_load(summary: dict, metric: str) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    loads = _loads(summary)
-    stats = [s["latency_ms"].get(metric, {}) for s in summary["steps"]]
+    key = _level_key(summary)
+    steps = [s for s in summary["steps"] if s["latency_ms"].get(metric, {}).get("count")]  # a cut-short step may
+    loads = [s[key] for s in steps]  # have no data for this metric
+    stats = [s["latency_ms"][metric] for s in steps]
     for q, style in (("p50", ":"), ("p95", "--"), ("p99", "-")):
         ax.plot(loads, [st.get(q) for st in stats], style, marker="o", markersize=3, label=q)
     ci = [st.get("p99_ci") or [st.get("p99"), st.get("p99")] for st in stats]
@@ -116,8 +118,11 @@ def server_vs_load(summary: dict) -> str:
     steps = [s for s in summary["steps"] if s.get("server")]
     key = _level_key(summary)
     loads = [s[key] for s in steps]
-    ax.plot(loads, [s["server"]["waiting_mean"] for s in steps], marker="o", markersize=3, label="waiting (mean)")
-    ax.plot(loads, [s["server"]["running_max"] for s in steps], marker="s", markersize=3, label="running (max)")
+    def series(name: str) -> list[float]:
+        return [float("nan") if s["server"][name] is None else s["server"][name] for s in steps]
+
+    ax.plot(loads, series("waiting_mean"), marker="o", markersize=3, label="waiting (mean)")
+    ax.plot(loads, series("running_max"), marker="s", markersize=3, label="running (max)")
     ax2 = ax.twinx()
     kv = [100 * (s["server"]["kv_cache_usage_max"] or 0) for s in steps]
     ax2.plot(loads, kv, "k:", label="KV cache % (max)")
@@ -133,8 +138,8 @@ def server_vs_load(summary: dict) -> str:
 def generator_chart(summary: dict, lag_limit_ms: float) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     loads = _loads(summary)
-    ax.plot(loads, [s["generator"]["lag_p99_ms"] for s in summary["steps"]], marker="o", markersize=3,
-            label="loop lag p99")
+    lag = [s["generator"]["lag_p99_ms"] for s in summary["steps"]]
+    ax.plot(loads, [float("nan") if v is None else v for v in lag], marker="o", markersize=3, label="loop lag p99")
     ax.axhline(lag_limit_ms, color="gray", linewidth=1, label=f"reliability limit {lag_limit_ms:g} ms")
     ax.set_xlabel(_level_key(summary).replace("_", " "))
     ax.set_ylabel("ms")
@@ -162,7 +167,7 @@ def overlay(runs: list[tuple[str, dict]], metric: str, what: str) -> str:
         if what == "throughput":
             ys = [s["throughput"]["output_tokens_per_s"] for s in summary["steps"]]
         else:
-            ys = [s["latency_ms"].get(metric, {}).get("p99") for s in summary["steps"]]
+            ys = [s["latency_ms"].get(metric, {}).get("p99", float("nan")) for s in summary["steps"]]
         line = ax.plot(loads, ys, marker="o", markersize=3, label=name)[0]
         knee = summary.get("knee") or {}
         if knee.get("found"):

@@ -102,7 +102,7 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
     return _page(f"kneecap {s.get('scenario')} {s.get('run_id')}", "".join(parts))
 
 
-def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:
+def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:  # None: no data at that load
     key = "rate_rps" if s.get("mode") == "open" else "users"
     return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"] if st[key] == load), None)
 
@@ -138,7 +138,8 @@ def write_report(run_dir: str) -> str:
     if os.path.exists(req):
         with open(req, encoding="utf-8") as f:
             records = [json.loads(line) for line in f if line.strip()]
+    page = report_html(summary, records)  # before opening the file: a failure leaves no empty report
     path = os.path.join(run_dir, "report.html")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(report_html(summary, records))
+        f.write(page)
     return path

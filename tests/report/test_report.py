@@ -1,0 +1,46 @@
+"""report.html and compare.html from summaries, including a step cut short with no latency data."""
+
+from __future__ import annotations
+
+import json
+
+from harness.report.html import compare_html, write_report
+
+
+def step(index: int, users: int, p99: float | None, tokens: float, server: bool = True) -> dict:
+    lat = {} if p99 is None else {m: {"count": 100, "mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8,
+                                      "p95": p99 * 0.9, "p99": p99, "p999": p99, "max": p99,
+                                      "p99_ci": [p99 * 0.9, p99 * 1.1]} for m in ("ttft", "tpot", "e2e")}
+    return {"index": index, "users": users, "requests": 0 if p99 is None else 100, "ok": 0 if p99 is None else 100,
+            "failures": {} if p99 is None else {"http_5xx": 2}, "latency_ms": lat,
+            "throughput": {"requests_per_s": 10.0, "output_tokens_per_s": tokens, "input_tokens_per_s": 1.0,
+                           "goodput_per_s": 9.0},
+            "generator": {"lag_p99_ms": None if p99 is None else 1.0, "lag_max_ms": None, "cpu_max_pct": 0.0,
+                          "reliable": True},
+            "stationary": None, "slo_passed": None if p99 is None else True,
+            **({"server": {"waiting_mean": None if p99 is None else 1.0, "running_max": 8.0,
+                           "kv_cache_usage_max": None, "waiting_max": 2.0, "preemptions": None}} if server else {})}
+
+
+def summary(knee_users: int) -> dict:
+    return {"run_id": "r", "scenario": "s", "model": "m", "host": "h", "mode": "closed", "workers": 2,
+            "started_at": 0, "exit_code": 0, "stop_reason": "knee confirmed",
+            "steps": [step(0, 8, 50.0, 1000), step(1, 16, 60.0, 1900), step(2, 24, 900.0, 2000),
+                      step(3, 32, None, 0.0)],
+            "knee": {"found": True, "users": knee_users, "confidence": "high", "metric": "ttft", "reason": "why"},
+            "slo": {"thresholds": ["ttft: p(95)<500"], "passed": True, "max_load_within_slo": 16}}
+
+
+def test_report_survives_a_step_without_data(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps(summary(16)))
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(
+        {"ok": True, "prompt_tokens": 90 + i, "prompt_tokens_target": 100, "output_tokens": 20, "max_tokens": 20})
+        + "\n" for i in range(50)))
+    page = (tmp_path / write_report(str(tmp_path))).read_text()
+    assert "<b id='knee'>Knee: 16 users</b>" in page and page.count("<svg") >= 7
+    assert "Prompt tokens" in page and "http_5xx" in page and "<script" not in page
+
+
+def test_compare_tabulates_knees_and_deltas():
+    page = compare_html([("a", summary(16)), ("b", summary(24))])
+    assert "<td>16</td>" in page and "<td>24</td>" in page and "(+0%)" in page and page.count("<svg") == 3
