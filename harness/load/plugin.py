@@ -30,6 +30,7 @@ from harness.analysis.server import explain
 from harness.analysis.slo import request_meets
 from harness.analysis.steps import Generator, StepInfo, step_summary
 from harness.analysis.verdict import exit_code, slo_verdict
+from harness.errors import KneecapError
 from harness.load.live import Live
 from harness.metrics.aggregate import Bucket, Fleet, Recorder
 from harness.metrics.record import RequestRecord
@@ -85,6 +86,8 @@ class Kneecap:
         self.stop_reason: str | None = None
         self.last_progress = 0.0
         self.open_step: OpenStep | None = None
+        self.merge_errors = 0
+        """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
         self.live: Live | None = None
         self.worker_gen: dict[str, dict] = {}
         """Each worker's latest generator health, for the live window."""
@@ -253,9 +256,9 @@ class Kneecap:
                 self.worker_gen[worker] = gen
                 step = payload["step"]
                 self.generators.setdefault(step, Generator()).merge(decode_sketch(gen["lag"]), gen["cpu"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (KneecapError, ValueError, KeyError, TypeError) as exc:  # incl. SketchMismatch (a version skew)
             log.error("kneecap: cannot merge the report of %s: %s", worker, exc)
-            self.env.process_exit_code = 1
+            self.merge_errors += 1
             return
         if self.requests_file is not None:
             for rec in payload.get("records", ()):
@@ -382,6 +385,9 @@ class Kneecap:
                 influx = None
             if influx is not None:
                 summary["influx"] = influx
+        if self.merge_errors:
+            summary["merge_errors"] = self.merge_errors
+            summary["exit_code"] = 1
         write_json_atomic(path, summary)
         self.env.process_exit_code = summary["exit_code"]
         if self.requests_file is not None:
