@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.common import git_rev, pin
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LAG_PERIOD_S = 0.1
@@ -39,16 +41,6 @@ _CONTENT = b'"delta":{"content":'  # a content chunk (the role chunk's delta sta
 _END = b"data: [DONE]\n\n\r\n0\r\n\r\n"
 
 
-def _git_rev() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
-def _pin(core: int) -> list[str]:
-    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 else []
 
 
 def _q(xs: list[float], p: float) -> float | None:  # nearest rank, sorted input
@@ -239,7 +231,7 @@ def _measure(args: argparse.Namespace, stack: str, n: int, tmp: str, warmup: flo
     if os.path.exists(trace):
         os.remove(trace)  # the simulator appends
     sim = subprocess.Popen(
-        [*_pin(0), sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--model", "bench", "--max-num-seqs",
+        [*pin(0), sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--model", "bench", "--max-num-seqs",
          str(n), "--kv-cache-tokens", str(max(131_072, n * (tokens + args.prompt_tokens) * 2)),
          "--max-num-batched-tokens", str(1 << 16), "--iter-base-ms", "20", "--iter-per-seq-ms", "0",
          "--iter-per-kv-ktoken-ms", "0", "--prefill-per-ktoken-ms", "0", "--trace-file", trace],
@@ -250,7 +242,7 @@ def _measure(args: argparse.Namespace, stack: str, n: int, tmp: str, warmup: flo
         if not m:
             raise SystemExit("simulator did not start")
         port = int(m.group(1))
-        load = subprocess.Popen([*_pin(1), sys.executable, "-m", "benchmarks.client_accuracy", "--load", stack,
+        load = subprocess.Popen([*pin(1), sys.executable, "-m", "benchmarks.client_accuracy", "--load", stack,
                                  str(port), str(n), str(warmup), str(seconds), str(tokens), str(args.prompt_tokens),
                                  out], stdout=subprocess.PIPE, text=True, cwd=ROOT)
         begin = float(load.stdout.readline().split()[1])  # type: ignore[union-attr]
@@ -352,7 +344,7 @@ def main() -> None:
         with open(out, "w") as f:
             json.dump(res, f)
         return
-    args.git = _git_rev()
+    args.git = git_rev()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks that stop our processes
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch

@@ -22,24 +22,16 @@ import sys
 import time
 import urllib.request
 
+from benchmarks.common import git_rev, pin
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def _git_rev() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
-def _pin(core: int) -> list[str]:
-    return ["taskset", "-c", str(core)] if os.cpu_count() and os.cpu_count() > 1 else []
 
 
 def _start(cmd: list[str]) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen(_pin(0) + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(pin(0) + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     line = proc.stdout.readline()
     m = re.search(r":(\d+)\s*$", line.strip())
     if not m:
@@ -170,7 +162,7 @@ def measure(stack: str, streams: int, seconds: float, warmup: float, base_ms: fl
         cmd = [sys.executable, "-m", "benchmarks.sim_throughput", "--serve-aiohttp", str(base_ms), str(per_seq_ms)]
     server, port = _start(cmd)
     try:
-        client = subprocess.Popen([*_pin(1), sys.executable, "-m", "benchmarks.sim_throughput", "--client", str(port),
+        client = subprocess.Popen([*pin(1), sys.executable, "-m", "benchmarks.sim_throughput", "--client", str(port),
                                    str(streams), str(warmup + seconds + 1), "2000"], cwd=ROOT)
         time.sleep(warmup)
         _get(port, "/sim/stats?reset=1")
@@ -188,7 +180,7 @@ def measure(stack: str, streams: int, seconds: float, warmup: float, base_ms: fl
             "lateness_p50_ms": round(s["lateness_ms"]["p50"], 3), "lateness_p99_ms": round(s["lateness_ms"]["p99"], 3),
             "lateness_max_ms": round(s["lateness_ms"]["max"], 3),
             "cpu_us_per_token": s["cpu_us_per_token"] and round(s["cpu_us_per_token"], 2),
-            "cpu_share": round(s["cpu_s"] / s["wall_s"], 3), "git": _git_rev()}
+            "cpu_share": round(s["cpu_s"] / s["wall_s"], 3), "git": git_rev()}
 
 
 def main() -> None:
