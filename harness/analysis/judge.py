@@ -18,7 +18,6 @@ __all__ = ["STATIONARY_RATIO", "evaluate_slo", "is_stationary", "miss_quantile",
 
 STATIONARY_RATIO = 1.25
 """A step is stationary when the median of its second half is within 1.25x of its first half's."""
-_SECONDS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e"}
 
 
 def _at(s: Sketch | None, rank: int, failures: int, high: bool) -> float:
@@ -55,7 +54,7 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[dict
         elif t.metric == "tokens_per_s_per_user":
             observed = miss_quantile(bucket.sketches.get("tokens_per_s"), t.percentile / 100, fails, high=False)
         else:
-            v = miss_quantile(bucket.sketches.get(_SECONDS[t.metric]), t.percentile / 100, fails)  # type: ignore[operator]
+            v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100, fails)  # type: ignore[operator]
             observed = v * 1000
         passed = observed == observed and t.passes(observed)
         out.append({"threshold": t.text, "observed": None if math.isnan(observed) else
@@ -76,7 +75,7 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
 def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float) -> StepPoint:
     """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output tokens/s."""
     fails = sum(bucket.failures.values())
-    s = bucket.sketches.get(_SECONDS[metric])
+    s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
     ci = miss_quantile_ci(s, 0.99, fails)
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,

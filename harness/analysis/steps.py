@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.metrics.aggregate import Bucket, summarize_sketch
+from harness.metrics.aggregate import LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
 __all__ = ["LAG_LIMIT_MS", "Generator", "StepInfo", "step_summary"]
@@ -50,10 +50,7 @@ def step_summary(info: StepInfo, bucket: Bucket, generator: Generator | None, *,
                  warmup: Bucket | None = None) -> dict:
     """summary.json's entry for one step; rates are over the measured part (after warm-up)."""
     duration = max(((info.ended or info.started) - info.started) - info.warmup_s, 1e-9)
-    latency = {m: summarize_sketch(bucket.sketches[m]) for m in ("ttft", "tpot", "itl", "itl_token", "e2e",
-                                                                  "headers", "send_lag", "ttft_intended",
-                                                                  "e2e_intended")
-               if m in bucket.sketches}
+    latency = {m: summarize_sketch(bucket.sketches[m]) for m in LATENCIES if m in bucket.sketches}
     speed = bucket.sketches.get("tokens_per_s")
     out = {
         "index": info.index, ("users" if mode == "closed" else "rate_rps"): info.level,

@@ -17,12 +17,14 @@ from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["METRICS", "Bucket", "Fleet", "Recorder", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["LATENCIES", "METRICS", "Bucket", "Fleet", "Recorder", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
            "e2e_intended")
 """ttft/tpot/itl (per chunk)/itl_token/e2e/headers in s; tokens_per_s per user; send_lag and the *_intended
 latencies (from the arrival schedule's intended start) in open-loop mode only."""
+LATENCIES = tuple(m for m in METRICS if m != "tokens_per_s")
+"""The metrics that are durations (seconds in sketches, milliseconds in summaries)."""
 PAYLOAD_VERSION = 1
 
 
@@ -194,13 +196,6 @@ class Fleet:
     def take_window(self) -> Bucket:
         w, self.window = self.window, Bucket()
         return w
-
-    def total(self, phase: str | None = "measure") -> Bucket:
-        out = Bucket()
-        for (_, p), b in sorted(self.steps.items()):
-            if phase is None or p == phase:
-                out.merge(b)
-        return out
 
 
 def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from influxdb_client import Point, WritePrecision
 
 from harness.client.server_metrics import ServerSample
-from harness.metrics.aggregate import Bucket
+from harness.metrics.aggregate import LATENCIES, Bucket
 
 __all__ = ["event_point", "generator_point", "server_point", "step_points", "window_points"]
 
-_LATENCY = ("ttft", "tpot", "itl", "e2e", "headers", "send_lag", "ttft_intended", "e2e_intended")
 
 
 def _point(measurement: str, tags: dict[str, str], ts_ms: int) -> Point:
@@ -28,7 +27,7 @@ def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, s
     """One window's fleet-wide percentiles, throughput and errors."""
     out = []
     st = {**tags, "step": str(step)}
-    for metric in _LATENCY:
+    for metric in LATENCIES:
         s = b.sketches.get(metric)
         if s is None or s.count == 0:
             continue
