@@ -246,11 +246,10 @@ class Kneecap:
 
     def merge(self, worker: str, payload: dict) -> None:
         try:
-            self.fleet.merge(worker, payload)
             metric = self.scenario.load.knee_metric
-            for step, phase, wire in payload.get("buckets", ()):
-                if phase == "measure" and metric in wire["sk"]:
-                    self.halves.setdefault(step, []).append((time.perf_counter(), decode_sketch(wire["sk"][metric])))
+            for step, phase, delta in self.fleet.merge(worker, payload):
+                if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check
+                    self.halves.setdefault(step, []).append((time.perf_counter(), delta.sketches[metric]))
             gen = payload.get("gen")
             if gen:
                 self.worker_gen[worker] = gen

@@ -179,15 +179,19 @@ class Fleet:
         self.window = Bucket()
         self.worker_step: dict[str, int] = {}
 
-    def merge(self, worker: str, payload: dict) -> None:
+    def merge(self, worker: str, payload: dict) -> list[tuple[int, str, Bucket]]:
+        """Add one worker's deltas; returns them decoded, as (step, phase, bucket)."""
         if payload.get("v") != PAYLOAD_VERSION:
             raise ValueError(f"worker {worker} sent kneecap payload version {payload.get('v')}, expected "
                              f"{PAYLOAD_VERSION}: run the same kneecap version on master and workers")
+        deltas = []
         for step, phase, wire in payload["buckets"]:
             b = Bucket.from_wire(wire)
             self.steps.setdefault((step, phase), Bucket()).merge(b)
             self.window.merge(b)
+            deltas.append((step, phase, b))
         self.worker_step[worker] = payload["step"]
+        return deltas
 
     def step_complete(self, index: int, workers: int) -> bool:
         """Every worker has reported from a later step, so step ``index`` has all its data."""
