@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness import exitcodes
 from harness.scenario import Scenario, default_scenario, load_scenario
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 
@@ -28,7 +29,6 @@ __all__ = ["RunOptions", "run"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
 SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
-EXIT_NO_VALID_RESULT = 4
 _LOG_PREFIX = re.compile(r"^\[[^]]+\] [^/]+/\w+/kneecap: (kneecap: )?")
 
 
@@ -80,7 +80,7 @@ def _start_sim(model: str, extra: tuple[str, ...], say: Callable[[str], None]) -
 
 
 def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
-    """Run the plan; returns the exit code (0 ok, 3 SLO failed, 4 no valid result)."""
+    """Run the plan; returns the exit code (``harness.exitcodes``): the summary's, or NO_VALID_RESULT without one."""
     overrides = {"workload.seed": opts.seed} if opts.seed is not None else {}
     sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
     run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -147,7 +147,7 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
             summary = json.load(f)
     except (OSError, ValueError):
         say(f"no valid summary was written ({path}); see the messages above")
-        return EXIT_NO_VALID_RESULT
+        return exitcodes.NO_VALID_RESULT
     knee = summary.get("knee", {})
     if knee.get("found"):
         level = f"{knee['users']:g} users" if "users" in knee else f"{knee['rate_rps']:g} req/s"
@@ -164,4 +164,4 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
         say(f"results: {path}, report: {write_report(out)}")
     except Exception as exc:  # the summary is the result: a report failure must not hide it or the exit code
         say(f"results: {path} (report not written: {type(exc).__name__}: {exc}; try: kneecap report {out})")
-    return int(summary.get("exit_code", EXIT_NO_VALID_RESULT))
+    return int(summary.get("exit_code", exitcodes.NO_VALID_RESULT))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from harness import exitcodes
 from harness.analysis.slo import Threshold
 
 __all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "exit_code", "slo_verdict"]
 
-EXIT_SLO_FAILED = 3
-EXIT_NO_VALID_RESULT = 4
+# Aliases of the codes in harness.exitcodes, kept because this module has exported these names.
+EXIT_SLO_FAILED = exitcodes.SLO_FAILED
+EXIT_NO_VALID_RESULT = exitcodes.NO_VALID_RESULT
 
 
 def slo_verdict(steps: list[dict], thresholds: tuple[Threshold, ...], knee_step: int | None, level_key: str) -> dict:
@@ -23,8 +25,9 @@ def slo_verdict(steps: list[dict], thresholds: tuple[Threshold, ...], knee_step:
 
 
 def exit_code(steps: list[dict], slo: dict) -> int:
-    """0 ok; 3 an SLO failed; 4 no valid result (no successful request, or no step with a reliable generator)."""
+    """``exitcodes.OK``; ``SLO_FAILED`` when an SLO failed; ``NO_VALID_RESULT`` when no request succeeded
+    or no step with successes had a reliable generator."""
     measured = [s for s in steps if s["ok"] > 0]
     if not measured or not any(s["generator"]["reliable"] for s in measured):
-        return EXIT_NO_VALID_RESULT
-    return EXIT_SLO_FAILED if slo["passed"] is False else 0
+        return exitcodes.NO_VALID_RESULT
+    return exitcodes.SLO_FAILED if slo["passed"] is False else exitcodes.OK

@@ -1,0 +1,25 @@
+"""Every exit code kneecap gives, in one place (as k6's ``errext/exitcodes/codes.go``). Pure: imports nothing.
+
+Once a run has started, ``kneecap run`` returns the code its ``summary.json`` records (``exit_code``;
+NO_VALID_RESULT when there is none), and a plain ``locust`` master running kneecap exits with it too
+(``environment.process_exit_code``, which Locust's ``main.py`` checks before its own). The numbers keep
+Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool reads them right; 3 and 4
+are ours. The README's "Exit codes" table explains each.
+"""
+
+__all__ = ["ERROR", "NO_VALID_RESULT", "OK", "SLO_FAILED", "USAGE"]
+
+OK = 0
+"""The run finished with a valid result and every SLO held (or there were none)."""
+
+ERROR = 1
+"""An error: a result sink failed, a worker report could not be merged, or a command could not do its job."""
+
+USAGE = 2
+"""A usage error (bad flag, click's code) or an invalid scenario; nothing was run."""
+
+SLO_FAILED = 3
+"""A valid result in which an SLO failed at a step up to the knee (every step when there is no knee)."""
+
+NO_VALID_RESULT = 4
+"""No valid result: no summary was written, no request succeeded, or the generator was unreliable at every step."""
