@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from harness import exitcodes
+from harness.sim import SimConfig, run_sim
 from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
 from harness.sim.openai import OutputPolicy
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
+
+F = TypeVar("F", bound=Callable[..., Any])
+_MIB = 1 << 20
+_TYPES: dict[str, type] = {"int": int, "float": float, "int | None": int, "str | None": str}
+"""Click type of each field annotation our config dataclasses use (strings: ``from __future__ import annotations``)."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -19,15 +27,32 @@ def main() -> None:
     """kneecap: load-test LLM inference endpoints and find the knee."""
 
 
-def _engine_options(func: Callable[..., None]) -> Callable[..., None]:
+def _engine_options(func: F) -> F:
     """One flag per EngineConfig field; unset flags keep the preset's value."""
     for f in reversed(dataclasses.fields(EngineConfig)):
         if f.name == "seed":  # one --seed drives the whole simulator
             continue
-        func = click.option(f"--{f.name.replace('_', '-')}", f.name, type={"int": int, "float": float}[str(f.type)],
-                            default=None,
+        func = click.option(f"--{f.name.replace('_', '-')}", f.name, type=_TYPES[str(f.type)], default=None,
                             help=f"{f.metadata['help']} [preset]")(func)
     return func
+
+
+def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None,
+                   types: dict[str, click.ParamType] | None = None) -> Callable[[F], F]:
+    """One flag per field of dataclass ``cls`` that has ``help`` metadata, in field order, with the field's
+    default, so each default is written once (in the dataclass). ``units`` renames a flag that takes another
+    unit, field = flag × scale (``{"max_body_bytes": ("max_body_mb", _MIB)}``); ``types`` sets a click type."""
+    def decorate(func: F) -> F:
+        for f in reversed(dataclasses.fields(cls)):
+            if "help" not in f.metadata:
+                continue
+            name, scale = (units or {}).get(f.name, (f.name, 1))
+            default = f.default if scale == 1 else f.default / scale
+            kind = (types or {}).get(f.name) or (float if scale != 1 else _TYPES[str(f.type)])
+            func = click.option(f"--{name.replace('_', '-')}", name, type=kind, default=default,
+                                show_default=default is not None, help=f.metadata["help"])(func)
+        return func
+    return decorate
 
 
 @main.command()
@@ -37,28 +62,17 @@ def _engine_options(func: Callable[..., None]) -> Callable[..., None]:
               help="Deployment shape; see the README's simulator section.")
 @click.option("--model", default=None, help="Served model name [sim-PRESET].")
 @_engine_options
-@click.option("--eos-median", type=float, default=256.0, show_default=True,
-              help="Median natural output length when ignore_eos is off (0: always generate max_tokens).")
-@click.option("--eos-sigma", type=float, default=0.6, show_default=True, help="Lognormal sigma of that length.")
-@click.option("--tokens-per-word", type=float, default=1.0, show_default=True,
-              help="Prompt tokens per whitespace-separated word.")
+@_field_options(OutputPolicy)  # --eos-median --eos-sigma --tokens-per-word
 @click.option("--fault", "faults", multiple=True, metavar="KIND=P",
               help=f"Inject a fault with probability P; KIND is one of {', '.join(FAULT_KINDS)}. Repeatable.")
-@click.option("--stall-s", type=float, default=5.0, show_default=True, help="Length of an injected stall.")
-@click.option("--long-line-bytes", type=int, default=1 << 20, show_default=True, help="Size of an injected long line.")
-@click.option("--retry-after-s", type=int, default=1, show_default=True, help="Retry-After of 429 answers.")
-@click.option("--max-waiting", type=int, default=None, help="Answer 429 when this many requests wait [unlimited].")
-@click.option("--max-body-mb", type=float, default=8.0, show_default=True, help="Largest accepted request body.")
-@click.option("--trace-file", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON line per request with server-side times (ground truth).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of output lengths and faults.")
+@_field_options(FaultConfig)  # --stall-s --long-line-bytes --retry-after-s
+@_field_options(SimConfig, units={"max_body_bytes": ("max_body_mb", _MIB)},  # --max-waiting --max-body-mb
+                types={"trace_file": click.Path(dir_okay=False)})  # --trace-file --seed
 def sim(host: str, port: int, preset: str, model: str | None, eos_median: float, eos_sigma: float,
         tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
         max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, **engine: int | float | None
         ) -> None:
     """Serve a simulated OpenAI-compatible LLM (vLLM-like batching and capacity) until interrupted."""
-    from harness.sim import SimConfig, run_sim  # imported here: `kneecap --help` stays fast
-
     overrides = {k: v for k, v in engine.items() if v is not None}
     engine_cfg = dataclasses.replace(PRESETS[preset], seed=seed, **overrides)
     problems = engine_cfg.problems()
@@ -79,7 +93,7 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
         faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
                            retry_after_s=retry_after_s),
-        max_waiting=max_waiting, max_body_bytes=int(max_body_mb * (1 << 20)), trace_file=trace_file, seed=seed)
+        max_waiting=max_waiting, max_body_bytes=int(max_body_mb * _MIB), trace_file=trace_file, seed=seed)
     try:
         run_sim(config, host, port)
     except OSError as exc:
@@ -123,7 +137,7 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:
         click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(2) from None
+        raise SystemExit(exitcodes.USAGE) from None
     except (OSError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(code)

@@ -28,10 +28,13 @@ HTTP_FAULTS = {"429": 429, "500": 500, "503": 503}
 
 @dataclass(frozen=True)
 class FaultConfig:
+    """Which faults to inject and their sizes. Each field but ``probabilities`` (``--fault KIND=P``) is a
+    ``kneecap sim`` flag of the same name (dashes for underscores), documented in its ``help`` metadata."""
+
     probabilities: dict[str, float] = field(default_factory=dict)
-    stall_s: float = 5.0
-    long_line_bytes: int = 1 << 20
-    retry_after_s: int = 1
+    stall_s: float = field(default=5.0, metadata={"help": "Length of an injected stall."})
+    long_line_bytes: int = field(default=1 << 20, metadata={"help": "Size of an injected long line."})
+    retry_after_s: int = field(default=1, metadata={"help": "Retry-After of 429 answers."})
 
     def pick(self, rng: random.Random, header: str | None = None) -> str | None:
         """The fault for one request: the header's kind when given, else a draw (None = healthy)."""

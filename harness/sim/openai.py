@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ApiError", "GenRequest", "OutputPolicy", "StreamFormat", "error_body", "full_response", "parse_request",
            "plain_text", "token_text"]
@@ -49,11 +49,13 @@ def error_body(err: ApiError) -> bytes:
 
 @dataclass(frozen=True)
 class OutputPolicy:
-    """How the simulated model picks its natural output length when EOS is not ignored."""
+    """How the simulated model picks its natural output length when EOS is not ignored. Every field is a
+    ``kneecap sim`` flag of the same name (dashes for underscores), documented in its ``help`` metadata."""
 
-    eos_median: float = 256.0
-    eos_sigma: float = 0.6
-    tokens_per_word: float = 1.0
+    eos_median: float = field(default=256.0, metadata={
+        "help": "Median natural output length when ignore_eos is off (0: always generate max_tokens)."})
+    eos_sigma: float = field(default=0.6, metadata={"help": "Lognormal sigma of that length."})
+    tokens_per_word: float = field(default=1.0, metadata={"help": "Prompt tokens per whitespace-separated word."})
 
 
 @dataclass

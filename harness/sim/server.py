@@ -39,15 +39,20 @@ _RESYNC_S = 0.05
 
 @dataclass
 class SimConfig:
+    """The whole simulator. ``max_waiting``, ``max_body_bytes`` (as ``--max-body-mb``), ``trace_file`` and
+    ``seed`` are ``kneecap sim`` flags, documented in their ``help`` metadata."""
+
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: str = "sim-small"
     policy: OutputPolicy = field(default_factory=OutputPolicy)
     faults: FaultConfig = field(default_factory=FaultConfig)
-    max_waiting: int | None = None
+    max_waiting: int | None = field(default=None, metadata={
+        "help": "Answer 429 when this many requests wait [unlimited]."})
     """Beyond this many queued requests answer 429 with Retry-After (a throttled shared endpoint)."""
-    max_body_bytes: int = 8 << 20
-    trace_file: str | None = None
-    seed: int = 0
+    max_body_bytes: int = field(default=8 << 20, metadata={"help": "Largest accepted request body."})
+    trace_file: str | None = field(default=None, metadata={
+        "help": "Write one JSON line per request with server-side times (ground truth)."})
+    seed: int = field(default=0, metadata={"help": "Seed of output lengths and faults."})
 
 
 class _Job:
