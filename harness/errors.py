@@ -1,13 +1,19 @@
 """The errors kneecap raises on purpose, under one base class.
 
-Catch ``KneecapError`` to handle any of them; anything else that escapes is a bug. The planned tree
-(each subclass lives next to the code that raises it, not here)::
+Catch ``KneecapError`` to handle any of them; anything else that escapes is a bug. Each subclass lives
+next to the code that raises it, not here (``tests/test_errors.py`` checks this tree against the code)::
 
     KneecapError
-    ├── ScenarioError     a scenario YAML is invalid (every problem, each with its YAML path)
-    ├── StreamError       a streamed response broke the protocol (e.g. ended without [DONE])
-    ├── SketchMismatch    sketches that cannot be merged or decoded (accuracy or format version differ)
-    └── SinkError         a result sink (InfluxDB, files) failed
+    ├── ScenarioError        scenario.py: a scenario that cannot run (every problem, each with its key path)
+    ├── StreamProtocolError  client/openai.py: a streamed response broke the protocol (``kind``: its error class)
+    ├── OversizedLine        client/sse.py: a line longer than the SSE decoder's limit (a broken or hostile server)
+    ├── SketchMismatch       metrics/sketch.py: sketches that cannot be merged or decoded (accuracy or version differ)
+    └── StreamFailure        load/user.py: a failed request as Locust's failure table shows it (one row per class)
+
+Outside the tree: ``TraceError`` (workload/traces.py, a log that cannot be read as asked) is a ``ValueError``;
+``ApiError`` (sim/openai.py) never leaves the simulator, which answers it as an HTTP error. There is no sink
+error: the InfluxDB sink spools what it cannot write, and a sink that raises while closing fails the run with
+``exitcodes.ERROR``.
 """
 
 from __future__ import annotations
