@@ -1,7 +1,7 @@
 """The knee: the last load level before p99 latency breaks away while throughput stops growing. Pure.
 
-Method (queueing signature, DESIGN §3). For consecutive judged steps i−1 → i, with load L, latency p99
-P (with its order-statistic 95% CI) and throughput T (output tokens/s):
+Method (the queueing signature; README.md, "The knee"). For consecutive judged steps i−1 → i, with
+load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output tokens/s):
 
 - **significant rise**: step i's p99 CI lies entirely above step i−1's (noise cannot make a knee);
 - **faster than load**: latency elasticity e_P = Δln P / Δln L > ``min_latency_elasticity`` (1.0) —
@@ -31,7 +31,7 @@ class StepPoint:
     index: int
     load: float
     p99: float
-    """Milliseconds of the knee metric (failures count as misses, see analysis.slo.miss_quantile)."""
+    """Milliseconds of the knee metric (failures count as misses, see harness.analysis.judge.miss_quantile)."""
     ci: tuple[float, float] | None
     throughput: float
     """Output tokens/s over the step's measured part."""
