@@ -12,7 +12,6 @@ Nothing raises: every outcome is a ``RequestRecord``, failures with their error 
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import ssl
 import struct
@@ -20,10 +19,8 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-import httptools
-
-from harness.client.openai import StreamProtocolError, StreamTracker
-from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
+from harness.client.reader import ResponseReader
+from harness.client.sse import DEFAULT_MAX_LINE
 from harness.client.timeouts import Timeouts
 from harness.client.watchdog import Deadline, watchdog
 from harness.metrics.record import RequestRecord
@@ -31,7 +28,6 @@ from harness.metrics.record import RequestRecord
 __all__ = ["Connection", "Timeouts", "stream_request"]
 
 _RECV = 65536
-_MAX_ERROR_BODY = 65536
 # Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
@@ -81,32 +77,6 @@ class Connection:
             self.sock = None
 
 
-class _Response:
-    """httptools callbacks."""
-
-    def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.headers_done = False
-        self.complete = False
-        self.keep_alive = False
-        self.body: list[bytes] = []
-        self.parser: httptools.HttpResponseParser | None = None
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        # Ask now: once feed_data returns, httptools has reset and always answers False.
-        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
-
-
 class _Failure(Exception):
     def __init__(self, kind: str, detail: str) -> None:
         self.kind, self.detail = kind, detail
@@ -114,47 +84,37 @@ class _Failure(Exception):
 
 def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeouts: Timeouts, *,
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None) -> RequestRecord:
-    """Send one streaming request and read it to the end; never raises for network or protocol trouble."""
+    """Send one streaming request and read it to the end; never raises for network or protocol trouble.
+
+    ``path`` is not read (the request line in ``head`` carries it); it stays for the callers' symmetry.
+    """
     start = time.perf_counter()
-    rec = RequestRecord(start=start, intended_start=intended_start)
-    tracker = StreamTracker(start)
-    try:
-        _exchange(conn, head + body, timeouts, start, rec, tracker, max_line_bytes)
-    except _Failure as f:
-        rec.error, rec.error_detail = f.kind, f.detail
-        rec.e2e_s = time.perf_counter() - start
+    reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start)
+    payload = head + body
+    while True:
+        reused = conn.sock is not None
+        if _send(conn, payload, timeouts, start, reader):
+            _receive(conn, reader, timeouts, start, reused)
+        if reader.over or not reused:
+            break
+        # Not over on a reused socket: the server had closed it (the send failed, or EOF before any byte).
+        # Once more on a new socket, which cannot be stale: two rounds at most.
         conn.close()
-    except StreamProtocolError as e:
-        rec.error, rec.error_detail = e.kind, e.detail
-        rec.e2e_s = time.perf_counter() - start
+    if not reader.reusable:
         conn.close()
-    except OversizedLine as e:
-        rec.error, rec.error_detail = "oversized_line", str(e)
-        rec.e2e_s = time.perf_counter() - start
-        conn.close()
-    rec.chunk_times = tracker.chunk_times
-    rec.ttft_s = tracker.chunk_times[0] if tracker.chunk_times else None
-    rec.finish_reason = tracker.finish_reason
-    rec.response_id = tracker.response_id
-    rec.prompt_tokens = tracker.prompt_tokens
-    if tracker.completion_tokens is not None:
-        rec.output_tokens = tracker.completion_tokens
-    elif tracker.chunk_times:
-        rec.output_tokens, rec.output_tokens_counted = len(tracker.chunk_times), True
-    return rec
+    return reader.record
 
 
-def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float) -> bool:
-    """Send on the kept-alive socket or a new one; True when the socket was reused."""
+def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, reader: ResponseReader) -> bool:
+    """Send on the kept-alive socket or a new one; False when that failed (recorded in ``reader`` unless the socket
+    was a reused one, which the caller retries)."""
     reused = conn.sock is not None
-    if not reused:
-        try:
-            conn.open(timeouts.connect_s)
-        except TimeoutError:
-            raise _Failure("connect_timeout", f"connect to {conn.host}:{conn.port} took over "
-                                              f"{timeouts.connect_s} s") from None
-        except (OSError, ssl.SSLError) as exc:
-            raise _Failure("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}") from None
+    try:
+        if not reused:
+            _connect(conn, timeouts)
+    except _Failure as f:
+        reader.fail(f.kind, f.detail, time.perf_counter())
+        return False
     sock = conn.sock
     assert sock is not None
     sock.settimeout(max(start + timeouts.total_s - time.perf_counter(), 0.001))  # a server that never reads
@@ -162,74 +122,71 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float) ->
         sock.sendall(payload)
     except TimeoutError:
         conn.close()
-        raise _Failure("total_timeout", f"sending the request took over {timeouts.total_s} s") from None
+        reader.fail("total_timeout", f"sending the request took over {timeouts.total_s} s", time.perf_counter())
+        return False
     except OSError as exc:
         conn.close()
-        if reused:
-            return _send(conn, payload, timeouts, start)
-        raise _Failure("reset", f"send failed: {exc}") from None
+        if not reused:
+            reader.fail("reset", f"send failed: {exc}", time.perf_counter())
+        return False
     finally:
         with contextlib.suppress(OSError):  # already closed on failure
             sock.settimeout(None)
-    return reused
+    return True
 
 
-def _exchange(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, rec: RequestRecord,
-              tracker: StreamTracker, max_line: int) -> None:
-    reused = _send(conn, payload, timeouts, start)
-    deadline = Deadline(conn.sock, start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s)  # type: ignore[arg-type]
-    if conn.cooperative:
-        watchdog.watch(deadline)
+def _connect(conn: Connection, timeouts: Timeouts) -> None:
     try:
-        retry = _read(conn, deadline, reused, start, rec, tracker, max_line)
-    finally:
-        watchdog.forget(deadline)
-    if retry:  # a stale keep-alive socket: once more on a new one
-        _exchange(conn, payload, timeouts, start, rec, tracker, max_line)
+        conn.open(timeouts.connect_s)
+    except TimeoutError:
+        raise _Failure("connect_timeout", f"connect to {conn.host}:{conn.port} took over "
+                                          f"{timeouts.connect_s} s") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise _Failure("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}") from None
 
 
-def _expired(deadline: Deadline, start: float, tracker: StreamTracker) -> _Failure:
-    kind = deadline.expired or "reset"
-    return _Failure(kind, f"{kind.replace('_', ' ')} after {time.perf_counter() - start:.3f} s "
-                          f"({len(tracker.chunk_times)} content chunks)")
-
-
-def _read(conn: Connection, deadline: Deadline, reused: bool, start: float, rec: RequestRecord,
-          tracker: StreamTracker, max_line: int) -> bool:
-    """Read the response to its end; True when a reused socket turned out stale before any byte."""
-    resp = _Response()
-    parser = resp.parser = httptools.HttpResponseParser(resp)
-    decoder = LineDecoder(max_line)
-    got_bytes = False
-    sse = True
-    real_minus_perf = time.time() - time.perf_counter()
-    error_body: list[bytes] = []
-    perf = time.perf_counter
+def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start: float, reused: bool) -> None:
+    """Feed ``reader`` every receive, stamped, until it is over, or, on a ``reused`` socket, until it turns out
+    stale (closed or reset before any byte of the answer)."""
     sock = conn.sock
     assert sock is not None
+    deadline = Deadline(sock, start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s)
     cooperative = conn.cooperative
+    if cooperative:
+        watchdog.watch(deadline)
+    try:
+        _recv_loop(sock, conn.kernel_ts, cooperative, deadline, reader, reused)
+    finally:
+        watchdog.forget(deadline)
+
+
+def _recv_loop(sock: socket.socket, kernel_ts: bool, cooperative: bool, deadline: Deadline, reader: ResponseReader,
+               reused: bool) -> None:
+    # The per-token hot path: one recv, one timestamp, one feed. Everything else happens once per request.
+    perf = time.perf_counter
+    real_minus_perf = time.time() - perf()
+    feed, chunk_times = reader.feed, reader.chunk_times
     while True:
         if not cooperative:  # plain sockets: a per-read timeout is free, no watchdog
-            at, kind = deadline.next()
-            sock.settimeout(max(at - perf(), 1e-6))
+            sock.settimeout(max(deadline.next()[0] - perf(), 1e-6))
         try:
-            if conn.kernel_ts:
+            if kernel_ts:
                 data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)
             else:
                 data, anc = sock.recv(_RECV), None
-        except TimeoutError:
-            deadline.expired = kind
-            raise _expired(deadline, start, tracker) from None
+        except TimeoutError:  # the per-read timeout, i.e. the earliest deadline (nothing moved it since)
+            deadline.expired = deadline.expired or deadline.next()[1]
+            _expired(deadline, reader)
+            return
         except OSError as exc:
-            if deadline.expired:
-                raise _expired(deadline, start, tracker) from None
-            if reused and not got_bytes:
-                conn.close()
-                return True
-            raise _Failure("reset", f"connection error after {len(tracker.chunk_times)} content chunks: "
-                                    f"{exc}") from None
+            if deadline.expired:  # the watchdog shut the socket down
+                _expired(deadline, reader)
+            elif reader.bytes_in or not reused:  # else a stale socket: the caller retries
+                reader.fail("reset", f"connection error after {len(chunk_times)} content chunks: {exc}", perf())
+            return
         if deadline.expired:
-            raise _expired(deadline, start, tracker)
+            _expired(deadline, reader)
+            return
         t = perf()
         if anc and anc[0][1] == _SO_TIMESTAMPNS:
             # The kernel's receive time (CLOCK_REALTIME) on our clock: the moment the bytes arrived, however
@@ -238,69 +195,17 @@ def _read(conn: Connection, deadline: Deadline, reused: bool, start: float, rec:
             t = min(t, sec + nsec * 1e-9 - real_minus_perf)
         deadline.last = t
         if not data:
-            if reused and not got_bytes:
-                conn.close()
-                return True
-            conn.close()
-            if tracker.finish_reason is not None and sse:  # closed after finish: complete, no [DONE]
-                rec.e2e_s = tracker.finish_t - start  # type: ignore[operator]
-                return False
-            raise _Failure("truncated" if resp.headers_done else "reset",
-                           f"server closed the connection after {len(tracker.chunk_times)} content chunks "
-                           f"without finish_reason or [DONE]")
-        got_bytes = True
-        was_done = resp.headers_done
-        try:
-            parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            raise _Failure("bad_response", f"response is not valid HTTP: {exc}") from None
-        if resp.headers_done and not was_done:
-            rec.headers_s = t - start
-            rec.status = parser.get_status_code()
-            sse = rec.status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream")
-        if resp.body:
-            chunks, resp.body = resp.body, []
-            if sse:
-                for chunk in chunks:
-                    for ev in decoder.feed(t, chunk):
-                        if tracker.on_event(ev.t, ev.data):
-                            rec.e2e_s = ev.t - start
-                deadline.first = bool(tracker.chunk_times)
-            else:
-                error_body.extend(chunks)
-                if sum(map(len, error_body)) > _MAX_ERROR_BODY:
-                    resp.complete = True  # enough to say what went wrong
-        if rec.e2e_s is not None and not resp.complete:
-            continue  # [DONE] seen: read the chunked terminator so the connection can be reused
-        if resp.complete:
-            if not resp.keep_alive:
-                conn.close()
-            if not sse:
-                _http_failure(rec, resp, b"".join(error_body))
-            if rec.e2e_s is None:
-                if tracker.finish_reason is None:
-                    raise _Failure("truncated", f"stream ended without finish_reason or [DONE] after "
-                                                f"{len(tracker.chunk_times)} content chunks")
-                rec.e2e_s = tracker.finish_t - start  # type: ignore[operator]
-            return False
+            if reader.bytes_in or not reused:  # else a stale socket: the caller retries
+                reader.close(t)
+            return
+        if feed(data, t):
+            return
+        if not deadline.first:
+            deadline.first = bool(chunk_times)
 
 
-def _http_failure(rec: RequestRecord, resp: _Response, body: bytes) -> None:
-    status = rec.status or 0
-    try:
-        err = json.loads(body).get("error", {})
-        message = err.get("message", "") if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        message = body[:200].decode("utf-8", "replace")
-    if status == 200:
-        raise _Failure("not_sse", f"HTTP 200 with content-type {resp.headers.get('content-type')!r}, expected "
-                                  f"text/event-stream: {message[:200]}")
-    if status == 429:
-        retry = resp.headers.get("retry-after")
-        try:
-            rec.retry_after_s = float(retry) if retry is not None else None
-        except ValueError:
-            rec.retry_after_s = None
-        raise _Failure("http_429", f"HTTP 429 (Retry-After: {retry}): {message[:200]}")
-    kind = "http_5xx" if status >= 500 else "http_4xx"
-    raise _Failure(kind, f"HTTP {status}: {message[:200]}")
+def _expired(deadline: Deadline, reader: ResponseReader) -> None:
+    kind = deadline.expired or "reset"
+    now = time.perf_counter()
+    reader.fail(kind, f"{kind.replace('_', ' ')} after {now - reader.start:.3f} s "
+                      f"({len(reader.chunk_times)} content chunks)", now)

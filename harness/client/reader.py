@@ -1,0 +1,222 @@
+"""One streamed HTTP response, read as it arrives: bytes and their arrival time in, a ``RequestRecord`` out.
+
+Pure: no sockets, no clock, no gevent (``tests/client/test_reader.py`` replays scripted bytes on a fake clock).
+A push object in the style of httpx's decoders: the transport calls ``feed(data, t)`` for every receive,
+with ``t`` the moment those bytes arrived, ``close(t)`` when the server closes the connection, and
+``fail(kind, detail, t)`` for trouble only the transport can see (connect errors, timeouts, resets).
+``feed`` and ``close`` return True once the response is ``over``; ``record`` is then complete.
+
+Three pure layers do the parsing: httptools (C) for HTTP/1.1 and its chunked framing, ``sse.LineDecoder``
+for events, ``openai.StreamTracker`` for OpenAI chunks. This object decides the outcome:
+
+1. Headers: ``headers_s`` and ``status``. The body is an event stream only for 200 with
+   ``content-type: text/event-stream``; any other body is kept (up to 64 KB) to say what went wrong.
+2. Event stream: every event is stamped with its chunk's arrival. ``[DONE]`` sets ``done_seen`` and E2E,
+   and reading goes on to the end of the HTTP message, so the connection can carry the next request.
+3. The message ends: after ``[DONE]``, ok. Without it, ok when a chunk carried a ``finish_reason`` (E2E
+   is that chunk's arrival), else ``truncated``. A non-stream body: ``http_429`` (Retry-After kept),
+   ``http_4xx``, ``http_5xx``, or ``not_sse`` for a 200.
+4. The server closes first (``close``): ok when a ``finish_reason`` was seen in an event stream (E2E at
+   that chunk), else ``truncated`` after the headers, ``reset`` before them.
+5. Bytes that break a layer: ``bad_response`` (not HTTP), ``malformed_chunk``, ``stream_error`` (the
+   server's error object in the stream), ``oversized_line`` (an SSE line over ``max_line_bytes``).
+
+A failure's ``e2e_s`` is when it showed: the arrival of the bytes that broke the stream, or the ``t``
+given to ``close``/``fail``. The times the stream reached (headers, content chunks) are kept.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httptools
+
+from harness.client.openai import StreamProtocolError, StreamTracker
+from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
+from harness.metrics.record import RequestRecord
+
+__all__ = ["MAX_ERROR_BODY", "ResponseReader"]
+
+MAX_ERROR_BODY = 65536
+"""Bytes of a non-stream reply kept for its error message; past this the reply is judged as it stands."""
+
+
+class ResponseReader:
+    """Reads one response. Use::
+
+        reader = ResponseReader(start)
+        for data, t in receives:      # until the reader says it is over
+            if reader.feed(data, t):
+                break
+        else:
+            reader.close(t_eof)
+        rec = reader.record
+    """
+
+    __slots__ = ("_body", "_decoder", "_error_body", "_error_len", "_parser", "_t", "bytes_in", "chunk_times",
+                 "complete", "done_seen", "headers", "headers_done", "keep_alive", "over", "record", "sse",
+                 "start", "tracker")
+
+    def __init__(self, start: float, *, max_line_bytes: int = DEFAULT_MAX_LINE,
+                 intended_start: float | None = None) -> None:
+        self.start = start
+        """When the request was initiated (``time.perf_counter``); every duration is from here."""
+        self.record = RequestRecord(start=start, intended_start=intended_start)
+        """The outcome; complete once ``over``."""
+        self.tracker = StreamTracker(start)
+        self.chunk_times = self.tracker.chunk_times
+        """Arrival of each content chunk so far (the tracker's list: the transport watches it for the TTFT)."""
+        self.bytes_in = 0
+        """Bytes fed so far (0: the server has answered nothing, so a stale kept-alive socket can be retried)."""
+        self.headers: dict[str, str] = {}
+        """Response headers, names lower-cased."""
+        self.headers_done = False
+        self.sse = False
+        """The body is an event stream (200, text/event-stream)."""
+        self.done_seen = False
+        """``data: [DONE]`` arrived."""
+        self.complete = False
+        """The HTTP message ended (the chunked terminator or content-length reached)."""
+        self.keep_alive = False
+        """The server will take another request on this connection (asked when the message completes)."""
+        self.over = False
+        """Nothing more to read: success or failure is in ``record``."""
+        self._decoder = LineDecoder(max_line_bytes)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        self._t = start  # arrival of the bytes being parsed, for the httptools callbacks
+        self._body: list[bytes] = []
+        self._error_body: list[bytes] = []
+        self._error_len = 0
+
+    @property
+    def reusable(self) -> bool:
+        """The connection can carry the next request: the response ended well and the server keeps it open."""
+        return self.over and self.keep_alive and self.record.error is None
+
+    # -- the transport's calls ---------------------------------------------------------------------------
+
+    def feed(self, data: bytes, t: float) -> bool:
+        """One receive's bytes, arrived at ``t``; True once the response is over. The per-token hot path."""
+        if self.over:
+            return True
+        self.bytes_in += len(data)
+        self._t = t
+        try:
+            self._parser.feed_data(data)  # type: ignore[union-attr]  # dropped only once over
+        except httptools.HttpParserError as exc:
+            return self._fail("bad_response", f"response is not valid HTTP: {exc}", t)
+        body = self._body
+        if body:
+            self._body = []
+            if self.sse:
+                on_event = self.tracker.on_event
+                decode = self._decoder.feed
+                try:
+                    for chunk in body:
+                        for ev in decode(t, chunk):
+                            if on_event(ev.t, ev.data):
+                                self.done_seen = True
+                                self.record.e2e_s = ev.t - self.start
+                except StreamProtocolError as e:
+                    return self._fail(e.kind, e.detail, t)
+                except OversizedLine as e:
+                    return self._fail("oversized_line", str(e), t)
+            else:
+                self._error_body.extend(body)
+                self._error_len += sum(map(len, body))
+                if self._error_len > MAX_ERROR_BODY:  # enough to say what went wrong
+                    return self._http_failure()
+        if self.complete:
+            return self._message_end()
+        return False
+
+    def close(self, t: float) -> bool:
+        """The server closed the connection at ``t`` (EOF). Always True: the response is over."""
+        if self.over:
+            return True
+        tracker = self.tracker
+        if self.sse and tracker.finish_reason is not None:  # closed after the finish: complete, no [DONE]
+            self.record.e2e_s = tracker.finish_t - self.start  # type: ignore[operator]
+            return self._finish()
+        return self._fail("truncated" if self.headers_done else "reset",
+                          f"server closed the connection after {len(self.chunk_times)} content chunks without "
+                          f"finish_reason or [DONE]", t)
+
+    def fail(self, kind: str, detail: str, t: float) -> bool:
+        """End with error class ``kind`` (a key of ``metrics.record.ERROR_CLASSES``) noticed at ``t``."""
+        if self.over:
+            return True
+        return self._fail(kind, detail, t)
+
+    # -- httptools callbacks ------------------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        rec = self.record
+        rec.headers_s = self._t - self.start
+        rec.status = self._parser.get_status_code()  # type: ignore[union-attr]
+        self.sse = rec.status == 200 and self.headers.get("content-type", "").startswith("text/event-stream")
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        # Ask now: once feed_data returns, httptools has reset and always answers False.
+        self.keep_alive = self._parser.should_keep_alive()  # type: ignore[union-attr]
+
+    # -- outcomes ------------------------------------------------------------------------------------------
+
+    def _message_end(self) -> bool:
+        if not self.sse:
+            return self._http_failure()
+        if not self.done_seen:
+            tracker = self.tracker
+            if tracker.finish_reason is None:
+                return self._fail("truncated", f"stream ended without finish_reason or [DONE] after "
+                                               f"{len(self.chunk_times)} content chunks", self._t)
+            self.record.e2e_s = tracker.finish_t - self.start  # type: ignore[operator]
+        return self._finish()
+
+    def _http_failure(self) -> bool:
+        rec, headers, body = self.record, self.headers, b"".join(self._error_body)
+        status = rec.status or 0
+        try:
+            err = json.loads(body).get("error", {})
+            message = err.get("message", "") if isinstance(err, dict) else str(err)
+        except (ValueError, AttributeError):
+            message = body[:200].decode("utf-8", "replace")
+        if status == 200:
+            return self._fail("not_sse", f"HTTP 200 with content-type {headers.get('content-type')!r}, expected "
+                                         f"text/event-stream: {message[:200]}", self._t)
+        if status == 429:
+            retry = headers.get("retry-after")
+            try:
+                rec.retry_after_s = float(retry) if retry is not None else None
+            except ValueError:
+                rec.retry_after_s = None
+            return self._fail("http_429", f"HTTP 429 (Retry-After: {retry}): {message[:200]}", self._t)
+        return self._fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {message[:200]}", self._t)
+
+    def _fail(self, kind: str, detail: str, t: float) -> bool:
+        rec = self.record
+        rec.error, rec.error_detail, rec.e2e_s = kind, detail, t - self.start
+        return self._finish()
+
+    def _finish(self) -> bool:
+        tracker, rec = self.tracker, self.record
+        rec.chunk_times = tracker.chunk_times
+        rec.ttft_s = tracker.chunk_times[0] if tracker.chunk_times else None
+        rec.finish_reason = tracker.finish_reason
+        rec.response_id = tracker.response_id
+        rec.prompt_tokens = tracker.prompt_tokens
+        if tracker.completion_tokens is not None:
+            rec.output_tokens = tracker.completion_tokens
+        elif tracker.chunk_times:
+            rec.output_tokens, rec.output_tokens_counted = len(tracker.chunk_times), True
+        self.over = True
+        self._parser = None  # it refers back to us: without this the pair waits for the cycle collector
+        return True
