@@ -52,8 +52,8 @@ def request_head(method: str, path: str, host: str, body_len: int, api_key: str 
 class StreamTracker:
     """Accumulates one stream's chunks: content arrival times, usage, finish reason, id."""
 
-    __slots__ = ("chunk_times", "completion_tokens", "done_t", "finish_reason", "finish_t", "prompt_tokens",
-                 "response_id", "start")
+    __slots__ = ("chunk_times", "completion_tokens", "finish_reason", "finish_t", "prompt_tokens", "response_id",
+                 "start")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -62,13 +62,11 @@ class StreamTracker:
         self.prompt_tokens: int | None = None
         self.finish_reason: str | None = None
         self.finish_t: float | None = None
-        self.done_t: float | None = None
         self.response_id: str | None = None
 
     def on_event(self, t: float, data: str) -> bool:
         """Take one SSE event's data; True at ``[DONE]``. Raises ``StreamProtocolError``."""
         if data == "[DONE]":
-            self.done_t = t
             return True
         try:
             obj = json.loads(data)

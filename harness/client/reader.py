@@ -113,7 +113,7 @@ class ResponseReader:
                 decode = self._decoder.feed
                 try:
                     for chunk in body:
-                        for ev in decode(t, chunk):
+                        for ev in decode(chunk, t):
                             if on_event(ev.t, ev.data):
                                 self.done_seen = True
                                 self.record.e2e_s = ev.t - self.start

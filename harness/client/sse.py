@@ -1,11 +1,10 @@
 """Server-sent events from timestamped byte chunks. Pure: no sockets, no clock.
 
-Two decoders behind one interface, tested on the same cases (``tests/client/test_sse.py``):
-
-- ``LineDecoder`` — the hot path: splits lines itself (LF, CRLF or CR, also when a line end is
-  split across chunks), keeps only what an OpenAI stream needs (``data`` and ``event``), refuses a
-  line longer than ``max_line_bytes``.
-- ``SseclientDecoder`` — the same events through sseclient-py, the reference implementation.
+``LineDecoder`` is a push parser on the per-token hot path: ``feed(chunk, t)`` returns the events
+that chunk completed. It splits lines itself (LF, CRLF or CR, also when a line end is split across
+chunks), keeps only what an OpenAI stream needs (``data`` and ``event``), and refuses a line longer
+than ``max_line_bytes``. ``tests/client/test_sse.py`` checks it against sseclient-py, the reference
+implementation, on the same awkward chunks.
 
 An event's timestamp is the arrival time of the chunk that completed it (the blank line), which
 for OpenAI-style streams is the chunk that carried its ``data:`` line.
@@ -13,12 +12,11 @@ for OpenAI-style streams is the chunk that carried its ``data:`` line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from harness.errors import KneecapError
 
-__all__ = ["Event", "LineDecoder", "OversizedLine", "SseclientDecoder"]
+__all__ = ["DEFAULT_MAX_LINE", "Event", "LineDecoder", "OversizedLine"]
 
 DEFAULT_MAX_LINE = 256 * 1024
 
@@ -30,12 +28,15 @@ class OversizedLine(KneecapError):
 @dataclass(slots=True)
 class Event:
     t: float
+    """Arrival of the chunk that completed the event."""
     data: str
+    """The ``data:`` lines joined by newlines, decoded as UTF-8 (invalid bytes replaced)."""
     event: str = "message"
+    """The ``event:`` field, "message" when absent."""
 
 
 class LineDecoder:
-    """``feed(t, chunk)`` → the events completed by that chunk. Use: ``for ev in dec.feed(t, data): ...``."""
+    """``feed(chunk, t)`` → the events completed by that chunk. Use: ``for ev in dec.feed(data, t): ...``."""
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE) -> None:
         self.max_line = max_line_bytes
@@ -44,7 +45,8 @@ class LineDecoder:
         self._event = b""
         self._skip_lf = False  # the last chunk ended with CR: a leading LF is the rest of that CRLF
 
-    def feed(self, t: float, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes, t: float) -> list[Event]:
+        """The events ``chunk`` (arrived at ``t``) completed; raises ``OversizedLine`` past ``max_line_bytes``."""
         if self._skip_lf and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._skip_lf = False
@@ -89,20 +91,3 @@ class LineDecoder:
         elif line == b"data":
             self._data.append(b"")
         # comments (":...") and id/retry fields carry nothing we use
-
-
-class SseclientDecoder:
-    """sseclient-py over the same chunks; yields the same ``Event`` objects (no line-length limit)."""
-
-    def decode(self, chunks: Iterable[tuple[float, bytes]]) -> Iterator[Event]:
-        import sseclient  # optional reference path; imported only when used
-
-        clock = [0.0]
-
-        def raw() -> Iterator[bytes]:
-            for t, chunk in chunks:
-                clock[0] = t
-                yield chunk
-
-        for ev in sseclient.SSEClient(raw()).events():
-            yield Event(clock[0], ev.data, ev.event or "message")

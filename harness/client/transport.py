@@ -1,12 +1,20 @@
-"""Streaming one request over a keep-alive HTTP/1.1 connection, timing every chunk as it arrives.
+"""Streaming one request over a keep-alive HTTP/1.1 connection, timing every receive as it arrives.
+
+The I/O half of the client: connect, send, and a recv loop that stamps each receive and hands it to
+``reader.ResponseReader`` (pure; HTTP, SSE and OpenAI parsing and the outcome). It also keeps the
+deadlines (``watchdog``) and retries once, on a new socket, when a kept-alive one turns out stale.
 
 Plain blocking sockets: under Locust (gevent monkey-patched) they are cooperative, elsewhere they are
-ordinary threads' sockets. The response is parsed by httptools (C, handles chunked encoding). Every
-receive is timestamped before any parsing, so no buffering sits between the wire and the clock
-(Locust's ``iter_lines`` waits for 1 KB: +100 ms TTFT). On Linux plain TCP the stamp is the kernel's
-own receive time (``SO_TIMESTAMPNS``), so a worker reading a burst of streams one after another does
-not add its reading order to their times; elsewhere (TLS) it is ``time.perf_counter`` at ``recv``.
-Nothing raises: every outcome is a ``RequestRecord``, failures with their error class.
+ordinary threads' sockets. Every receive is timestamped before any parsing, so no buffering sits between
+the wire and the clock (Locust's ``iter_lines`` waits for 1 KB: +100 ms TTFT). On Linux plain TCP the
+stamp is the kernel's own receive time (``SO_TIMESTAMPNS``), so a worker reading a burst of streams one
+after another does not add its reading order to their times; elsewhere (TLS) it is ``time.perf_counter``
+at ``recv``.
+
+Errors: ``stream_request`` turns network, HTTP and stream trouble into a ``RequestRecord`` with its error
+class (``metrics.record.ERROR_CLASSES``) and does not raise for it. ``Connection`` raises ``ValueError``
+for a URL that is not http(s). What is not about the exchange passes through: ``GreenletExit`` (Locust
+stopping a user mid-request), ``KeyboardInterrupt``, bugs.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@
   which wakes the blocked read. Sockets wait without a timeout: under gevent every wait with a timeout
   arms a timer, ~16 µs per streamed event, a fifth of the client's cost per token. Deadlines are
   exact to ``TICK_S`` (50 ms), far below any sensible timeout.
-- **Plain sockets (threads, scripts):** the transport sets the socket timeout to ``remaining()`` before
-  each read; there a timeout costs nothing extra. No background thread is ever started (a real thread
-  alive when gevent later patches the process can deadlock imports).
+- **Plain sockets (threads, scripts):** the transport sets the socket timeout to the time left until
+  ``Deadline.next()`` before each read; there a timeout costs nothing extra. No background thread is
+  ever started (a real thread alive when gevent later patches the process can deadlock imports).
 """
 
 from __future__ import annotations

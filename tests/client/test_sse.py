@@ -1,10 +1,13 @@
-"""SSE decoding on awkward chunks, the same cases through both decoders."""
+"""SSE decoding on awkward chunks: ``LineDecoder`` and sseclient-py, the reference, on the same cases."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterable, Iterator
 
-from harness.client.sse import LineDecoder, OversizedLine, SseclientDecoder
+import pytest
+import sseclient
+
+from harness.client.sse import Event, LineDecoder, OversizedLine
 
 VLLM = (b'data: {"id":"a","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
         b'data: {"id":"a","choices":[{"index":0,"delta":{"content":" caf\xc3\xa9"}}]}\n\n'
@@ -15,13 +18,26 @@ def splits(data: bytes, size: int) -> list[tuple[float, bytes]]:
     return [(float(i), data[i:i + size]) for i in range(0, len(data), size)]
 
 
+def sseclient_events(chunks: Iterable[tuple[float, bytes]]) -> Iterator[Event]:
+    """sseclient-py (a pull parser) over the same chunks, as the same ``Event`` objects (no line-length limit)."""
+    clock = [0.0]
+
+    def raw() -> Iterator[bytes]:
+        for t, chunk in chunks:
+            clock[0] = t
+            yield chunk
+
+    for ev in sseclient.SSEClient(raw()).events():
+        yield Event(clock[0], ev.data, ev.event or "message")
+
+
 def line_decode(chunks):
     dec = LineDecoder()
-    return [(e.t, e.event, e.data) for t, c in chunks for e in dec.feed(t, c)]
+    return [(e.t, e.event, e.data) for t, c in chunks for e in dec.feed(c, t)]
 
 
 def sseclient_decode(chunks):
-    return [(e.t, e.event, e.data) for e in SseclientDecoder().decode(chunks)]
+    return [(e.t, e.event, e.data) for e in sseclient_events(chunks)]
 
 
 DECODERS = [line_decode, sseclient_decode]
@@ -58,12 +74,12 @@ def test_timestamp_is_the_chunk_that_completes_the_event():
 
 def test_crlf_split_between_cr_and_lf():
     dec = LineDecoder()
-    out = dec.feed(1.0, b"data: a\r") + dec.feed(2.0, b"\n\r") + dec.feed(3.0, b"\n")
+    out = dec.feed(b"data: a\r", 1.0) + dec.feed(b"\n\r", 2.0) + dec.feed(b"\n", 3.0)
     assert [(e.t, e.data) for e in out] == [(2.0, "a")]
 
 
 def test_bare_cr_line_ends():
-    assert [e.data for e in LineDecoder().feed(0, b"data: a\rdata: b\r\r")] == ["a\nb"]
+    assert [e.data for e in LineDecoder().feed(b"data: a\rdata: b\r\r", 0)] == ["a\nb"]
 
 
 def test_unterminated_event_is_not_dispatched():
@@ -74,7 +90,7 @@ def test_unterminated_event_is_not_dispatched():
 def test_oversized_line_raises_even_before_its_end():
     dec = LineDecoder(max_line_bytes=100)
     with pytest.raises(OversizedLine):
-        dec.feed(0, b"data: " + b"x" * 200)
+        dec.feed(b"data: " + b"x" * 200, 0)
     with pytest.raises(OversizedLine):
-        LineDecoder(max_line_bytes=100).feed(0, b"data: " + b"x" * 200 + b"\n\n")
-    assert LineDecoder(max_line_bytes=100).feed(0, b"data: " + b"x" * 90 + b"\n\n")[0].data == "x" * 90
+        LineDecoder(max_line_bytes=100).feed(b"data: " + b"x" * 200 + b"\n\n", 0)
+    assert LineDecoder(max_line_bytes=100).feed(b"data: " + b"x" * 90 + b"\n\n", 0)[0].data == "x" * 90
