@@ -23,6 +23,7 @@ from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker
 from harness.client.timeouts import Timeouts
 from harness.errors import KneecapError
+from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.spec import joint_from_spec, length_from_spec
@@ -338,5 +339,6 @@ def _sinks(node: Any, check: Checker) -> tuple[str, dict | None]:
                     check.string(influx, key, "sinks.influxdb")
             if ("url" in influx) == ("url_env" in influx):
                 check.fail("sinks.influxdb", "give exactly one of url or url_env")
-            check.number(influx, "window_s", "sinks.influxdb", 5.0, above=0)
+            influx = {**influx, "window_s": check.number(influx, "window_s", "sinks.influxdb", DEFAULT_WINDOW_S,
+                                                         above=0)}
     return results, influx

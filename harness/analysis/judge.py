@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from harness.analysis.knee import StepPoint
+from harness.analysis.results import SloCheck
 from harness.analysis.slo import Threshold
 from harness.metrics.aggregate import Bucket, ci_ranks
 from harness.metrics.sketch import Sketch
@@ -44,7 +45,7 @@ def miss_quantile_ci(s: Sketch | None, q: float, failures: int, z: float = 1.96)
     return _at(s, lo, failures, True), _at(s, hi, failures, True)
 
 
-def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[dict]:
+def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloCheck]:
     """Each threshold on one step: the observed value (ms, tokens/s or a fraction) and pass/fail."""
     out = []
     fails = sum(bucket.failures.values())
@@ -57,9 +58,9 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[dict
             v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100, fails)  # type: ignore[operator]
             observed = v * 1000
         passed = observed == observed and t.passes(observed)
-        out.append({"threshold": t.text, "observed": None if math.isnan(observed) else
-                    ("inf" if math.isinf(observed) else round(observed, 4)), "passed": passed,
-                    "abort_on_fail": t.abort_on_fail})
+        out.append(SloCheck(threshold=t.text, observed=None if math.isnan(observed) else
+                            ("inf" if math.isinf(observed) else round(observed, 4)), passed=passed,
+                            abort_on_fail=t.abort_on_fail))
     return out
 
 

@@ -75,8 +75,9 @@ def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float
     return significant and e_p > params.min_latency_elasticity and e_t < params.max_throughput_elasticity, e_p, e_t
 
 
-def find_knee(points: list[StepPoint], params: KneeParams = KneeParams()) -> Knee:
-    """Scan judged steps in order; unreliable steps (generator lagging) are skipped, not judged."""
+def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label: str = "p99") -> Knee:
+    """Scan judged steps in order; unreliable steps (generator lagging) are skipped, not judged.
+    ``label`` names the latency figure in the reason (e.g. "ttft p99_slo")."""
     pts = [p for p in points if p.reliable and p.p99 == p.p99]
     for i in range(1, len(pts)):
         a, b = pts[i - 1], pts[i]
@@ -93,11 +94,11 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams()) -> Kne
         confidence = "low" if not confirmed else "high" if power_peak == a.index else "medium"
         ratio = b.p99 / a.p99
         growth = 100 * (b.throughput / a.throughput - 1)
-        reason = (f"p99 rose {ratio:.1f}x ({a.p99:.0f} -> {b.p99:.0f} ms) from {a.load:g} to {b.load:g} load "
+        reason = (f"{label} rose {ratio:.1f}x ({a.p99:.0f} -> {b.p99:.0f} ms) from {a.load:g} to {b.load:g} load "
                   f"(latency elasticity {e_p:.1f}) while throughput grew {growth:+.0f}% (elasticity {e_t:.2f}): "
                   f"capacity is saturated past {a.load:g}")
         return Knee(True, confirmed, a.index, a.load, a.p99, b.p99, a.throughput, b.throughput, confidence, reason)
     if len(pts) >= 2:
-        return Knee(False, reason=f"no break up to {pts[-1].load:g}: p99 {pts[0].p99:.0f} -> {pts[-1].p99:.0f} ms, "
+        return Knee(False, reason=f"no break up to {pts[-1].load:g}: {label} {pts[0].p99:.0f} -> {pts[-1].p99:.0f} ms, "
                                   f"throughput {pts[0].throughput:.0f} -> {pts[-1].throughput:.0f} tokens/s")
     return Knee(False, reason="fewer than two judged steps")

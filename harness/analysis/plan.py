@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.analysis.knee import Knee
+
+if TYPE_CHECKING:
+    from harness.scenario import LoadPlan
 
 __all__ = ["ERROR_STORM_RATE", "Step", "StepPlan", "stop_reason"]
 
@@ -34,6 +38,16 @@ class StepPlan:
             levels.append(level)
             level += step
         return cls(tuple(levels), warmup_s, min_duration_s, min_requests, max_duration_s)
+
+    @classmethod
+    def for_load(cls, load: LoadPlan) -> StepPlan:
+        """The plan of a scenario's ``load`` section: a constant level, or a staircase (closed or open loop)."""
+        st = load.step
+        if load.mode == "constant":
+            return cls.constant(load.start, load.duration_s, st.warmup_s)
+        return cls.staircase(load.start, load.step_by, load.max, warmup_s=st.warmup_s,
+                             min_duration_s=st.min_duration_s, min_requests=st.min_requests,
+                             max_duration_s=st.max_duration_s)
 
     @classmethod
     def constant(cls, level: float, duration_s: float, warmup_s: float) -> StepPlan:

@@ -1,13 +1,17 @@
-"""A step's numbers for summary.json: throughput, latency percentiles with CIs, failures, generator health. Pure."""
+"""A step's boundaries and numbers: throughput, latency percentiles with CIs, failures, generator health. Pure."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from harness.analysis.judge import miss_quantile
+from harness.analysis.results import GeneratorHealth, StepResult, Throughput
+from harness.analysis.slo import LATENCY_METRICS
 from harness.metrics.aggregate import LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
-__all__ = ["LAG_LIMIT_MS", "Generator", "StepInfo", "step_summary"]
+__all__ = ["LAG_LIMIT_MS", "Generator", "StepInfo", "step_result"]
 
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
@@ -16,6 +20,8 @@ server, was adding latency (see benchmarks/client_accuracy.py for where timing n
 
 @dataclass
 class StepInfo:
+    """A step's boundaries on the master's clock (the authoritative one, see ``metrics/protocol.py``)."""
+
     index: int
     level: float
     """Users (closed loop) or requests/s (open loop)."""
@@ -24,6 +30,14 @@ class StepInfo:
     warmup_s: float = 0.0
     ended: float | None = None
     started_wall: float = 0.0
+
+    def elapsed_s(self, now: float) -> float:
+        """Time since the step began, up to its end once it ended."""
+        return (self.ended if self.ended is not None else now) - self.started
+
+    def measured_s(self, now: float) -> float:
+        """The measured part (after warm-up): the one duration every rate of the step divides by."""
+        return max(self.elapsed_s(now) - self.warmup_s, 1e-9)
 
 
 @dataclass
@@ -37,37 +51,48 @@ class Generator:
         self.lag.merge(lag)
         self.cpu_max_pct = max(self.cpu_max_pct, cpu)
 
-    def summary(self) -> dict:
+    def health(self) -> GeneratorHealth:
+        cpu = round(self.cpu_max_pct, 1)
         if self.lag.count == 0:
-            return {"lag_p99_ms": None, "lag_max_ms": None, "cpu_max_pct": round(self.cpu_max_pct, 1),
-                    "reliable": True}
+            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True)
         p99 = self.lag.quantile(0.99) * 1000
-        return {"lag_p99_ms": round(p99, 3), "lag_max_ms": round(self.lag.max * 1000, 3),
-                "cpu_max_pct": round(self.cpu_max_pct, 1), "reliable": p99 <= LAG_LIMIT_MS}
+        return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
+                               reliable=p99 <= LAG_LIMIT_MS)
 
 
-def step_summary(info: StepInfo, bucket: Bucket, generator: Generator | None, *, mode: str = "closed",
-                 warmup: Bucket | None = None) -> dict:
-    """summary.json's entry for one step; rates are over the measured part (after warm-up)."""
-    duration = max(((info.ended or info.started) - info.started) - info.warmup_s, 1e-9)
-    latency = {m: summarize_sketch(bucket.sketches[m]) for m in LATENCIES if m in bucket.sketches}
-    speed = bucket.sketches.get("tokens_per_s")
-    out = {
-        "index": info.index, ("users" if mode == "closed" else "rate_rps"): info.level,
-        "duration_s": round(duration, 3), "warmup_s": info.warmup_s,
-        "requests": bucket.requests, "ok": bucket.ok, "failures": dict(sorted(bucket.failures.items())),
-        "warmup_requests": warmup.requests if warmup else 0,
-        **({"arrivals_per_s": round(bucket.arrivals / duration, 3), "dropped_arrivals": bucket.dropped}
-           if mode == "open" else {}),
-        "throughput": {"requests_per_s": round(bucket.requests / duration, 3),
-                       "output_tokens_per_s": round(bucket.output_tokens / duration, 1),
-                       "input_tokens_per_s": round(bucket.input_tokens / duration, 1),
-                       "goodput_per_s": round(bucket.good / duration, 3)},
-        "latency_ms": latency,
-        "tokens_per_s_per_user": summarize_sketch(speed, scale=1.0) if speed else {"count": 0},
-        "output_tokens_counted": bucket.counted_outputs,
-        "prompt_length_error": round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
-        if bucket.prompt_error_n else None,
-        "generator": (generator or Generator()).summary(),
-    }
+def _latency(bucket: Bucket) -> dict[str, dict]:
+    """Successes' percentiles per metric; SLO metrics add ``p99_slo``, the p99 with failures as misses."""
+    fails = sum(bucket.failures.values())
+    out = {}
+    for m in LATENCIES:
+        s = bucket.sketches.get(m)
+        if s is None:
+            continue
+        out[m] = stats = summarize_sketch(s)
+        if m in LATENCY_METRICS and stats["count"]:
+            v = miss_quantile(s, 0.99, fails)
+            stats["p99_slo"] = "inf" if math.isinf(v) else round(v * 1000, 3)
     return out
+
+
+def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, now: float, mode: str = "closed",
+                warmup: Bucket | None = None) -> StepResult:
+    """One step's numbers; rates are over the measured part (after warm-up)."""
+    duration = info.measured_s(now)
+    speed = bucket.sketches.get("tokens_per_s")
+    return StepResult(
+        index=info.index, mode=mode, level=info.level, duration_s=round(duration, 3), warmup_s=info.warmup_s,
+        requests=bucket.requests, ok=bucket.ok, failures=dict(sorted(bucket.failures.items())),
+        warmup_requests=warmup.requests if warmup else 0,
+        arrivals_per_s=round(bucket.arrivals / duration, 3) if mode == "open" else None,
+        dropped_arrivals=bucket.dropped if mode == "open" else None,
+        throughput=Throughput(requests_per_s=round(bucket.requests / duration, 3),
+                              output_tokens_per_s=round(bucket.output_tokens / duration, 1),
+                              input_tokens_per_s=round(bucket.input_tokens / duration, 1),
+                              goodput_per_s=round(bucket.good / duration, 3)),
+        latency_ms=_latency(bucket),
+        tokens_per_s_per_user=summarize_sketch(speed, scale=1.0) if speed else {"count": 0},
+        output_tokens_counted=bucket.counted_outputs,
+        prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
+        if bucket.prompt_error_n else None,
+        generator=(generator or Generator()).health())

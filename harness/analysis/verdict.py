@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness import exitcodes
+from harness.analysis.results import SloVerdict, StepResult
 from harness.analysis.slo import Threshold
 
 __all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "exit_code", "slo_verdict"]
@@ -12,22 +13,22 @@ EXIT_SLO_FAILED = exitcodes.SLO_FAILED
 EXIT_NO_VALID_RESULT = exitcodes.NO_VALID_RESULT
 
 
-def slo_verdict(steps: list[dict], thresholds: tuple[Threshold, ...], knee_step: int | None, level_key: str) -> dict:
+def slo_verdict(steps: list[StepResult], thresholds: tuple[Threshold, ...], knee_step: int | None) -> SloVerdict:
     """Passed: every SLO held at every step up to the knee (every step when there is no knee);
     ``max_load_within_slo``: the largest load whose step met them all."""
     if not thresholds:
-        return {"thresholds": [], "passed": None, "max_load_within_slo": None}
-    judged = [s for s in steps if s["slo_passed"] is not None]
-    upto = [s for s in judged if knee_step is None or s["index"] <= knee_step]
-    within = [s[level_key] for s in judged if s["slo_passed"]]
-    return {"thresholds": [t.text for t in thresholds], "passed": bool(upto) and all(s["slo_passed"] for s in upto),
-            "max_load_within_slo": max(within) if within else None}
+        return SloVerdict(thresholds=[], passed=None, max_load_within_slo=None)
+    judged = [s for s in steps if s.slo_passed is not None]
+    upto = [s for s in judged if knee_step is None or s.index <= knee_step]
+    within = [s.level for s in judged if s.slo_passed]
+    return SloVerdict(thresholds=[t.text for t in thresholds], passed=bool(upto) and all(s.slo_passed for s in upto),
+                      max_load_within_slo=max(within) if within else None)
 
 
-def exit_code(steps: list[dict], slo: dict) -> int:
+def exit_code(steps: list[StepResult], slo: SloVerdict) -> int:
     """``exitcodes.OK``; ``SLO_FAILED`` when an SLO failed; ``NO_VALID_RESULT`` when no request succeeded
     or no step with successes had a reliable generator."""
-    measured = [s for s in steps if s["ok"] > 0]
-    if not measured or not any(s["generator"]["reliable"] for s in measured):
+    measured = [s for s in steps if s.ok > 0]
+    if not measured or not any(s.generator.reliable for s in measured):
         return exitcodes.NO_VALID_RESULT
-    return exitcodes.SLO_FAILED if slo["passed"] is False else exitcodes.OK
+    return exitcodes.SLO_FAILED if slo.passed is False else exitcodes.OK

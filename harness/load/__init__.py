@@ -1,7 +1,6 @@
 """Locust glue: the LLM user, the fleet plumbing, load shapes. The only package (with web/) importing locust."""
 
-from harness.load.plugin import Kneecap
 from harness.load.user import LLMUser
 from harness.load.wiring import setup
 
-__all__ = ["Kneecap", "LLMUser", "setup"]
+__all__ = ["LLMUser", "setup"]

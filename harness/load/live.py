@@ -3,6 +3,7 @@
 Two greenlets: every ``window_s`` the fleet's window (everything merged since the last one) becomes
 points; every 0.5 s the server's /metrics is sampled into the current step. Both only queue and
 sample — the InfluxDB write is the sink's ``flush``, which never raises and spools on failure.
+The master hands each merged report to ``observe``; nothing else reaches into this object's state.
 """
 
 from __future__ import annotations
@@ -10,69 +11,66 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 
+from harness.analysis.knee import Knee
+from harness.analysis.results import StepResult
 from harness.analysis.server import ServerStep
+from harness.analysis.steps import StepInfo
 from harness.client.server_metrics import scrape
-from harness.metrics.wire import decode_sketch
+from harness.metrics.aggregate import Bucket
+from harness.metrics.protocol import GeneratorSample, Report
+from harness.scenario import Scenario
+from harness.sinks.config import DEFAULT_WINDOW_S, InfluxConfig
 from harness.sinks.influx import InfluxSink
 from harness.sinks.points import event_point, generator_point, server_point, step_points, window_points
 
-if TYPE_CHECKING:
-    from harness.load.plugin import Kneecap
-
-__all__ = ["Live", "influx_config"]
+__all__ = ["Live"]
 
 log = logging.getLogger("kneecap")
 SCRAPE_EVERY_S = 0.5
 
 
-def influx_config(options: Any, scenario_influx: dict | None) -> dict | None:
-    """The sink's settings: ``--influx-url`` (with --influx-org/-bucket/-token-env) wins over the scenario's
-    ``sinks.influxdb``; None when neither asks for InfluxDB. Tokens come from environment variables only."""
-    url = getattr(options, "influx_url", "") if options else ""
-    if url:
-        return {"url": url, "org": options.influx_org, "bucket": options.influx_bucket,
-                "token": os.environ.get(options.influx_token_env), "window_s": 5.0}
-    if not scenario_influx:
-        return None
-    c = scenario_influx
-    return {"url": c.get("url") or os.environ.get(c.get("url_env", ""), ""), "org": c["org"], "bucket": c["bucket"],
-            "token": os.environ.get(c["token_env"]) if c.get("token_env") else None,
-            "window_s": float(c.get("window_s", 5.0))}
-
-
 class Live:
-    def __init__(self, k: Kneecap, out_dir: str) -> None:
-        self.k = k
+    """Owns the live window (everything merged since the last one), each worker's latest health, the
+    scraped server state per step and the chart history; reads the running step through ``current``."""
+
+    def __init__(self, scenario: Scenario, options: Any, *, host: str | None, run_id: str, out_dir: str,
+                 current: Callable[[], StepInfo | None]) -> None:
+        self.scenario = scenario
+        self.run_id = run_id
+        self.current = current
         self.server: dict[int, ServerStep] = {}
         self.last_sample = None
-        self.metrics_url = self._metrics_url()
-        cfg = influx_config(k.options, k.scenario.influxdb)
+        self.metrics_url = self._metrics_url(host)
+        cfg = InfluxConfig.resolve(options, scenario.influxdb)
         self.sink: InfluxSink | None = None
-        self.window_s = 5.0
-        if cfg and cfg["url"]:
-            self.window_s = cfg["window_s"]
-            self.sink = InfluxSink(url=cfg["url"], token=cfg["token"], org=cfg["org"], bucket=cfg["bucket"],
+        self.window_s = DEFAULT_WINDOW_S
+        if cfg and cfg.url:
+            self.window_s = cfg.window_s
+            self.sink = InfluxSink(url=cfg.url, token=cfg.token, org=cfg.org, bucket=cfg.bucket,
                                    spool_path=os.path.join(out_dir, "influx-spool.lp"))
         elif cfg:
             log.warning("kneecap: sinks.influxdb has no URL (url_env unset?); not writing to InfluxDB")
-        self.tags = {"run": k.run_id, "scenario": k.scenario.name, "model": k.scenario.endpoint.model}
+        self.tags = {"run": run_id, "scenario": scenario.name, "model": scenario.endpoint.model}
         self.window = 0
+        self._bucket = Bucket()
+        self._gen: dict[str, GeneratorSample] = {}
         self.history: list[dict] = []
         """One entry per window for the web UI's chart page (t, load, p50/p99 of ttft and tpot)."""
         self._t0 = time.monotonic()
         self._greenlets: list[gevent.Greenlet] = []
 
-    def _metrics_url(self) -> str | None:
-        setting = self.k.scenario.endpoint.metrics
+    def _metrics_url(self, host: str | None) -> str | None:
+        setting = self.scenario.endpoint.metrics
         if setting == "off":
             return None
         if setting != "auto":
             return setting
-        host = (self.k.env.host or self.k.scenario.endpoint.host or "").rstrip("/")
+        host = (host or "").rstrip("/")
         return f"{host}/metrics" if host else None
 
     def start(self) -> None:
@@ -81,15 +79,26 @@ class Live:
             self.metrics_url = None
         if self.metrics_url:
             self._greenlets.append(gevent.spawn(self._scrape_loop))
-        self.event("run_start", f"run {self.k.run_id}: scenario {self.k.scenario.name}", None)
+        self.event("run_start", f"run {self.run_id}: scenario {self.scenario.name}", None)
         self._greenlets.append(gevent.spawn(self._window_loop))
+
+    def observe(self, worker: str, report: Report) -> None:
+        """A merged worker report: its deltas join the window, its health replaces the worker's last one."""
+        for _, _, delta in report.buckets:
+            self._bucket.merge(delta)
+        if report.gen is not None:
+            self._gen[worker] = report.gen
+
+    def server_summaries(self) -> dict[int, dict]:
+        return {index: s.summary() for index, s in self.server.items()}
 
     def _scrape_loop(self) -> None:
         while True:
             sample = scrape(self.metrics_url)  # type: ignore[arg-type]
-            if sample is not None and self.k.steps:
+            step = self.current()
+            if sample is not None and step is not None:
                 self.last_sample = sample
-                self.server.setdefault(self.k.steps[-1].index, ServerStep()).add(sample)
+                self.server.setdefault(step.index, ServerStep()).add(sample)
             gevent.sleep(SCRAPE_EVERY_S)
 
     def _window_loop(self) -> None:
@@ -99,10 +108,11 @@ class Live:
 
     def write_window(self) -> None:
         """Close a window: keep it for the chart page and, with a sink, write it."""
-        k, sink = self.k, self.sink
+        sink = self.sink
         ts = int(time.time() * 1000)
-        step = k.steps[-1] if k.steps else None
-        b = k.fleet.take_window()
+        step = self.current()
+        b, self._bucket = self._bucket, Bucket()
+        gens, self._gen = self._gen, {}
         entry = {"t": round(time.monotonic() - self._t0, 1), "load": step.level if step else 0.0}
         for metric in ("ttft", "tpot"):
             s = b.sketches.get(metric)
@@ -114,12 +124,11 @@ class Live:
             return
         lines = window_points(b, tags=self.tags, ts_ms=ts, window=self.window, step=step.index if step else -1,
                               load=step.level if step else 0.0, duration_s=self.window_s)
-        for worker, gen in k.worker_gen.items():
-            lag = decode_sketch(gen["lag"])
-            if lag.count:
-                lines.append(generator_point(worker, round(lag.quantile(0.99) * 1000, 3), round(lag.max * 1000, 3),
-                                             gen["cpu"], tags=self.tags, ts_ms=ts, window=self.window))
-        k.worker_gen.clear()
+        for worker, gen in gens.items():
+            if gen.lag.count:
+                lines.append(generator_point(worker, round(gen.lag.quantile(0.99) * 1000, 3),
+                                             round(gen.lag.max * 1000, 3), gen.cpu, tags=self.tags, ts_ms=ts,
+                                             window=self.window))
         if self.last_sample is not None and step is not None:
             lines.append(server_point(self.last_sample, tags=self.tags, ts_ms=ts, window=self.window, step=step.index))
         self.window += 1
@@ -130,7 +139,8 @@ class Live:
         if self.sink is not None:
             self.sink.add([event_point(kind, text, load, tags=self.tags, ts_ms=int(time.time() * 1000))])
 
-    def close(self, steps: list[dict], level_key: str, knee: dict) -> dict | None:
+    def close(self, steps: list[StepResult], knee: Knee, knee_reason: str, stop_reason: str | None) -> dict | None:
+        """Stop the greenlets; with a sink, write the last window, the judged steps and the end events."""
         for g in self._greenlets:
             g.kill(block=False)
         if self.sink is None:
@@ -138,8 +148,8 @@ class Live:
         self.write_window()
         ts = int(time.time() * 1000)
         for s in steps:
-            self.sink.add(step_points(s, tags=self.tags, ts_ms=ts, level_key=level_key))
-        if knee.get("found"):
-            self.event("knee", knee["reason"], knee.get(level_key))
-        self.event("run_end", f"run {self.k.run_id} ended: {self.k.stop_reason or 'done'}", None)
+            self.sink.add(step_points(s, tags=self.tags, ts_ms=ts))
+        if knee.found:
+            self.event("knee", knee_reason, knee.load)
+        self.event("run_end", f"run {self.run_id} ended: {stop_reason or 'done'}", None)
         return self.sink.close()

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 from locust import LoadTestShape
 
-from harness.analysis.plan import Step, stop_reason
+from harness.analysis.plan import Step
+from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo
-from harness.metrics.aggregate import Bucket
 
 if TYPE_CHECKING:
-    from harness.load.plugin import Kneecap
+    from harness.load.master import MasterSide
 
-__all__ = ["KneecapShape", "tick"]
+__all__ = ["KneecapShape", "Ticker"]
 
 log = logging.getLogger("kneecap")
 PROGRESS_EVERY_S = 5.0
@@ -30,60 +30,64 @@ class KneecapShape(LoadTestShape):
     """Scenario-driven staircase / constant / open-loop plan. Use with ``kneecap run``, or
     ``-f locustfile.py,harness/load/shape_file.py``."""
 
+    _ticker: Ticker | None = None
+
     def tick(self) -> tuple[int, float] | None:
-        step = tick(self.runner.environment.kneecap)
+        if self._ticker is None:
+            self._ticker = Ticker(self.runner.environment.kneecap.master)
+        step = self._ticker.tick(time.perf_counter())
         return None if step is None else (step.users, step.spawn_rate)
 
 
-def tick(k: Kneecap) -> Step | None:
-    """One tick of the load shape: the users to run now, or None to stop."""
-    plan, now = k.plan, time.perf_counter()
-    spawn = k.scenario.load.spawn_rate
-    if k.stop_reason is not None:
-        return None
-    if not k.steps:
-        k.start_run()
-        k.begin_step(plan.levels[0])
-        return _users(k, plan.levels[0], spawn)
-    cur = k.steps[-1]
-    k.judge()
-    reason = stop_reason(k.knee, [v["error_rate"] for _, v in sorted(k.verdicts.items())],
-                         [r["threshold"] for v in k.verdicts.values() for r in v["slo"]
-                          if r["abort_on_fail"] and not r["passed"]])
-    measured = k.fleet.steps.get((cur.index, "measure"), Bucket()).requests
-    if reason is None and plan.step_done(now - cur.started, measured):
-        nxt = plan.level(cur.index + 1)
-        if nxt is None:
-            reason = f"plan complete: last level {cur.level:g} done"
-        else:
-            cur = k.steps[k.begin_step(nxt)]
-            measured = 0
-    if reason is not None:
-        k.stop_reason = reason
-        log.info("kneecap: stopping: %s", reason)
-        k.end_plan()
-        return None
-    if now - k.last_progress >= PROGRESS_EVERY_S:
-        k.last_progress = now
-        log.info("kneecap: %s", _progress_line(k, cur, now, measured))
-    return _users(k, cur.level, spawn)
+class Ticker:
+    """One tick of the load shape at a time: the users to run now, or None to stop."""
 
+    def __init__(self, master: MasterSide) -> None:
+        self.master = master
+        self.last_progress = -PROGRESS_EVERY_S
 
-def _users(k: Kneecap, level: float, spawn: float) -> Step:
-    """Closed loop: the level is users. Open loop: one arrival driver per worker, whatever the rate."""
-    if k.open_loop:
-        w = k.workers()
-        return Step(w, float(w))
-    return Step(int(level), spawn)
+    def tick(self, now: float) -> Step | None:
+        m, view = self.master, self.master.view
+        ledger = view.ledger
+        plan, spawn = ledger.plan, ledger.scenario.load.spawn_rate
+        if view.stop_reason is not None:
+            return None
+        cur = ledger.current
+        if cur is None:
+            m.start_run()
+            cur = m.begin_step(plan.levels[0])
+            return self._users(cur.level, spawn)
+        m.judge()
+        reason = ledger.stop_reason()
+        measured = ledger.measured(cur.index).requests
+        if reason is None and plan.step_done(now - cur.started, measured):
+            nxt = plan.level(cur.index + 1)
+            if nxt is None:
+                reason = f"plan complete: last level {cur.level:g} done"
+            else:
+                cur, measured = m.begin_step(nxt), 0
+        if reason is not None:
+            log.info("kneecap: stopping: %s", reason)
+            m.stop(reason)
+            return None
+        if now - self.last_progress >= PROGRESS_EVERY_S:
+            self.last_progress = now
+            log.info("kneecap: %s", self._progress_line(cur, now, measured))
+        return self._users(cur.level, spawn)
 
+    def _users(self, level: float, spawn: float) -> Step:
+        """Closed loop: the level is users. Open loop: one arrival driver per worker, whatever the rate."""
+        if self.master.source.open_loop:
+            w = self.master.workers()
+            return Step(w, float(w))
+        return Step(int(level), spawn)
 
-def _progress_line(k: Kneecap, cur: StepInfo, now: float, measured: int) -> str:
-    metric = k.scenario.load.knee_metric
-    b = k.fleet.steps.get((cur.index, "measure"))
-    p99 = ""
-    if b is not None and metric in b.sketches:
-        p99 = f" | {metric} p99 {b.sketches[metric].quantile(0.99) * 1000:.0f} ms"
-    knee = f"knee at {k.knee.load:g} ({k.knee.confidence})" if k.knee.found else "no knee yet"
-    unit = "req/s" if k.open_loop else "users"
-    return (f"step {cur.index} | {cur.level:g} {unit} | {k.plan.samples_line(now - cur.started, measured)}"
-            f"{p99} | {knee}")
+    def _progress_line(self, cur: StepInfo, now: float, measured: int) -> str:
+        ledger = self.master.view.ledger
+        metric = ledger.scenario.load.knee_metric
+        s = ledger.measured(cur.index).sketches.get(metric)
+        p99 = f" | {metric} p99 {s.quantile(0.99) * 1000:.0f} ms" if s is not None else ""
+        knee = ledger.knee
+        knee_text = f"knee at {knee.load:g} ({knee.confidence})" if knee.found else "no knee yet"
+        return (f"step {cur.index} | {cur.level:g} {level_unit(ledger.mode)} | "
+                f"{ledger.plan.samples_line(now - cur.started, measured)}{p99} | {knee_text}")

@@ -32,14 +32,14 @@ class StreamFailure(KneecapError):
 
 class LLMUser(FastHttpUser):
     """Runs the scenario's workload: closed loop (one request at a time), or in open loop one arrival driver
-    per worker. The scenario comes from ``--scenario`` (see harness.load.plugin)."""
+    per worker. The scenario comes from ``--scenario`` (see harness.load.context)."""
 
     abstract = False
     wait_time = constant(0)
     host = None  # --host, else the scenario's endpoint.host, else the simulator's default address
 
     def on_start(self) -> None:
-        self.kneecap = self.environment.kneecap  # set by harness.load.plugin at init
+        self.kneecap = self.environment.kneecap.worker  # set up by harness.load.wiring at init
         scenario = self.kneecap.scenario
         ep = scenario.endpoint
         base = self.environment.host or ep.host or DEFAULT_HOST

@@ -1,23 +1,34 @@
-"""Wiring kneecap into Locust: options, the per-environment ``Kneecap``, and its event listeners by role."""
+"""Wiring kneecap into Locust: options, the role objects of this process, and their event listeners.
+
+A worker process gets a ``WorkerSide``, the master a ``MasterSide``, a local run both (joined directly:
+step messages become calls, reports are drained on a timer). Messages and payloads: ``metrics/protocol.py``.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 import signal
+import time
 from typing import Any
 
 import gevent
 from locust import argument_parser as locust_argument_parser
+from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
 
+from harness import exitcodes
+from harness.load.context import Kneecap, ScenarioSource
+from harness.load.master import MasterSide
 from harness.load.options import add_arguments
-from harness.load.plugin import Kneecap
+from harness.load.worker import WorkerSide
+from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError
 from harness.web import register as register_web
 
-__all__ = ["setup"]
+__all__ = ["LOCAL_FLUSH_S", "setup"]
 
 log = logging.getLogger("kneecap")
+LOCAL_FLUSH_S = 1.0
 
 
 def _cache_locust_default_args() -> None:
@@ -34,36 +45,103 @@ def setup(events: Any) -> None:
     """Register kneecap with a Locust ``events`` object (called once from the locustfile)."""
     _cache_locust_default_args()
     events.init_command_line_parser.add_listener(add_arguments)
+    events.init.add_listener(_on_init)
 
-    def on_init(environment: Any, **_: Any) -> None:
-        k = Kneecap(environment)
-        environment.kneecap = k
-        try:
-            if k.role != "worker":  # workers get the master's options at test start
-                k.scenario  # noqa: B018 - validate now: a bad scenario must stop the run before any load
-        except ScenarioError as exc:
-            log.error("%s", exc)
-            if environment.runner is not None:
-                environment.runner.quit()
-            raise SystemExit(2) from None
-        ev = environment.events
-        ev.test_start.add_listener(k.on_test_start)
-        if getattr(environment, "web_ui", None) is not None:
-            register_web(environment, k)
-        if k.role == "worker":
-            ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__("kneecap", k.drain()))
-            ev.test_stop.add_listener(k.on_worker_stop)
-            k.runner.register_message("kneecap_step", k.on_step_message)
-        if k.role != "worker" and environment.shape_class is not None:
-            # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
-            # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
-            gevent.signal_handler(signal.SIGTERM, k.interrupt)
-        if k.role == "master":
-            ev.worker_report.add_listener(k.on_worker_report)
-            k.runner.register_message("kneecap_flush", k.on_flush_message)
-            ev.quitting.add_listener(k.finalize)
-        else:
-            ev.test_stop.add_listener(k.on_local_stop)
-            ev.quitting.add_listener(k.finalize)
 
-    events.init.add_listener(on_init)
+def _on_init(environment: Any, **_: Any) -> None:
+    runner = environment.runner
+    source = ScenarioSource(environment)
+    k = environment.kneecap = Kneecap(source)
+    if isinstance(runner, WorkerRunner):  # the scenario comes with the master's options, at test start
+        _worker(environment, k)
+        return
+    try:
+        source.scenario  # noqa: B018 - validate now: a bad scenario must stop the run before any load
+    except ScenarioError as exc:
+        log.error("%s", exc)
+        if runner is not None:
+            runner.quit()
+        raise SystemExit(exitcodes.USAGE) from None
+    if isinstance(runner, MasterRunner):
+        _master(environment, k)
+    else:
+        _local(environment, k)
+    m = k.master
+    assert m is not None
+    if environment.shape_class is not None:
+        # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
+        # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
+        gevent.signal_handler(signal.SIGTERM, m.interrupt)
+    if getattr(environment, "web_ui", None) is not None:
+        register_web(environment, m.view)
+    environment.events.quitting.add_listener(m.finalize)
+
+
+def _start_run(environment: Any, m: MasterSide) -> None:
+    m.start_run()
+    if environment.shape_class is None:  # plain -u/-r/-t run: one step; a shape begins its own steps
+        m.begin_step(float(m.source.option("num_users", None) or 0))
+
+
+def _worker(environment: Any, k: Kneecap) -> None:
+    w = k.worker = WorkerSide(environment, k.source)
+    runner, ev = environment.runner, environment.events
+
+    def on_test_start(**_: Any) -> None:
+        k.source.reload()
+        w.on_test_start()
+
+    ev.test_start.add_listener(on_test_start)
+    ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__(REPORT_KEY,
+                                                                                    w.report().to_wire()))
+    ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
+    runner.register_message(STEP_MESSAGE, lambda environment, msg, **kw: w.on_step(StepMessage.from_wire(msg.data),
+                                                                                     time.perf_counter()))
+
+
+def _master(environment: Any, k: Kneecap) -> None:
+    runner, ev = environment.runner, environment.events
+
+    def collect_last_reports() -> None:
+        if runner.state not in (STATE_INIT, STATE_STOPPED):
+            runner.stop()  # e.g. SIGTERM mid-run: collect the workers' final flushes before writing
+
+    m = k.master = MasterSide(environment, k.source, send_step=lambda msg: runner.send_message(STEP_MESSAGE,
+                                                                                               msg.to_wire()),
+                              workers=lambda: max(1, runner.worker_count or 1), before_summary=collect_last_reports)
+    ev.test_start.add_listener(lambda **_: _start_run(environment, m))
+    ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
+                                  if REPORT_KEY in data else None)
+    runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.merge(msg.node_id, msg.data))
+
+
+def _local(environment: Any, k: Kneecap) -> None:
+    """One process: the worker side's reports go straight to the master side, every second and at the end."""
+    w = k.worker = WorkerSide(environment, k.source)
+    flusher: list[gevent.Greenlet] = []
+
+    def drain() -> None:
+        m.merge("local", w.report())
+
+    def before_summary() -> None:
+        for g in flusher:
+            g.kill(block=False)
+        w.stop()
+        drain()
+
+    m = k.master = MasterSide(environment, k.source, send_step=lambda msg: w.on_step(msg, time.perf_counter()),
+                              workers=lambda: 1, before_summary=before_summary)
+
+    def flush_loop() -> None:
+        while True:
+            gevent.sleep(LOCAL_FLUSH_S)
+            drain()
+
+    def on_test_start(**_: Any) -> None:
+        w.on_test_start()
+        if not flusher:
+            flusher.append(gevent.spawn(flush_loop))
+        _start_run(environment, m)
+
+    environment.events.test_start.add_listener(on_test_start)
+    environment.events.test_stop.add_listener(lambda **_: drain())

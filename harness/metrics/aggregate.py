@@ -1,9 +1,9 @@
 """Per-step aggregates of request records: sketches per metric plus counters, mergeable across a fleet.
 
 A ``Bucket`` holds one (step, phase) of one worker, or the fleet's merge of them. Workers fill a
-``Recorder`` and ship ``drain()`` deltas (plain dicts, msgpack-safe); the master ``Fleet.merge``s
-them. Latency sketches hold successful requests only; failures are counted by class and enter the
-SLO math as misses (``analysis``), never silently dropped. Values are seconds (tokens/s for
+``Recorder`` and ship its ``drain()`` deltas (``metrics/protocol.py`` puts them on the wire); the
+master ``Fleet.merge``s them. Latency sketches hold successful requests only; failures are counted by
+class and enter the SLO math as misses (``analysis``), never silently dropped. Values are seconds (tokens/s for
 ``tokens_per_s``); summaries print milliseconds.
 """
 
@@ -17,7 +17,8 @@ from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["LATENCIES", "METRICS", "Bucket", "Fleet", "Recorder", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["LATENCIES", "METRICS", "Bucket", "Delta", "Fleet", "Recorder", "ci_ranks", "quantile_ci",
+           "summarize_sketch"]
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
            "e2e_intended")
@@ -25,7 +26,11 @@ METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers",
 latencies (from the arrival schedule's intended start) in open-loop mode only."""
 LATENCIES = tuple(m for m in METRICS if m != "tokens_per_s")
 """The metrics that are durations (seconds in sketches, milliseconds in summaries)."""
-PAYLOAD_VERSION = 1
+
+_WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("out", "output_tokens"),
+                ("in", "input_tokens"), ("counted", "counted_outputs"), ("perr", "prompt_error_sum"),
+                ("pn", "prompt_error_n"), ("arr", "arrivals"), ("drop", "dropped"))
+"""A bucket's counters on the wire: (short wire key, field). Sketches go under "sk", failures under "fail"."""
 
 
 @dataclass
@@ -116,15 +121,19 @@ class Bucket:
         self.dropped += other.dropped
 
     def to_wire(self) -> dict:
-        return {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}, "n": self.requests, "ok": self.ok,
-                "good": self.good, "fail": dict(self.failures), "out": self.output_tokens, "in": self.input_tokens,
-                "counted": self.counted_outputs, "perr": self.prompt_error_sum, "pn": self.prompt_error_n,
-                "arr": self.arrivals, "drop": self.dropped}
+        out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
+        out.update((key, getattr(self, name)) for key, name in _WIRE_FIELDS)
+        out["fail"] = dict(self.failures)
+        return out
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
-        return cls({k: decode_sketch(v) for k, v in d["sk"].items()}, d["n"], d["ok"], d["good"], dict(d["fail"]),
-                   d["out"], d["in"], d["counted"], d["perr"], d["pn"], d["arr"], d["drop"])
+        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()}, failures=dict(d["fail"]),
+                   **{name: d[key] for key, name in _WIRE_FIELDS})
+
+
+Delta = tuple[int, str, Bucket]
+"""One (step, phase) bucket of new data from one worker."""
 
 
 class Recorder:
@@ -163,43 +172,33 @@ class Recorder:
         b.arrivals += 1
         b.dropped += dropped
 
-    def drain(self) -> dict:
-        """The deltas since the last drain, and the step this worker is in (so the master knows what is complete)."""
-        out = {"v": PAYLOAD_VERSION, "step": self.step,
-               "buckets": [[s, p, b.to_wire()] for (s, p), b in self._buckets.items()]}
+    def drain(self) -> list[Delta]:
+        """The deltas since the last drain; the recorder starts empty again."""
+        out = [(s, p, b) for (s, p), b in self._buckets.items()]
         self._buckets = {}
         return out
 
 
 class Fleet:
-    """Master side: the merge of every worker's deltas, per (step, phase), plus a rolling live window."""
+    """Master side: the merge of every worker's deltas per (step, phase), and the step each worker is in."""
 
     def __init__(self) -> None:
         self.steps: dict[tuple[int, str], Bucket] = {}
-        self.window = Bucket()
         self.worker_step: dict[str, int] = {}
 
-    def merge(self, worker: str, payload: dict) -> list[tuple[int, str, Bucket]]:
-        """Add one worker's deltas; returns them decoded, as (step, phase, bucket)."""
-        if payload.get("v") != PAYLOAD_VERSION:
-            raise ValueError(f"worker {worker} sent kneecap payload version {payload.get('v')}, expected "
-                             f"{PAYLOAD_VERSION}: run the same kneecap version on master and workers")
-        deltas = []
-        for step, phase, wire in payload["buckets"]:
-            b = Bucket.from_wire(wire)
-            self.steps.setdefault((step, phase), Bucket()).merge(b)
-            self.window.merge(b)
-            deltas.append((step, phase, b))
-        self.worker_step[worker] = payload["step"]
-        return deltas
+    def merge(self, worker: str, step: int, deltas: list[Delta]) -> None:
+        """Add one worker's deltas; ``step`` is the step that worker is in now."""
+        for index, phase, b in deltas:
+            self.steps.setdefault((index, phase), Bucket()).merge(b)
+        self.worker_step[worker] = step
+
+    def bucket(self, index: int, phase: str = "measure") -> Bucket:
+        """The merged bucket of a step's phase (a new empty one when nothing arrived yet)."""
+        return self.steps.get((index, phase)) or Bucket()
 
     def step_complete(self, index: int, workers: int) -> bool:
         """Every worker has reported from a later step, so step ``index`` has all its data."""
         return len(self.worker_step) >= workers and all(s > index for s in self.worker_step.values())
-
-    def take_window(self) -> Bucket:
-        w, self.window = self.window, Bucket()
-        return w
 
 
 def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:

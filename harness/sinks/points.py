@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from influxdb_client import Point, WritePrecision
 
+from harness.analysis.results import StepResult
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import LATENCIES, Bucket
 
 __all__ = ["event_point", "generator_point", "server_point", "step_points", "window_points"]
-
 
 
 def _point(measurement: str, tags: dict[str, str], ts_ms: int) -> Point:
@@ -46,18 +46,18 @@ def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, s
     return _lines(out)
 
 
-def step_points(step: dict, *, tags: dict[str, str], ts_ms: int, level_key: str) -> list[str]:
+def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
     """A judged step's summary.json numbers, one point per metric."""
     out = []
-    for metric, stats in step["latency_ms"].items():
+    for metric, stats in step.latency_ms.items():
         if not stats.get("count"):
             continue
-        p = _point("kneecap_step", {**tags, "metric": metric, "step": str(step["index"])}, ts_ms)
+        p = _point("kneecap_step", {**tags, "metric": metric, "step": str(step.index)}, ts_ms)
         for name in ("p50", "p90", "p95", "p99", "p999", "mean", "count"):
             p = p.field(name, stats[name])
         if stats.get("p99_ci"):
             p = p.field("p99_ci_lo", stats["p99_ci"][0]).field("p99_ci_hi", stats["p99_ci"][1])
-        out.append(p.field("load", float(step[level_key])))
+        out.append(p.field("load", float(step.level)))
     return _lines(out)
 
 

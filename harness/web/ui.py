@@ -8,23 +8,25 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, request
 
-from harness.metrics.aggregate import Bucket, summarize_sketch
+from harness.analysis.results import level_key, level_unit
+from harness.metrics.aggregate import summarize_sketch
 from harness.report import charts
 
 if TYPE_CHECKING:
-    from harness.load.plugin import Kneecap
+    from harness.load.master import RunView
 
 __all__ = ["llm_rows", "register"]
 
 _COLUMNS = ("metric", "count", "p50", "p90", "p95", "p99", "p999")
 
 
-def llm_rows(k: Kneecap) -> list[dict]:
+def llm_rows(view: RunView) -> list[dict]:
     """Rows of the LLM tab: the current step's merged percentiles (ms), speed, goodput, step, knee."""
-    if not k.steps:
+    ledger = view.ledger
+    step = ledger.current
+    if step is None:
         return [{"metric": "waiting for the first step"}]
-    step = k.steps[-1]
-    b = k.fleet.steps.get((step.index, "measure")) or Bucket()
+    b = ledger.measured(step.index)
     rows = []
     for metric in ("ttft", "tpot", "itl", "e2e"):
         s = b.sketches.get(metric)
@@ -34,38 +36,29 @@ def llm_rows(k: Kneecap) -> list[dict]:
     if speed is not None and speed.count:
         rows.append({"metric": "tokens/s per user", **{c: v for c, v in summarize_sketch(speed, 1.0).items()
                                                        if c in _COLUMNS}})
-    gen = k.generators.get(step.index)
-    reliable = gen.summary()["reliable"] if gen else "n/a"
-    unit = "req/s" if k.open_loop else "users"
+    gen = ledger.generators.get(step.index)
+    reliable = gen.health().reliable if gen else "n/a"
+    unit = level_unit(ledger.mode)
     rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,
                  "p50": f"goodput {b.good} ok", "p90": f"failures {sum(b.failures.values())}",
                  "p95": f"generator reliable: {reliable}"})
-    knee = k.knee
+    knee = ledger.knee
     rows.append({"metric": "knee", "count": f"{knee.load:g} {unit}" if knee.found else "not yet",
                  "p50": knee.confidence or "", "p90": knee.reason[:160]})
     rows.append({"metric": "charts", "p50": "/kneecap/charts"})
     return rows
 
 
-def _charts_page(k: Kneecap) -> str:
-    summary = k.summary_live()
+def _charts_page(view: RunView) -> str:
+    summary = view.summary_json()
     knee = summary.get("knee") or {}
-    key = "rate_rps" if summary.get("mode") == "open" else "users"
+    key = level_key(summary["mode"])
     marker = (f"<p id='knee'>Knee: {knee.get(key):g} ({html.escape(str(knee.get('confidence')))})</p>"
               if knee.get("found") else "<p id='knee'>Knee: not found yet</p>")
     parts = [f"<h1>kneecap {html.escape(summary['scenario'])} — run {html.escape(summary['run_id'])}</h1>", marker]
-    if k.live is not None and len(k.live.history) >= 2:
-        parts.append(charts.over_time(k.live.history))
-    if summary["steps"]:
-        parts += [charts.latency_vs_load(summary, "ttft"), charts.latency_vs_load(summary, "tpot"),
-                  charts.throughput_vs_load(summary)]
-    return ("<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
-            "<title>kneecap charts</title><style>body{font:14px system-ui,sans-serif;margin:20px}"
-            "svg{max-width:48%;height:auto;display:inline-block}</style></head><body>" + "".join(parts)
-            + "</body></html>")
-
-
-def register(environment: Any, k: Kneecap) -> None:
+    if len(view.history) >= 2:
+        parts.append(charts.over_time(view.history))
+def register(environment: Any, view: RunView) -> None:
     web = environment.web_ui
     if web is None:
         return
@@ -83,18 +76,18 @@ def register(environment: Any, k: Kneecap) -> None:
     def add_llm_tab(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": "llm", "data": llm_rows(k)}]
+            data["extended_stats"] = [{"key": "llm", "data": llm_rows(view)}]
             response.set_data(json.dumps(data))
         return response
 
     @bp.route("/kneecap/charts")
     @auth
     def chart_page() -> Response:
-        return Response(_charts_page(k), mimetype="text/html")
+        return Response(_charts_page(view), mimetype="text/html")
 
     @bp.route("/kneecap/summary.json")
     @auth
     def live_summary() -> Response:
-        return Response(json.dumps(k.summary_live(), default=str), mimetype="application/json")
+        return Response(json.dumps(view.summary_json(), default=str), mimetype="application/json")
 
     web.app.register_blueprint(bp)

@@ -49,16 +49,16 @@ def bucket(ttfts_ms, failures=0, speed=None) -> Bucket:
 def test_slo_verdicts_count_failures_as_misses():
     ths = (parse_threshold("ttft", "p(95)<500"), parse_threshold("error_rate", "rate<0.05"))
     ok = evaluate_slo(ths, bucket([100] * 100))
-    assert [r["passed"] for r in ok] == [True, True] and ok[0]["observed"] == pytest.approx(100, rel=0.01)
+    assert [r.passed for r in ok] == [True, True] and ok[0].observed == pytest.approx(100, rel=0.01)
     bad = evaluate_slo(ths, bucket([100] * 90, failures=10))
-    assert [r["passed"] for r in bad] == [False, False] and bad[0]["observed"] == "inf"
-    assert bad[1]["observed"] == pytest.approx(0.1)
+    assert [r.passed for r in bad] == [False, False] and bad[0].observed == "inf"
+    assert bad[1].observed == pytest.approx(0.1)
 
 
 def test_speed_floor():
     th = (parse_threshold("tokens_per_s_per_user", "p(5)>20"),)
-    assert evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 100))[0]["passed"]
-    assert not evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 90 + [5.0] * 10))[0]["passed"]
+    assert evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 100))[0].passed
+    assert not evaluate_slo(th, bucket([100] * 100, speed=[30.0] * 90 + [5.0] * 10))[0].passed
 
 
 def test_stationarity():

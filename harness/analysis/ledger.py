@@ -1,0 +1,143 @@
+"""The master's record of a run: its steps, the fleet's merged data, the judging and the results. Pure.
+
+Time is passed in (the master's ``perf_counter`` and wall clock): the tests drive a ``Ledger`` on plain
+data, with decoded worker reports, and no Locust. The Locust side (``load/master.py``) only feeds it
+reports and asks it what to do.
+
+Judging: a step is judged once its data is complete — every worker has reported from a later step
+(``Fleet.step_complete``), or the run ended and the last flushes arrived. A complete step's data can no
+longer change, so its judgement (knee point, SLO checks, stationarity) is computed once and kept; only the
+knee is re-found over the kept points at each ``judge``.
+
+Which p99: the knee and the SLOs rank failed requests as misses (``analysis/judge.py``); the summary calls
+that figure ``p99_slo`` next to ``p99``, the successes' p99 (the two agree when nothing failed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from harness.analysis.judge import evaluate_slo, is_stationary, step_point
+from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
+from harness.analysis.plan import StepPlan, stop_reason
+from harness.analysis.results import SloCheck, StepResult
+from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.metrics.aggregate import Bucket, Fleet
+from harness.metrics.protocol import Report
+from harness.metrics.sketch import Sketch
+
+if TYPE_CHECKING:
+    from harness.scenario import Scenario
+
+__all__ = ["Judgement", "Ledger"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A complete step, judged."""
+
+    point: StepPoint
+    slo: list[SloCheck]
+    stationary: bool | None
+    error_rate: float
+
+    @property
+    def slo_passed(self) -> bool | None:
+        return all(c.passed for c in self.slo) if self.slo else None
+
+
+@dataclass
+class Ledger:
+    """Steps on the master's clock and the fleet's data per step; see the module docstring."""
+
+    scenario: Scenario
+    steps: list[StepInfo] = field(default_factory=list)
+    fleet: Fleet = field(default_factory=Fleet)
+    generators: dict[int, Generator] = field(default_factory=dict)
+    judged: dict[int, Judgement] = field(default_factory=dict)
+    knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
+    _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.plan = StepPlan.for_load(self.scenario.load)
+        self.mode = "open" if self.scenario.load.mode == "open_staircase" else "closed"
+
+    @property
+    def current(self) -> StepInfo | None:
+        return self.steps[-1] if self.steps else None
+
+    def begin_step(self, level: float, now: float, wall: float) -> StepInfo:
+        """Close the running step (if any) and start the next one at ``level``."""
+        self.end_step(now)
+        info = StepInfo(len(self.steps), level, now, self.scenario.load.step.warmup_s, started_wall=wall)
+        self.steps.append(info)
+        return info
+
+    def end_step(self, now: float) -> bool:
+        """Close the running step; False when there is none."""
+        if not self.steps or self.steps[-1].ended is not None:
+            return False
+        self.steps[-1].ended = now
+        return True
+
+    def merge(self, worker: str, report: Report, now: float) -> None:
+        """Add one worker's report (already decoded, see ``metrics/protocol.py``)."""
+        self.fleet.merge(worker, report.step, report.buckets)
+        metric = self.scenario.load.knee_metric
+        for index, phase, delta in report.buckets:
+            if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check
+                self._halves.setdefault(index, []).append((now, delta.sketches[metric]))
+        if report.gen is not None:
+            self.generators.setdefault(report.step, Generator()).merge(report.gen.lag, report.gen.cpu)
+
+    def measured(self, index: int) -> Bucket:
+        return self.fleet.bucket(index, "measure")
+
+    def judge(self, workers: int, *, final: bool = False) -> Knee:
+        """Judge the steps whose data became complete (all ended steps when ``final``); re-find the knee."""
+        for info in self.steps:
+            if info.index in self.judged:
+                continue
+            if info.ended is None or not (final or self.fleet.step_complete(info.index, workers)):
+                break
+            bucket = self.measured(info.index)
+            if bucket.requests:
+                self.judged[info.index] = self._judge(info, bucket)
+        self.knee = find_knee([j.point for _, j in sorted(self.judged.items())],
+                              KneeParams(confirm_steps=self.scenario.load.confirm_steps),
+                              label=f"{self.scenario.load.knee_metric} p99_slo")
+        return self.knee
+
+    def _judge(self, info: StepInfo, bucket: Bucket) -> Judgement:
+        metric = self.scenario.load.knee_metric
+        duration = info.measured_s(info.ended)  # type: ignore[arg-type]
+        reliable = (self.generators.get(info.index) or Generator()).health().reliable
+        mid = info.started + info.warmup_s + duration / 2
+        first, second = Sketch(), Sketch()
+        for t, sk in self._halves.pop(info.index, ()):
+            (first if t < mid else second).merge(sk)
+        return Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration),
+                         evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
+                         sum(bucket.failures.values()) / bucket.requests)
+
+    def stop_reason(self) -> str | None:
+        """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
+        judged = [j for _, j in sorted(self.judged.items())]
+        return stop_reason(self.knee, [j.error_rate for j in judged],
+                           [c.threshold for j in judged for c in j.slo if c.abort_on_fail and not c.passed])
+
+    def results(self, now: float, server: dict[int, dict] | None = None) -> list[StepResult]:
+        """Every step's numbers as they stand (the running step so far), with its judgement when it has one."""
+        out = []
+        for info in self.steps:
+            bucket = self.measured(info.index)
+            r = step_result(info, bucket, self.generators.get(info.index), now=now, mode=self.mode,
+                            warmup=self.fleet.steps.get((info.index, "warmup")))
+            r.complete = info.index < len(self.steps) - 1 or self.plan.step_done(info.elapsed_s(now), bucket.requests)
+            j = self.judged.get(info.index)
+            if j is not None:
+                r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
+            r.server = (server or {}).get(info.index)
+            out.append(r)
+        return out

@@ -1,0 +1,145 @@
+"""A run's results as typed values: what the master computes, the web UI shows and ``summary.json`` holds. Pure.
+
+The models are built by the master (``analysis/ledger.py``) and turned into JSON only at the edge
+(``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/2`` (docs/results.md);
+version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric of a step (the p99 with
+failed requests ranked as misses, what the knee and the SLOs judge) and ``knee.tail`` (which p99 the
+knee used). Readers of version 1 files keep working: nothing was removed or renamed.
+
+Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.analysis.knee import Knee
+
+__all__ = ["SCHEMA", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult", "Throughput",
+           "level_key", "level_unit"]
+
+SCHEMA = "kneecap.summary/2"
+READABLE_SCHEMAS = ("kneecap.summary/1", SCHEMA)
+
+
+def level_key(mode: str) -> str:
+    """The JSON key of a step's load level: ``users`` (closed loop) or ``rate_rps`` (open loop)."""
+    return "rate_rps" if mode == "open" else "users"
+
+
+def level_unit(mode: str) -> str:
+    return "req/s" if mode == "open" else "users"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throughput:
+    requests_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    goodput_per_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorHealth:
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    cpu_max_pct: float
+    reliable: bool
+    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS``: the generator did not add latency."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SloCheck:
+    threshold: str
+    observed: float | str | None
+    """ms, tokens/s or a fraction; "inf" when the percentile falls on a failed request; None without data."""
+    passed: bool
+    abort_on_fail: bool
+
+
+@dataclass(kw_only=True)
+class StepResult:
+    index: int
+    mode: str
+    level: float
+    duration_s: float
+    """The measured part (after warm-up), on the master's clock."""
+    warmup_s: float
+    requests: int
+    ok: int
+    failures: dict[str, int]
+    warmup_requests: int
+    arrivals_per_s: float | None = None
+    """Open loop only, like ``dropped_arrivals``."""
+    dropped_arrivals: int | None = None
+    throughput: Throughput
+    latency_ms: dict[str, dict]
+    """Per metric: count, mean, p50…p999, max, p99_ci over successful requests; SLO metrics add p99_slo."""
+    tokens_per_s_per_user: dict
+    output_tokens_counted: int
+    prompt_length_error: float | None
+    generator: GeneratorHealth
+    complete: bool = False
+    stationary: bool | None = None
+    slo_passed: bool | None = None
+    slo: list[SloCheck] = field(default_factory=list)
+    server: dict | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
+                               "warmup_s": self.warmup_s, "requests": self.requests, "ok": self.ok,
+                               "failures": dict(self.failures), "warmup_requests": self.warmup_requests}
+        if self.mode == "open":
+            out.update(arrivals_per_s=self.arrivals_per_s, dropped_arrivals=self.dropped_arrivals)
+        out.update(throughput=vars(self.throughput).copy(), latency_ms=self.latency_ms,
+                   tokens_per_s_per_user=self.tokens_per_s_per_user, output_tokens_counted=self.output_tokens_counted,
+                   prompt_length_error=self.prompt_length_error, generator=vars(self.generator).copy(),
+                   complete=self.complete, stationary=self.stationary, slo_passed=self.slo_passed,
+                   slo=[vars(c).copy() for c in self.slo])
+        if self.server is not None:
+            out["server"] = self.server
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SloVerdict:
+    thresholds: list[str]
+    passed: bool | None
+    max_load_within_slo: float | None
+
+
+@dataclass(kw_only=True)
+class RunSummary:
+    run_id: str
+    scenario: str
+    host: str
+    model: str
+    started_at: float
+    ended_at: float
+    mode: str
+    stop_reason: str | None
+    workers: int
+    steps: list[StepResult]
+    knee: Knee
+    knee_metric: str
+    knee_reason: str
+    """The knee finder's reason, plus the server's side when its /metrics were scraped."""
+    slo: SloVerdict
+    exit_code: int
+    influx: dict | None = None
+    merge_errors: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        knee = dict(vars(self.knee))
+        knee[level_key(self.mode)] = knee.pop("load")
+        knee.update(reason=self.knee_reason, metric=self.knee_metric, tail="p99_slo")
+        out = {"schema": SCHEMA, "run_id": self.run_id, "scenario": self.scenario, "host": self.host,
+               "model": self.model, "started_at": self.started_at, "ended_at": self.ended_at, "mode": self.mode,
+               "stop_reason": self.stop_reason, "workers": self.workers, "steps": [s.to_json() for s in self.steps],
+               "knee": knee, "slo": vars(self.slo).copy(), "exit_code": self.exit_code}
+        if self.influx is not None:
+            out["influx"] = self.influx
+        if self.merge_errors:
+            out["merge_errors"] = self.merge_errors
+        return out

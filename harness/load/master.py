@@ -1,0 +1,189 @@
+"""The master side: merges the workers' reports, owns the steps, judges them and writes the results.
+
+Glue only: the state and the decisions are the pure ``analysis.ledger.Ledger``; this object turns
+Locust's events into calls on it, tells workers where a step begins (``send_step``), runs the live
+sinks (``load/live.py``) and, at the end (``quitting``, after the last reports arrived), writes
+``summary.json``. The load shape and the web UI read it through ``RunView`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness import exitcodes
+from harness.analysis.ledger import Ledger
+from harness.analysis.results import RunSummary, StepResult, level_unit
+from harness.analysis.server import explain
+from harness.analysis.steps import StepInfo
+from harness.analysis.verdict import exit_code, slo_verdict
+from harness.load.context import ScenarioSource
+from harness.load.live import Live
+from harness.metrics.protocol import ProtocolError, Report, StepMessage
+from harness.scenario import DEFAULT_HOST
+from harness.sinks.files import JsonLinesWriter, write_json_atomic
+
+__all__ = ["MasterSide", "RunView"]
+
+log = logging.getLogger("kneecap")
+
+
+class MasterSide:
+    """Reached as ``environment.kneecap.master`` (master and local runs)."""
+
+    def __init__(self, environment: Any, source: ScenarioSource, *, send_step: Callable[[StepMessage], None],
+                 workers: Callable[[], int], before_summary: Callable[[], None] = lambda: None) -> None:
+        self.env = environment
+        self.source = source
+        self.send_step = send_step
+        self.workers = workers
+        """How many workers the fleet has now (1 in local mode)."""
+        self.before_summary = before_summary
+        """Called once at the end, before judging: collect the last data (local: drain; master: stop workers)."""
+        self.ledger = Ledger(source.scenario)
+        self.view = RunView(self)
+        self.run_id = ""
+        self.started_wall = 0.0
+        self.stop_reason: str | None = None
+        self.merge_errors = 0
+        """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
+        self.requests_file: JsonLinesWriter | None = None
+        self.live: Live | None = None
+        self.finalized = False
+
+    @property
+    def out_dir(self) -> str:
+        return self.source.option("results_dir") or self.source.scenario.results_dir
+
+    def start_run(self) -> None:
+        if self.run_id:
+            return
+        self.run_id = self.source.option("run_id") or time.strftime("%Y%m%d-%H%M%S")
+        self.started_wall = time.time()
+        if self.source.option("save_requests"):
+            self.requests_file = JsonLinesWriter(self.source.option("save_requests"))
+        sc = self.source.scenario
+        self.live = Live(sc, self.source.options, host=self.env.host or sc.endpoint.host, run_id=self.run_id,
+                         out_dir=self.out_dir, current=lambda: self.ledger.current)
+        self.live.start()
+
+    def begin_step(self, level: float) -> StepInfo:
+        """Start a new step at ``level`` users (or req/s); workers tag their records from now on."""
+        info = self.ledger.begin_step(level, time.perf_counter(), time.time())
+        msg = StepMessage(index=info.index)
+        if self.source.open_loop:
+            msg = StepMessage(index=info.index, rate=level, stride=self.workers())
+        if self.live is not None:
+            self.live.event("step", f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}", level)
+        self.send_step(msg)
+        return info
+
+    def end_plan(self) -> None:
+        """Close the last step now: workers move to a step past the plan (their records from here on are
+        not part of any step) and open-loop drivers stop dispatching."""
+        if self.ledger.end_step(time.perf_counter()):
+            self.send_step(StepMessage(index=len(self.ledger.steps), end=True))
+
+    def stop(self, reason: str) -> None:
+        """End the plan for ``reason`` (the shape then returns None and Locust stops the users)."""
+        self.stop_reason = reason
+        self.end_plan()
+
+    def interrupt(self) -> None:
+        log.info("kneecap: SIGTERM: ending the plan, writing partial results")
+        self.stop("interrupted")
+
+    def merge(self, worker: str, payload: Any) -> None:
+        """One worker report off the wire: a payload that cannot be read is counted, logged, and fails the run."""
+        try:
+            report = payload if isinstance(payload, Report) else Report.from_wire(payload, worker)
+        except ProtocolError as exc:
+            log.error("kneecap: cannot merge the report of %s: %s", worker, exc)
+            self.merge_errors += 1
+            return
+        self.ledger.merge(worker, report, time.perf_counter())
+        if self.live is not None:
+            self.live.observe(worker, report)
+        if self.requests_file is not None:
+            for rec in report.records:
+                self.requests_file.write(rec)
+
+    def judge(self) -> None:
+        self.ledger.judge(self.workers(), final=self.finalized)
+
+    def summary(self) -> RunSummary:
+        """The run's results as they stand (judged on the data complete so far)."""
+        sc, ledger = self.source.scenario, self.ledger
+        server = self.live.server_summaries() if self.live is not None else {}
+        steps = ledger.results(time.perf_counter(), server)
+        knee = ledger.knee
+        reason = knee.reason
+        if knee.found:
+            why = _server_why(steps, knee.step_index)  # type: ignore[arg-type]
+            reason = f"{reason}; {why}" if why else reason
+        slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
+        return RunSummary(run_id=self.run_id, scenario=sc.name, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
+                          model=sc.endpoint.model, started_at=self.started_wall, ended_at=time.time(),
+                          mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
+                          steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
+                          exit_code=exit_code(steps, slo), merge_errors=self.merge_errors)
+
+    def finalize(self, **_: Any) -> None:
+        """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
+        if self.finalized or not self.run_id:
+            return
+        self.finalized = True
+        self.before_summary()
+        self.ledger.end_step(time.perf_counter())
+        self.judge()
+        summary = self.summary()
+        if self.live is not None:
+            try:
+                summary.influx = self.live.close(summary.steps, summary.knee, summary.knee_reason, self.stop_reason)
+            except Exception:  # the sink must never cost the results: log it, fail the run, write the summary
+                log.exception("kneecap: closing the live sinks failed")
+                summary.exit_code = exitcodes.ERROR
+        if self.merge_errors:
+            summary.exit_code = exitcodes.ERROR
+        path = os.path.join(self.out_dir, "summary.json")
+        write_json_atomic(path, summary.to_json())
+        self.env.process_exit_code = summary.exit_code
+        if self.requests_file is not None:
+            self.requests_file.close()
+        log.info("kneecap: summary written to %s", path)
+
+
+def _server_why(steps: list[StepResult], knee_index: int) -> str:
+    """The server's side of the knee: its queue at the knee step against the step after it."""
+    at = next((s for s in steps if s.index == knee_index), None)
+    after = next((s for s in steps if s.index > knee_index), None)
+    return explain(at.server if at else None, after.server if after else None)
+
+
+class RunView:
+    """The read-only face of the master for the load shape and the web UI."""
+
+    def __init__(self, master: MasterSide) -> None:
+        self._m = master
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._m.ledger
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._m.stop_reason
+
+    @property
+    def history(self) -> list[dict]:
+        """One entry per live window (t, load, p50/p99 of ttft and tpot), for the chart page."""
+        return self._m.live.history if self._m.live is not None else []
+
+    def summary_json(self) -> dict:
+        """The summary as it stands now (web UI), judged on the data complete so far."""
+        if self._m.ledger.steps:
+            self._m.judge()
+        return self._m.summary().to_json()

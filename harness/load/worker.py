@@ -1,0 +1,122 @@
+"""The worker side: what ``LLMUser`` records into, and what the worker reports to the master.
+
+Each finished request goes into the ``Recorder`` bucket of the current step and phase; every report
+(``report_to_master``, 3 s) and the final flush carry the deltas since the last one as a
+``metrics.protocol.Report``. A loop-lag monitor measures how late a 100 ms sleep wakes up: the
+validity signal for the generator (Locust's 90% CPU warning comes too late).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+
+from harness.analysis.slo import request_meets
+from harness.load.context import ScenarioSource
+from harness.metrics.aggregate import Recorder
+from harness.metrics.protocol import GeneratorSample, Report, StepMessage
+from harness.metrics.record import RequestRecord
+from harness.metrics.sketch import Sketch
+from harness.scenario import Scenario
+from harness.workload.prompts import PromptBuilder
+from harness.workload.sampler import RequestSampler
+
+__all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
+
+LAG_PERIOD_S = 0.1
+
+
+@dataclass(frozen=True)
+class OpenStep:
+    """Open loop: the step a worker's arrival driver follows (rate of the whole fleet, this worker's share)."""
+
+    index: int
+    rate: float
+    t0: float
+    stride: int
+
+
+class WorkerSide:
+    """Reached from users as ``environment.kneecap.worker``."""
+
+    def __init__(self, environment: Any, source: ScenarioSource) -> None:
+        self.env = environment
+        self.source = source
+        self.recorder = Recorder()
+        self.lag = Sketch()
+        self.records: list[dict] = []
+        self.open_step: OpenStep | None = None
+        self._prompts: PromptBuilder | None = None
+        self._samplers = 0
+        self._monitor: gevent.Greenlet | None = None
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.source.scenario
+
+    @property
+    def open_loop(self) -> bool:
+        return self.source.open_loop
+
+    @property
+    def worker_index(self) -> int:
+        return getattr(self.env.runner, "worker_index", 0) or 0
+
+    def on_test_start(self) -> None:
+        """The scenario is known now (workers: the master's options came with the spawn message)."""
+        self._prompts = None
+        self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
+        self.recorder.good = request_meets(self.scenario.slo)
+        if self._monitor is None:
+            self._monitor = gevent.spawn(self._lag_monitor)
+
+    def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.kill(block=False)
+
+    def sampler(self) -> RequestSampler:
+        """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration."""
+        w = self.scenario.workload
+        api = self.scenario.endpoint.api
+        if self._prompts is None:
+            self._prompts = PromptBuilder(api=api, shared_prefix_tokens=w.shared_prefix_tokens,
+                                          unique=w.unique_prompts, seed=w.seed)
+        self._samplers += 1
+        return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint, api=api,
+                              seed=w.seed, worker=self.worker_index * 100_000 + self._samplers, prompts=self._prompts)
+
+    def record(self, rec: RequestRecord, now: float) -> None:
+        step, phase = self.recorder.add(rec, now)
+        if self.source.option("save_requests"):
+            d = rec.to_dict()
+            d.pop("chunk_times")
+            d.update(step=step, phase=phase, worker=self.worker_index)
+            self.records.append(d)
+
+    def arrival(self, dropped: bool) -> None:
+        self.recorder.arrival(time.perf_counter(), dropped)
+
+    def on_step(self, msg: StepMessage, now: float) -> None:
+        """The master began a step (or ended the plan): tag records with it from ``now`` on."""
+        self.recorder.set_step(msg.index, now)
+        if msg.end:
+            self.open_step = None
+        elif msg.rate:
+            self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
+
+    def report(self) -> Report:
+        """Everything since the last report; the worker starts empty again."""
+        cpu = float(getattr(self.env.runner, "current_cpu_usage", 0))
+        out = Report(step=self.recorder.step, buckets=self.recorder.drain(), gen=GeneratorSample(self.lag, cpu),
+                     records=self.records)
+        self.lag, self.records = Sketch(), []
+        return out
+
+    def _lag_monitor(self) -> None:
+        while True:
+            t = time.perf_counter()
+            gevent.sleep(LAG_PERIOD_S)
+            self.lag.add(max(0.0, time.perf_counter() - t - LAG_PERIOD_S))

@@ -1,0 +1,117 @@
+"""The worker ↔ master protocol: every message kneecap sends through Locust, and its payload. Pure.
+
+Locust carries all of it (msgpack, ``strict_map_key=False``); kneecap adds no socket of its own.
+Payloads are dicts of plain types; ``tests/metrics/test_protocol.py`` keeps their golden msgpack bytes.
+
+Worker → master, every 3 s inside Locust's ``report_to_master`` data under ``REPORT_KEY``, and once
+more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not lost)::
+
+    {
+      "v": 1,                 int   protocol version; the master refuses other versions (ProtocolError)
+      "step": 3,              int   the step this worker is in now: every step before it has all its data
+      "buckets": [            list  the deltas since the last report, one per (step, phase):
+        [3, "measure", {...}]         [step index, "warmup" | "measure", Bucket.to_wire()]
+      ],
+      "gen": {"lag": {...},   dict  generator health since the last report: loop-lag sketch (metrics/wire.py)
+              "cpu": 41.5},         and the worker's CPU percent
+      "records": [{...}]      list  only with --save-requests: the per-request records since the last report
+    }
+
+Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the plan's last step)::
+
+    {"index": 3}                                   closed loop: records from now on belong to step 3
+    {"index": 3, "rate": 12.0, "stride": 2}        open loop: also the fleet's rate and the worker count
+    {"index": 4, "end": True}                      the plan ended: no step from here on, arrivals stop
+
+The master's clock is authoritative for step boundaries: a worker's step (and its warm-up) starts when
+this message arrives, which is the master's start plus the message's delivery time (~1 ms on one host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.errors import KneecapError
+from harness.metrics.aggregate import Bucket, Delta
+from harness.metrics.sketch import Sketch
+from harness.metrics.wire import decode_sketch, encode_sketch
+
+__all__ = ["FLUSH_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "STEP_MESSAGE", "GeneratorSample", "ProtocolError",
+           "Report", "StepMessage"]
+
+PROTOCOL_VERSION = 1
+REPORT_KEY = "kneecap"
+STEP_MESSAGE = "kneecap_step"
+FLUSH_MESSAGE = "kneecap_flush"
+
+
+class ProtocolError(KneecapError):
+    """A worker's payload the master cannot read (another kneecap version, or garbage)."""
+
+
+@dataclass(frozen=True)
+class GeneratorSample:
+    """One worker's load-generator health over one report period."""
+
+    lag: Sketch
+    cpu: float
+
+
+@dataclass(kw_only=True)
+class Report:
+    """One worker's report: its current step, its deltas, its health, and (optionally) raw records."""
+
+    step: int
+    buckets: list[Delta] = field(default_factory=list)
+    gen: GeneratorSample | None = None
+    records: list[dict] = field(default_factory=list)
+
+    def to_wire(self) -> dict:
+        out: dict = {"v": PROTOCOL_VERSION, "step": self.step,
+                     "buckets": [[s, p, b.to_wire()] for s, p, b in self.buckets]}
+        if self.gen is not None:
+            out["gen"] = {"lag": encode_sketch(self.gen.lag), "cpu": self.gen.cpu}
+        if self.records:
+            out["records"] = self.records
+        return out
+
+    @classmethod
+    def from_wire(cls, d: object, worker: str = "?") -> Report:
+        """Decode a payload; any problem (version, shape, a sketch that does not decode) is a ProtocolError."""
+        if not isinstance(d, dict) or d.get("v") != PROTOCOL_VERSION:
+            v = d.get("v") if isinstance(d, dict) else type(d).__name__
+            raise ProtocolError(f"worker {worker} sent kneecap payload version {v}, expected {PROTOCOL_VERSION}: "
+                                "run the same kneecap version on master and workers")
+        try:
+            buckets = [(int(s), str(p), Bucket.from_wire(b)) for s, p, b in d["buckets"]]
+            g = d.get("gen")
+            gen = GeneratorSample(decode_sketch(g["lag"]), float(g["cpu"])) if g else None
+            return cls(step=int(d["step"]), buckets=buckets, gen=gen, records=list(d.get("records", ())))
+        except (KneecapError, ValueError, KeyError, TypeError) as exc:  # incl. SketchMismatch (a version skew)
+            raise ProtocolError(f"worker {worker} sent a kneecap payload that cannot be read: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepMessage:
+    """The master's step boundary, as workers receive it."""
+
+    index: int
+    rate: float | None = None
+    """Open loop: the fleet's arrival rate (req/s) in this step."""
+    stride: int = 1
+    """Open loop: how many workers share the schedule (each takes every stride-th arrival)."""
+    end: bool = False
+    """The plan ended: ``index`` is past the last step."""
+
+    def to_wire(self) -> dict:
+        if self.end:
+            return {"index": self.index, "end": True}
+        if self.rate is not None:
+            return {"index": self.index, "rate": self.rate, "stride": self.stride}
+        return {"index": self.index}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> StepMessage:
+        return cls(index=int(d["index"]), rate=d.get("rate"), stride=int(d.get("stride", 1)),
+                   end=bool(d.get("end", False)))
