@@ -70,7 +70,7 @@ class StreamTracker:
             return True
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's stack
             raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
         try:
             self._take(t, obj)

@@ -105,6 +105,9 @@ class ResponseReader:
             self._parser.feed_data(data)  # type: ignore[union-attr]  # dropped only once over
         except httptools.HttpParserError as exc:
             return self._fail("bad_response", f"response is not valid HTTP: {exc}", t)
+        except httptools.HttpParserUpgrade:  # not an HttpParserError: a 101 would escape as an exception
+            return self._fail("bad_response", f"HTTP {self.record.status} switches protocols (upgrade: "
+                                              f"{self.headers.get('upgrade')}) instead of answering", t)
         body = self._body
         if body:
             self._body = []
@@ -187,7 +190,7 @@ class ResponseReader:
         try:
             err = json.loads(body).get("error", {})
             message = err.get("message", "") if isinstance(err, dict) else str(err)
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # RecursionError: nested too deep
             message = body[:200].decode("utf-8", "replace")
         if status == 200:
             return self._fail("not_sse", f"HTTP 200 with content-type {headers.get('content-type')!r}, expected "

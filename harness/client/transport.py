@@ -149,7 +149,7 @@ def _connect(conn: Connection, timeouts: Timeouts) -> None:
     except TimeoutError:
         raise _Failure("connect_timeout", f"connect to {conn.host}:{conn.port} took over "
                                           f"{timeouts.connect_s} s") from None
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
         raise _Failure("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}") from None
 
 

@@ -50,6 +50,7 @@ def test_completions_text_chunks():
     ('{"choices": [7]}', "malformed_chunk"),
     ('{"choices": [{"delta": "text"}]}', "malformed_chunk"),
     ('{"error": {"message": "model overloaded", "code": 503}}', "stream_error"),
+    ("[" * 100_000, "malformed_chunk"),  # json.loads raises RecursionError, not ValueError
 ])
 def test_protocol_errors_are_classified(data, kind):
     with pytest.raises(StreamProtocolError) as err:

@@ -213,6 +213,17 @@ def test_garbage_instead_of_http_fails_at_its_first_receive():
     assert rec.error_detail.startswith("response is not valid HTTP: ")
 
 
+def test_an_error_body_nested_too_deep_is_quoted():
+    rec = read((0.01, reply("400 Bad Request", b"[" * 100_000))).record
+    assert rec.error == "http_4xx" and rec.error_detail == "HTTP 400: " + "[" * 200
+
+
+def test_switching_protocols_is_a_bad_response_not_an_exception():
+    rec = read((0.01, b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n")).record
+    assert (rec.error, rec.status, rec.e2e_s) == ("bad_response", 101, pytest.approx(0.01))
+    assert rec.error_detail == "HTTP 101 switches protocols (upgrade: websocket) instead of answering"
+
+
 def test_429_with_an_http_date_retry_after():
     rec = read((0.01, reply("429 Too Many Requests", b"", "retry-after: Wed, 21 Oct 2026 07:28:00 GMT"))).record
     assert rec.error == "http_429" and rec.retry_after_s is None and "Retry-After: Wed" in rec.error_detail

@@ -71,6 +71,11 @@ def test_connect_refused():
     assert r.error == "connect_error" and "cannot connect" in r.error_detail
 
 
+def test_a_host_name_idna_cannot_encode_is_a_connect_error():
+    r = send(Connection(f"http://{'a' * 64}.invalid:80"))
+    assert r.error == "connect_error" and "cannot connect" in r.error_detail
+
+
 @contextmanager
 def scripted(script: Callable[[socket.socket], None]) -> Iterator[str]:
     """A one-shot server: accepts connections and runs ``script(sock)`` on each."""
