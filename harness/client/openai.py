@@ -1,6 +1,6 @@
 """OpenAI chat/completions requests and stream chunks. Pure: bytes in, fields out.
 
-``StreamTracker.on_event`` is on the per-token hot path: one ``json.loads`` and a few dict lookups.
+``StreamTracker.on_event`` is on the per-token hot path: one JSON decode and a few dict lookups.
 TTFT is the first chunk carrying content — text, reasoning (``reasoning_content`` / ``reasoning``)
 or tool-call deltas; the role-only first chunk and empty deltas do not count.
 """
@@ -13,6 +13,8 @@ from harness.errors import KneecapError
 from harness.workload.prompts import Prompt
 
 __all__ = ["StreamProtocolError", "StreamTracker", "build_body", "request_head"]
+
+_raw_decode = json.JSONDecoder().raw_decode
 
 
 class StreamProtocolError(KneecapError):
@@ -69,9 +71,14 @@ class StreamTracker:
         if data == "[DONE]":
             return True
         try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's stack
-            raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
+            obj, end = _raw_decode(data)  # json.loads less its two whitespace scans: ~0.6 of its ~1.8 µs
+        except (ValueError, RecursionError):
+            end = -1
+        if end != len(data):  # not exactly one JSON value (whitespace around it, garbage): json.loads decides
+            try:
+                obj = json.loads(data)
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's stack
+                raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
         try:
             self._take(t, obj)
         except (AttributeError, TypeError, KeyError, IndexError):

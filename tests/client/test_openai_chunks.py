@@ -58,6 +58,24 @@ def test_protocol_errors_are_classified(data, kind):
     assert err.value.kind == kind
 
 
+@pytest.mark.parametrize("data", [
+    ' {"id": "w", "choices": []}', '{"id": "w", "choices": []}\t ', '{"id": "w", "choices": []}{"id": "x"}',
+    '{"id": "w", "choices": []} x', '', '\ufeff{"id": "w"}', '{"id": "\u00e9", "choices": []}',
+])
+def test_the_fast_decode_answers_as_json_loads(data):
+    """Around the fast path (one JSON value, nothing else) json.loads decides: same objects, same errors."""
+    try:
+        want = json.loads(data)
+    except ValueError:
+        want = None
+    t = StreamTracker(0.0)
+    if want is None:
+        with pytest.raises(StreamProtocolError, match="chunk is not JSON"):
+            t.on_event(1.0, data)
+    else:
+        assert t.on_event(1.0, data) is False and t.response_id == want["id"]
+
+
 def test_build_body_asks_for_usage_and_exact_lengths():
     p = Prompt(messages=[{"role": "user", "content": "hi"}], text=None, words=1, target_tokens=1)
     body = json.loads(build_body("chat", "m", p, 50, ignore_eos=True, extra={"temperature": 0}))
