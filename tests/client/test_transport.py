@@ -78,20 +78,21 @@ def test_a_host_name_idna_cannot_encode_is_a_connect_error():
 
 @contextmanager
 def scripted(script: Callable[[socket.socket], None]) -> Iterator[str]:
-    """A one-shot server: accepts connections and runs ``script(sock)`` on each."""
+    """A server on a free port: accepts connections one at a time, reads the request, runs ``script(sock)``.
+
+    A script that holds its connection waits on an event the test sets, so the test never waits for it."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
+    addr = srv.getsockname()
     stop = threading.Event()
 
     def serve() -> None:
-        srv.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                c, _ = srv.accept()
-            except TimeoutError:
-                continue
+        while True:
+            c, _ = srv.accept()
             with c:
+                if stop.is_set():
+                    return
                 c.recv(65536)
                 with suppress(OSError):
                     script(c)
@@ -99,9 +100,10 @@ def scripted(script: Callable[[socket.socket], None]) -> Iterator[str]:
     th = threading.Thread(target=serve, daemon=True)
     th.start()
     try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+        yield f"http://127.0.0.1:{addr[1]}"
     finally:
         stop.set()
+        socket.create_connection(addr).close()  # wakes the accept
         th.join()
         srv.close()
 
@@ -131,25 +133,92 @@ def test_json_instead_of_a_stream():
 
 
 def test_headers_then_silence_is_a_ttft_timeout():
+    release = threading.Event()
+
     def script(c: socket.socket) -> None:
         c.sendall(SSE_HEAD)
-        time.sleep(1.0)
+        release.wait(5)  # silent, the connection open, until the client has given up
 
     with scripted(script) as url:
         r = send(Connection(url), timeouts=Timeouts(ttft_s=0.3, idle_s=5, total_s=5))
+        release.set()
     assert r.error == "ttft_timeout" and r.headers_s is not None and 0.29 < r.e2e_s < 0.6
 
 
 def test_trickle_is_a_total_timeout():
+    release = threading.Event()
+
     def script(c: socket.socket) -> None:
         c.sendall(SSE_HEAD)
         for _ in range(20):
             c.sendall(chunked(TOKEN))
-            time.sleep(0.05)
+            if release.wait(0.05):  # one token per 50 ms is the trickle under test
+                return
 
     with scripted(script) as url:
         r = send(Connection(url), timeouts=Timeouts(ttft_s=1, idle_s=1, total_s=0.4))
+        release.set()
     assert r.error == "total_timeout" and 4 <= len(r.chunk_times) <= 9
+
+
+def test_a_kept_alive_socket_the_server_closed_is_retried_once_on_a_new_one():
+    closed, accepted = threading.Event(), []
+    reply = SSE_HEAD + chunked(TOKEN) + chunked(LAST) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+    def script(c: socket.socket) -> None:
+        accepted.append(c)
+        c.sendall(reply)  # keep-alive by HTTP/1.1 default ...
+        if len(accepted) == 1:
+            c.close()  # ... but the server drops it before the next request
+            closed.set()
+
+    with scripted(script) as url:
+        conn = Connection(url)
+        first = send(conn)
+        sock = conn.sock
+        assert first.ok and sock is not None
+        closed.wait(5)
+        second = send(conn)
+    assert second.ok and second.output_tokens == 2 and conn.sock is not sock and len(accepted) == 2
+
+
+class LateReader:
+    """A socket whose first receive comes late, as for the last of a burst of streams one worker reads."""
+
+    def __init__(self, sock: socket.socket, ready: threading.Event, late_s: float) -> None:
+        self._sock, self._ready, self._late_s = sock, ready, late_s
+
+    def recvmsg(self, *args: int):
+        if self._ready.wait(5) and self._late_s:
+            time.sleep(self._late_s)  # the lateness under test, after all the bytes have arrived
+            self._late_s = 0.0
+        return self._sock.recvmsg(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+def test_times_are_the_kernel_s_receive_times_not_the_late_read(monkeypatch):
+    sent = threading.Event()
+    open_socket = Connection.open
+
+    def open_late(self: Connection, timeout: float) -> socket.socket:
+        self.sock = LateReader(open_socket(self, timeout), sent, 0.3)  # type: ignore[assignment]
+        return self.sock  # type: ignore[return-value]
+
+    def script(c: socket.socket) -> None:
+        c.sendall(SSE_HEAD + chunked(TOKEN) + chunked(LAST) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        sent.set()
+
+    monkeypatch.setattr(Connection, "open", open_late)
+    with scripted(script) as url:
+        conn = Connection(url)
+        t0 = time.perf_counter()
+        r = send(conn)
+        waited = time.perf_counter() - t0
+    if not conn.kernel_ts:
+        pytest.skip("no SO_TIMESTAMPNS on this platform")
+    assert r.ok and waited >= 0.3 and r.e2e_s < 0.15 and r.headers_s <= r.ttft_s <= r.e2e_s
 
 
 def test_close_after_finish_without_done_is_complete():
