@@ -35,7 +35,8 @@ class MasterSide:
     """Reached as ``environment.kneecap.master`` (master and local runs)."""
 
     def __init__(self, environment: Any, source: ScenarioSource, *, send_step: Callable[[StepMessage], None],
-                 workers: Callable[[], int], before_summary: Callable[[], None] = lambda: None) -> None:
+                 workers: Callable[[], int], before_summary: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.env = environment
         self.source = source
         self.send_step = send_step
@@ -43,6 +44,8 @@ class MasterSide:
         """How many workers the fleet has now (1 in local mode)."""
         self.before_summary = before_summary
         """Called once at the end, before judging: collect the last data (local: drain; master: stop workers)."""
+        self.clock = clock
+        """The master's step clock (tests pass a fake one)."""
         self.ledger = Ledger(source.scenario)
         self.view = RunView(self)
         self.run_id = ""
@@ -72,7 +75,7 @@ class MasterSide:
 
     def begin_step(self, level: float) -> StepInfo:
         """Start a new step at ``level`` users (or req/s); workers tag their records from now on."""
-        info = self.ledger.begin_step(level, time.perf_counter(), time.time())
+        info = self.ledger.begin_step(level, self.clock(), time.time())
         msg = StepMessage(index=info.index)
         if self.source.open_loop:
             msg = StepMessage(index=info.index, rate=level, stride=self.workers())
@@ -84,7 +87,7 @@ class MasterSide:
     def end_plan(self) -> None:
         """Close the last step now: workers move to a step past the plan (their records from here on are
         not part of any step) and open-loop drivers stop dispatching."""
-        if self.ledger.end_step(time.perf_counter()):
+        if self.ledger.end_step(self.clock()):
             self.send_step(StepMessage(index=len(self.ledger.steps), end=True))
 
     def stop(self, reason: str) -> None:
@@ -104,7 +107,7 @@ class MasterSide:
             log.error("kneecap: cannot merge the report of %s: %s", worker, exc)
             self.merge_errors += 1
             return
-        self.ledger.merge(worker, report, time.perf_counter())
+        self.ledger.merge(worker, report, self.clock())
         if self.live is not None:
             self.live.observe(worker, report)
         if self.requests_file is not None:
@@ -118,18 +121,19 @@ class MasterSide:
         """The run's results as they stand (judged on the data complete so far)."""
         sc, ledger = self.source.scenario, self.ledger
         server = self.live.server_summaries() if self.live is not None else {}
-        steps = ledger.results(time.perf_counter(), server)
+        steps = ledger.results(self.clock(), server)
         knee = ledger.knee
         reason = knee.reason
         if knee.found:
             why = _server_why(steps, knee.step_index)  # type: ignore[arg-type]
             reason = f"{reason}; {why}" if why else reason
         slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
+        code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
         return RunSummary(run_id=self.run_id, scenario=sc.name, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
                           model=sc.endpoint.model, started_at=self.started_wall, ended_at=time.time(),
                           mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
                           steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
-                          exit_code=exit_code(steps, slo), merge_errors=self.merge_errors)
+                          exit_code=code, merge_errors=self.merge_errors)
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
@@ -137,7 +141,7 @@ class MasterSide:
             return
         self.finalized = True
         self.before_summary()
-        self.ledger.end_step(time.perf_counter())
+        self.ledger.end_step(self.clock())
         self.judge()
         summary = self.summary()
         if self.live is not None:
@@ -146,8 +150,6 @@ class MasterSide:
             except Exception:  # the sink must never cost the results: log it, fail the run, write the summary
                 log.exception("kneecap: closing the live sinks failed")
                 summary.exit_code = exitcodes.ERROR
-        if self.merge_errors:
-            summary.exit_code = exitcodes.ERROR
         path = os.path.join(self.out_dir, "summary.json")
         write_json_atomic(path, summary.to_json())
         self.env.process_exit_code = summary.exit_code

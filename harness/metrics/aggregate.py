@@ -27,10 +27,10 @@ latencies (from the arrival schedule's intended start) in open-loop mode only.""
 LATENCIES = tuple(m for m in METRICS if m != "tokens_per_s")
 """The metrics that are durations (seconds in sketches, milliseconds in summaries)."""
 
-_WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("out", "output_tokens"),
+_WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("fail", "failures"), ("out", "output_tokens"),
                 ("in", "input_tokens"), ("counted", "counted_outputs"), ("perr", "prompt_error_sum"),
                 ("pn", "prompt_error_n"), ("arr", "arrivals"), ("drop", "dropped"))
-"""A bucket's counters on the wire: (short wire key, field). Sketches go under "sk", failures under "fail"."""
+"""A bucket's counters on the wire, in wire order: (short key, field); the sketches go first, under "sk"."""
 
 
 @dataclass
@@ -123,13 +123,14 @@ class Bucket:
     def to_wire(self) -> dict:
         out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
         out.update((key, getattr(self, name)) for key, name in _WIRE_FIELDS)
-        out["fail"] = dict(self.failures)
+        out["fail"] = dict(self.failures)  # a copy: the payload must not change with the bucket
         return out
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
-        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()}, failures=dict(d["fail"]),
-                   **{name: d[key] for key, name in _WIRE_FIELDS})
+        fields = {name: d[key] for key, name in _WIRE_FIELDS}
+        fields["failures"] = dict(fields["failures"])
+        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()}, **fields)
 
 
 Delta = tuple[int, str, Bucket]

@@ -1,0 +1,168 @@
+"""The hub in process, in Locust's style (its test_runners fires report_to_master and sends a Message): two
+``WorkerSide``s and a ``MasterSide`` on a fake clock, every report and step message through Locust's own
+``Message.serialize``, the shape's ``Ticker`` driving a staircase, then the summary. No subprocess, no socket.
+
+The synthetic endpoint has 8 slots: below 8 users TTFT is ~100 ms and throughput grows with load; past 8
+each extra wave of users waits a whole service time, so p99 jumps while throughput stays flat — the knee
+is 8 users.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from argparse import Namespace
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
+from harness.metrics.record import RequestRecord
+
+SLOTS = 8
+OVERRIDES = {"load.users": {"start": 4, "step": 4, "max": 24}, "endpoint.metrics": "off",
+             "load.step": {"warmup_s": 1, "min_duration_s": 4, "min_requests": 100, "max_duration_s": 30},
+             "slo": {"ttft": "p(95)<1000"}}
+
+
+@pytest.fixture(scope="module")
+def locust() -> ModuleType:
+    """Locust without gevent's monkey-patching (the rest of this pytest process keeps plain threads)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCUST_SKIP_MONKEY_PATCH", "1")  # read by locust/__init__.py, only on first import
+        import locust.rpc.protocol
+    return locust
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _env(tmp_path, index: int | None) -> SimpleNamespace:
+    options = Namespace(scenario="", overrides=json.dumps(OVERRIDES), results_dir=str(tmp_path), save_requests="",
+                        run_id="hub-test", num_users=None, influx_url="")
+    runner = SimpleNamespace(worker_index=index, current_cpu_usage=12.5)
+    return SimpleNamespace(parsed_options=options, host="http://127.0.0.1:9", runner=runner, shape_class=object,
+                           process_exit_code=None)
+
+
+class Fleet:
+    """Two workers and a master joined by serialized Locust messages."""
+
+    def __init__(self, locust: ModuleType, tmp_path, failures_per_s: int = 0) -> None:
+        from harness.load.context import Kneecap, ScenarioSource
+        from harness.load.master import MasterSide
+        from harness.load.shapes import Ticker
+        from harness.load.worker import WorkerSide
+
+        self.Message = locust.rpc.protocol.Message
+        self.out = tmp_path
+        self.clock = Clock()
+        self.rng = random.Random(7)
+        self.failures_per_s = failures_per_s
+        self.workers = []
+        for i in range(2):
+            env = _env(tmp_path, i)
+            source = ScenarioSource(env)
+            w = WorkerSide(env, source)
+            w.recorder.warmup_s = source.scenario.load.step.warmup_s  # what on_test_start sets (it also spawns)
+            env.kneecap = Kneecap(source, worker=w)
+            self.workers.append(w)
+        self.env = _env(tmp_path, None)
+        self.master = MasterSide(self.env, ScenarioSource(self.env), send_step=self._send_step, workers=lambda: 2,
+                                 clock=self.clock)
+        self.ticker = Ticker(self.master)
+        self.sent: list[RequestRecord] = []
+
+    def _wire(self, kind: str, data: dict, node: str):
+        return self.Message.unserialize(self.Message(kind, data, node).serialize())
+
+    def _send_step(self, msg: StepMessage) -> None:
+        for w in self.workers:
+            w.on_step(StepMessage.from_wire(self._wire(STEP_MESSAGE, msg.to_wire(), "master").data), self.clock())
+
+    def report(self, kind: str = "stats") -> None:
+        for i, w in enumerate(self.workers):
+            node = f"worker-{i}"
+            if kind == FLUSH_MESSAGE:
+                msg = self._wire(FLUSH_MESSAGE, w.report().to_wire(), node)
+                self.master.merge(msg.node_id, msg.data)
+            else:
+                data: dict = {}
+                data[REPORT_KEY] = w.report().to_wire()  # what the report_to_master listener does
+                msg = self._wire("stats", data, node)
+                self.master.merge(msg.node_id, msg.data[REPORT_KEY])
+
+    def second(self, users: int) -> None:
+        """One second of the synthetic endpoint at ``users`` (split over the two workers)."""
+        waves = -(-users // SLOTS)
+        for _ in range(min(users, SLOTS) * 5):  # 5 requests/s per busy slot
+            ttft = 0.1 * waves * self.rng.uniform(0.9, 1.1)
+            rec = RequestRecord(start=0.0, ttft_s=ttft, e2e_s=ttft + 0.1, chunk_times=[ttft, ttft + 0.1],
+                                output_tokens=2, prompt_tokens=100)
+            self.workers[len(self.sent) % 2].record(rec, self.clock())
+            self.sent.append(rec)
+        for _ in range(self.failures_per_s):
+            rec = RequestRecord(start=0.0, error="http_5xx")
+            self.workers[len(self.sent) % 2].record(rec, self.clock())
+            self.sent.append(rec)
+        self.clock.t += 1.0
+
+    def run(self, max_ticks: int = 400) -> dict:
+        users = None
+        for n in range(max_ticks):
+            step = self.ticker.tick(self.clock())
+            if step is None:
+                break
+            users = step.users
+            self.second(users)
+            if n % 3 == 2:
+                self.report()
+        self.report(FLUSH_MESSAGE)
+        self.master.finalize()
+        return json.loads((self.out / "summary.json").read_text())  # what a user gets
+
+
+def test_staircase_in_process_finds_the_knee_and_counts_every_request(locust, tmp_path):
+    fleet = Fleet(locust, tmp_path)
+    summary = fleet.run()
+    assert summary["schema"] == "kneecap.summary/2"
+    knee = summary["knee"]
+    assert knee["found"] and knee["confirmed"] and knee["users"] == SLOTS, knee
+    assert knee["tail"] == "p99_slo" and knee["reason"].startswith("ttft p99_slo rose")
+    assert summary["stop_reason"] == f"knee confirmed at {SLOTS}" and summary["workers"] == 2
+    steps = summary["steps"]
+    # 16 confirms the knee once its data is complete: when both workers report from the next step (20)
+    assert [s["users"] for s in steps] == [4, 8, 12, 16, 20]
+    assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent)
+    for s in steps[:-1]:
+        assert s["complete"] and s["stationary"] and s["generator"]["reliable"]
+        ttft = s["latency_ms"]["ttft"]
+        assert ttft["p99_slo"] == ttft["p99"]  # nothing failed: the two tails agree
+        assert s["duration_s"] == pytest.approx(s["requests"] / (5 * min(s["users"], SLOTS)), abs=1.01)
+    assert steps[0]["latency_ms"]["ttft"]["p99"] == pytest.approx(110, rel=0.02)
+    assert steps[2]["latency_ms"]["ttft"]["p99"] == pytest.approx(220, rel=0.02)
+    assert steps[0]["slo_passed"] and summary["slo"]["passed"] and summary["exit_code"] == 0
+    assert fleet.env.process_exit_code == 0
+
+
+def test_failures_make_p99_slo_differ_from_p99(locust, tmp_path):
+    """2 failures per second among 20-40 successes (>1%): the successes' p99 is a latency, the SLO's is a miss."""
+    fleet = Fleet(locust, tmp_path, failures_per_s=2)
+    steps = fleet.run()["steps"]
+    first = steps[0]
+    assert first["failures"] == {"http_5xx": first["requests"] - first["ok"]} and first["ok"] < first["requests"]
+    ttft = first["latency_ms"]["ttft"]
+    assert ttft["p99"] == pytest.approx(110, rel=0.02) and ttft["p99_slo"] == "inf"
+    assert first["slo"][0]["observed"] == "inf" and first["slo_passed"] is False
+
+
+def test_a_report_from_another_version_fails_the_run(locust, tmp_path):
+    fleet = Fleet(locust, tmp_path)
+    fleet.master.merge("worker-9", {"v": 99, "step": 0, "buckets": []})
+    summary = fleet.run()
+    assert summary["merge_errors"] == 1 and summary["exit_code"] == 1 and fleet.env.process_exit_code == 1

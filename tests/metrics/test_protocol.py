@@ -1,0 +1,105 @@
+"""The worker <-> master protocol (harness/metrics/protocol.py): golden bytes, round trips, clear refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgpack
+import pytest
+
+from harness.metrics.aggregate import Bucket
+from harness.metrics.protocol import PROTOCOL_VERSION, GeneratorSample, ProtocolError, Report, StepMessage
+from harness.metrics.record import RequestRecord
+from harness.metrics.sketch import Sketch
+
+# msgpack.packb(Report.to_wire()) of ``_report()``: the bytes kneecap 0.1 (first landing) sent for the same data.
+# Never edit: a change here means master and workers of two versions no longer understand each other, so
+# bump PROTOCOL_VERSION and keep this payload readable or refused with a clear message.
+GOLDEN_V1_MSGPACK = bytes.fromhex(
+    "85a17601a47374657002a76275636b657473919302a76d6561737572658ca2736b86a4747466748aa17601a5616c706861cb"
+    "3f847ae147ae147ba16e01a373756dcb3fa999999999999aa36d696ecb3fa999999999999aa36d6178cb3fa999999999999a"
+    "a47a65726f00a86f766572666c6f7700a46b65797391d1ff6ba6636f756e74739101a36532658aa17601a5616c706861cb3f"
+    "847ae147ae147ba16e01a373756dcb3fd0000000000000a36d696ecb3fd0000000000000a36d6178cb3fd0000000000000a4"
+    "7a65726f00a86f766572666c6f7700a46b65797391d0bba6636f756e74739101a474706f748aa17601a5616c706861cb3f84"
+    "7ae147ae147ba16e01a373756dcb3fb999999999999aa36d696ecb3fb999999999999aa36d6178cb3fb999999999999aa47a"
+    "65726f00a86f766572666c6f7700a46b65797391d08da6636f756e74739101ac746f6b656e735f7065725f738aa17601a561"
+    "6c706861cb3f847ae147ae147ba16e01a373756dcb4024000000000000a36d696ecb4024000000000000a36d6178cb402400"
+    "0000000000a47a65726f00a86f766572666c6f7700a46b6579739174a6636f756e74739101a369746c8aa17601a5616c7068"
+    "61cb3f847ae147ae147ba16e02a373756dcb3fc999999999999aa36d696ecb3fb9999999999999a36d6178cb3fb999999999"
+    "999aa47a65726f00a86f766572666c6f7700a46b65797391d08da6636f756e74739102a969746c5f746f6b656e8aa17601a5"
+    "616c706861cb3f847ae147ae147ba16e02a373756dcb3fc999999999999aa36d696ecb3fb9999999999999a36d6178cb3fb9"
+    "99999999999aa47a65726f00a86f766572666c6f7700a46b65797391d08da6636f756e74739102a16e02a26f6b01a4676f6f"
+    "6401a46661696c81a8687474705f35787801a36f757403a2696e64a7636f756e74656400a470657272cb3fb745d1745d1746"
+    "a2706e01a361727203a464726f7001a367656e82a36c61678aa17601a5616c706861cb3f847ae147ae147ba16e01a373756d"
+    "cb3f60624dd2f1a9fca36d696ecb3f60624dd2f1a9fca36d6178cb3f60624dd2f1a9fca47a65726f00a86f766572666c6f77"
+    "00a46b65797391d1fecaa6636f756e74739101a3637075cb4044c00000000000a77265636f7264739181a26f6bc3"
+)
+
+
+def _report() -> Report:
+    b = Bucket()
+    b.add(RequestRecord(start=0.0, ttft_s=0.05, e2e_s=0.25, chunk_times=[0.05, 0.15, 0.25], output_tokens=3,
+                        prompt_tokens=100, prompt_tokens_target=110))
+    b.add(RequestRecord(start=0.0, error="http_5xx"))
+    b.arrivals, b.dropped = 3, 1
+    lag = Sketch()
+    lag.add(0.002)
+    return Report(step=2, buckets=[(2, "measure", b)], gen=GeneratorSample(lag, 41.5), records=[{"ok": True}])
+
+
+def test_golden_payload_bytes():
+    assert msgpack.packb(_report().to_wire()) == GOLDEN_V1_MSGPACK
+
+
+def test_golden_payload_decodes():
+    r = Report.from_wire(msgpack.unpackb(GOLDEN_V1_MSGPACK, strict_map_key=False))
+    assert r.step == 2 and r.records == [{"ok": True}] and r.gen is not None and r.gen.cpu == 41.5
+    (step, phase, b), = r.buckets
+    assert (step, phase) == (2, "measure")
+    assert (b.requests, b.ok, b.good, b.failures, b.output_tokens, b.input_tokens) == (2, 1, 1, {"http_5xx": 1}, 3, 100)
+    assert (b.arrivals, b.dropped, b.prompt_error_n) == (3, 1, 1)
+    assert b.sketches["ttft"].quantile(0.5) == pytest.approx(0.05, rel=0.01)
+    assert r.gen.lag.max == pytest.approx(0.002)
+
+
+def test_every_bucket_field_survives_the_wire_by_name():
+    """Each counter gets a distinct value: a field swapped or dropped on the wire cannot go unnoticed."""
+    fields = [f.name for f in dataclasses.fields(Bucket) if f.name not in ("sketches", "failures")]
+    b = Bucket(**{name: i + 2 for i, name in enumerate(fields)}, failures={"reset": 99})
+    b.prompt_error_sum = 0.125
+    back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
+    assert back == b
+    wire = b.to_wire()
+    wire["fail"]["reset"] = 0
+    assert b.failures == {"reset": 99}  # the payload is a copy
+
+
+def test_report_without_health_or_records():
+    r = Report(step=0)
+    assert r.to_wire() == {"v": PROTOCOL_VERSION, "step": 0, "buckets": []}
+    assert Report.from_wire(r.to_wire()) == r
+
+
+@pytest.mark.parametrize("payload, words", [
+    ({"v": 2, "step": 0, "buckets": []}, "version 2, expected 1"),
+    ({"step": 0, "buckets": []}, "version None"),
+    ("garbage", "version str"),
+    ({"v": 1, "step": 0}, "KeyError"),
+    ({"v": 1, "step": 0, "buckets": [[0, "measure", {"sk": {}}]]}, "cannot be read"),
+    ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "sk": {"ttft": {"v": 9}}}]]},
+     "SketchMismatch"),
+])
+def test_unreadable_payloads_are_refused_by_name(payload, words):
+    with pytest.raises(ProtocolError, match="worker w7") as err:
+        Report.from_wire(payload, "w7")
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("msg, wire", [
+    (StepMessage(index=3), {"index": 3}),
+    (StepMessage(index=3, rate=12.0, stride=2), {"index": 3, "rate": 12.0, "stride": 2}),
+    (StepMessage(index=4, end=True), {"index": 4, "end": True}),
+])
+def test_step_messages(msg, wire):
+    assert msg.to_wire() == wire
+    assert StepMessage.from_wire(msgpack.unpackb(msgpack.packb(wire))) == msg
