@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from harness.analysis.results import level_key
+
 __all__ = [
     "errors_vs_load",
     "generator_chart",
@@ -37,7 +39,7 @@ def _svg(fig: plt.Figure) -> str:
 
 
 def _level_key(summary: dict) -> str:
-    return "rate_rps" if summary.get("mode") == "open" else "users"
+    return level_key(summary.get("mode", "closed"))
 
 
 def _loads(summary: dict) -> list[float]:

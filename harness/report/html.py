@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
 from harness.report import charts
 
@@ -31,8 +32,7 @@ def _e(x: object) -> str:
 
 def _verdict(s: dict) -> str:
     knee = s.get("knee") or {}
-    key = "rate_rps" if s.get("mode") == "open" else "users"
-    unit = "req/s" if key == "rate_rps" else "users"
+    key, unit = level_key(s.get("mode", "closed")), level_unit(s.get("mode", "closed"))
     if knee.get("found"):
         k = (f"<b id='knee'>Knee: {knee.get(key):g} {unit}</b> ({_e(knee.get('confidence'))} confidence, "
              f"metric {_e(knee.get('metric'))}) — {_e(knee.get('reason'))}")
@@ -47,9 +47,10 @@ def _verdict(s: dict) -> str:
 
 
 def _step_table(s: dict) -> str:
-    key = "rate_rps" if s.get("mode") == "open" else "users"
+    key = level_key(s.get("mode", "closed"))
+    metric = (s.get("knee") or {}).get("metric") or "ttft"
     head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
-            "TPOT p99", "E2E p99", "stationary", "SLO", "reliable"]
+            f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", "stationary", "SLO", "reliable"]
     rows = []
     for st in s["steps"]:
         lat = st["latency_ms"]
@@ -59,10 +60,13 @@ def _step_table(s: dict) -> str:
                      st["throughput"]["requests_per_s"], st["throughput"]["output_tokens_per_s"],
                      st["throughput"]["goodput_per_s"], t.get("p50"),
                      f"{t.get('p99')} [{ci[0]}, {ci[1]}]" if ci else t.get("p99"),
-                     lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"), st.get("stationary"),
+                     lat.get(metric, {}).get("p99_slo"), lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"),
+                     st.get("stationary"),
                      st.get("slo_passed"), st["generator"]["reliable"]])
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + "<p>Latencies in ms. p99: over successful requests. p99_slo: failed requests ranked as misses "
+              "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge.</p>")
 
 
 def _workload(records: list[dict]) -> str:
@@ -103,13 +107,13 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
 
 
 def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:  # None: no data at that load
-    key = "rate_rps" if s.get("mode") == "open" else "users"
+    key = level_key(s.get("mode", "closed"))
     return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"] if st[key] == load), None)
 
 
 def compare_html(runs: list[tuple[str, dict]]) -> str:
     base_name, base = runs[0]
-    key = "rate_rps" if base.get("mode") == "open" else "users"
+    key = level_key(base.get("mode", "closed"))
     common = sorted(set.intersection(*({st[key] for st in s["steps"]} for _, s in runs)))
     rows = []
     for name, s in runs:
