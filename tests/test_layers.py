@@ -1,0 +1,113 @@
+"""The tree reads as the data's path: pure layers import neither Locust nor gevent, nothing imports upward, no cycles.
+
+Read from the source (ast), so importing Locust's monkey-patching never happens here. Imports under
+``if TYPE_CHECKING:`` are annotations only and do not count; imports inside functions count for the pure
+check (a pure module must not reach Locust even lazily) but not for cycles (they run after import).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "harness"
+PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scenario", "harness.checker",
+        "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
+        "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics")
+GLUE = ("locust", "gevent", "flask")
+UPWARD = {  # layer -> the layers above it, which it must not import
+    "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
+                        "harness.cli", "harness.run", "harness.sim"),
+    "harness.workload": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
+                         "harness.cli", "harness.run", "harness.sim"),
+    "harness.client": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
+                       "harness.cli", "harness.run"),
+    "harness.analysis": ("harness.load", "harness.web", "harness.report", "harness.sinks", "harness.cli",
+                         "harness.run", "harness.sim"),
+}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: pathlib.Path, *, top_level_only: bool) -> set[str]:
+    """Modules named by import statements (``from a import b`` gives a, and a.b when that is a module)."""
+    out: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for n in nodes:
+            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+                continue
+            if isinstance(n, ast.Import):
+                out.update(a.name for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                out.add(n.module)
+                out.update(f"{n.module}.{a.name}" for a in n.names if f"{n.module}.{a.name}" in MODULES)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not top_level_only:
+                    visit(n.body)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit(getattr(n, field, []) or [])
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return out
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_tree_was_found():
+    assert len(MODULES) > 50 and "harness.analysis.ledger" in MODULES and "harness.load.master" in MODULES
+
+
+def test_pure_layers_import_no_glue():
+    bad = {m: sorted(i for i in _imports(p, top_level_only=False) if i.split(".")[0] in GLUE)
+           for m, p in MODULES.items() if any(_under(m, pure) for pure in PURE)}
+    assert {m: v for m, v in bad.items() if v} == {}
+
+
+def test_nothing_imports_upward():
+    bad = []
+    for m, p in MODULES.items():
+        for layer, above in UPWARD.items():
+            if _under(m, layer):
+                bad += [f"{m} imports {i}" for i in _imports(p, top_level_only=False)
+                        if any(_under(i, a) for a in above)]
+    assert bad == []
+
+
+def test_no_import_cycle():
+    graph = {}
+    for m, p in MODULES.items():
+        deps = {i for i in _imports(p, top_level_only=True) if i in MODULES and i != m}
+        # importing a.b.c first runs a/__init__ and a/b/__init__
+        deps |= {".".join(i.split(".")[:k]) for i in deps for k in range(2, i.count(".") + 1)} - {m}
+        graph[m] = deps
+    state: dict[str, int] = {}
+    cycles = []
+
+    def walk(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if _under(m, d):  # a package's own __init__ is already running
+                continue
+            if state.get(d) == 1:
+                cycles.append(" -> ".join([*path[path.index(d):], d]) if d in path else f"{m} -> {d}")
+            elif d not in state:
+                walk(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m, [m])
+    assert cycles == []
