@@ -8,6 +8,7 @@ next to the code that raises it, not here (``tests/test_errors.py`` checks this 
     ├── StreamProtocolError  client/openai.py: a streamed response broke the protocol (``kind``: its error class)
     ├── OversizedLine        client/sse.py: a line longer than the SSE decoder's limit (a broken or hostile server)
     ├── SketchMismatch       metrics/sketch.py: sketches that cannot be merged or decoded (accuracy or version differ)
+    ├── ProtocolError        metrics/protocol.py: a worker's payload the master cannot read (another version, garbage)
     └── StreamFailure        load/user.py: a failed request as Locust's failure table shows it (one row per class)
 
 Outside the tree: ``TraceError`` (workload/traces.py, a log that cannot be read as asked) is a ``ValueError``;
