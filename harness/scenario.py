@@ -49,7 +49,7 @@ DEFAULT_HOST = "http://127.0.0.1:8000"
 """Where requests go when neither --host nor endpoint.host says (``kneecap sim``'s default address)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
     host: str | None = None
     """None: ``kneecap run`` starts the built-in simulator; plain Locust uses DEFAULT_HOST."""
@@ -63,7 +63,7 @@ class Endpoint:
     """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     input_tokens: Length | None
     output_tokens: Length | None
@@ -73,7 +73,7 @@ class Workload:
     seed: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepSpec:
     warmup_s: float = 5.0
     min_duration_s: float = 20.0
@@ -81,7 +81,7 @@ class StepSpec:
     max_duration_s: float = 120.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadPlan:
     mode: str = "staircase"
     start: float = 4
@@ -102,7 +102,7 @@ class LoadPlan:
     confirm_steps: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     name: str
     endpoint: Endpoint
@@ -182,7 +182,8 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     results_dir, influx = _sinks(top.get("sinks", {}), check)
     if check.problems:
         raise ScenarioError(source, check.problems)
-    return Scenario(name, endpoint, workload, load, slo, results_dir, influx, description, source)  # type: ignore[arg-type]
+    return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
+                    results_dir=results_dir, influxdb=influx, description=description, source=source)
 
 
 def _endpoint(node: Any, check: Checker) -> Endpoint:
@@ -199,13 +200,14 @@ def _endpoint(node: Any, check: Checker) -> Endpoint:
     t, td = node.get("timeouts", {}), Timeouts()
     timeouts = td
     if check.mapping(t, "endpoint.timeouts", ("connect_s", "ttft_s", "idle_s", "total_s")) is not None:
-        timeouts = Timeouts(*(check.number(t, k, "endpoint.timeouts", getattr(td, k), above=0)
-                              for k in ("connect_s", "ttft_s", "idle_s", "total_s")))
-    return Endpoint(host, check.string(node, "api", "endpoint", d.api, choices=APIS),
-                    check.string(node, "model", "endpoint", d.model),
-                    check.string(node, "api_key_env", "endpoint", None),
-                    check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
-                    extra if isinstance(extra, dict) else {}, timeouts, _metrics(node, check))
+        timeouts = Timeouts(**{k: check.number(t, k, "endpoint.timeouts", getattr(td, k), above=0)
+                               for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
+    return Endpoint(host=host, api=check.string(node, "api", "endpoint", d.api, choices=APIS),
+                    model=check.string(node, "model", "endpoint", d.model),
+                    api_key_env=check.string(node, "api_key_env", "endpoint", None),
+                    ignore_eos=check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
+                    extra_body=extra if isinstance(extra, dict) else {}, timeouts=timeouts,
+                    metrics=_metrics(node, check))
 
 
 def _metrics(node: dict, check: Checker) -> str:
@@ -232,9 +234,11 @@ def _workload(node: Any, check: Checker) -> Workload | None:
         inp = length_from_spec(node["input_tokens"], "workload.input_tokens", check) if "input_tokens" in node else None
         out = length_from_spec(node["output_tokens"], "workload.output_tokens", check) \
             if "output_tokens" in node else None
-    return Workload(inp, out, joint, check.number(node, "shared_prefix_tokens", "workload", 0, integer=True, minimum=0),
-                    check.boolean(node, "unique_prompts", "workload", True),
-                    check.number(node, "seed", "workload", 0, integer=True))
+    return Workload(input_tokens=inp, output_tokens=out, joint=joint,
+                    shared_prefix_tokens=check.number(node, "shared_prefix_tokens", "workload", 0, integer=True,
+                                                      minimum=0),
+                    unique_prompts=check.boolean(node, "unique_prompts", "workload", True),
+                    seed=check.number(node, "seed", "workload", 0, integer=True))
 
 
 def _load(node: Any, check: Checker) -> LoadPlan:
@@ -272,10 +276,11 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     s, sd = node.get("step", {}), StepSpec()
     step = sd
     if check.mapping(s, "load.step", ("warmup_s", "min_duration_s", "min_requests", "max_duration_s")) is not None:
-        step = StepSpec(check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
-                        check.number(s, "min_duration_s", "load.step", sd.min_duration_s, above=0),
-                        check.number(s, "min_requests", "load.step", sd.min_requests, integer=True, minimum=1),
-                        check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0))
+        step = StepSpec(warmup_s=check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
+                        min_duration_s=check.number(s, "min_duration_s", "load.step", sd.min_duration_s, above=0),
+                        min_requests=check.number(s, "min_requests", "load.step", sd.min_requests, integer=True,
+                                                  minimum=1),
+                        max_duration_s=check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0))
         if None not in (step.min_duration_s, step.max_duration_s) and step.min_duration_s > step.max_duration_s:
             check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
                                     f"({step.max_duration_s})")
@@ -284,10 +289,12 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     if check.mapping(k, "load.knee", ("metric", "confirm_steps")) is not None:
         metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=("ttft", "tpot", "itl", "e2e"))
         confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
-    return LoadPlan(mode, start, step_by, top, check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
-                    check.number(node, "duration_s", "load", d.duration_s, above=0), arrival, cv, gaps,
-                    check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1), step,
-                    metric, confirm)
+    return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
+                    spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
+                    duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
+                    burstiness_cv=cv, trace_gaps=gaps,
+                    max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
+                    step=step, knee_metric=metric, confirm_steps=confirm)
 
 
 def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:
