@@ -159,6 +159,14 @@ def scrape(sim: SimProcess) -> dict[str, float]:
     return out
 
 
+def scrape_until(sim: SimProcess, done, timeout: float = 5.0) -> dict[str, float]:
+    """Scrape until ``done(metrics)``; each scrape's round trip paces the next (no sleeping on a guess)."""
+    deadline = time.monotonic() + timeout
+    while not done(m := scrape(sim)):
+        assert time.monotonic() < deadline, m
+    return m
+
+
 def test_metrics_parse_and_move_under_load():
     with start_sim("--preset", "tiny", "--iter-base-ms", "10") as sim:
         before = scrape(sim)
@@ -170,8 +178,10 @@ def test_metrics_parse_and_move_under_load():
         threads = [threading.Thread(target=lambda: post(sim, CHAT, chat(60))[1].read()) for _ in range(14)]
         for t in threads:
             t.start()
-        time.sleep(0.3)
-        during = scrape(sim)
+        # All 14 in and the scheduler's next iteration has admitted them; the first 8 need ~0.7 s for their 60
+        # tokens, so none has finished yet. More than 8 running (or none waiting) fails below.
+        during = scrape_until(sim, lambda m: m["vllm:num_requests_running"] >= 8
+                              and m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"] == 14)
         for t in threads:
             t.join()
         after = scrape(sim)
@@ -190,5 +200,6 @@ def test_client_disconnect_frees_the_slot(sim):
     resp.read1(100)
     resp.close()  # the response holds its own reference to the socket
     conn.close()
-    time.sleep(0.2)
-    assert scrape(sim)["vllm:num_requests_running"] == 0
+    # Freed on the disconnect: running to its end, 2000 tokens would hold the slot for ~4.5 s.
+    freed = scrape_until(sim, lambda m: m["vllm:num_requests_running"] == 0, timeout=2.0)
+    assert freed["vllm:num_requests_running"] == 0
