@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO
 
 import pytest
 
@@ -29,26 +31,72 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Lines:
+    """A process's output, read line by line by a thread as it comes; ``wait_for`` blocks until a line matches."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._ended = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    if text in line:
+                        return line
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                assert not self._ended and left > 0, f"no line with {text!r} in:\n{self.text()}"
+                self._changed.wait(left)
+
+    def text(self) -> str:
+        """Everything so far; after the process has exited and ``join``, everything."""
+        with self._changed:
+            return "".join(self.lines)
+
+    def join(self) -> str:
+        self._thread.join(timeout=10)
+        return self.text()
+
+
 @contextmanager
 def victoria(data_dir, port: int) -> Iterator[str]:
     binary = shutil.which("victoria-metrics")
     assert binary, "victoria-metrics is not installed (.ci/run installs Debian's victoria-metrics)"
     proc = subprocess.Popen([binary, f"-storageDataPath={data_dir}", f"-httpListenAddr=127.0.0.1:{port}",
-                             "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
+    log = Lines(proc.stderr)  # type: ignore[arg-type]
     try:
-        deadline = time.monotonic() + 15
+        log.wait_for("starting http server at", timeout=15)
+        # The line comes just before the listen call: confirm with /health, which answers at once after it.
+        deadline = time.monotonic() + 5
         while True:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=1):
                     break
             except OSError:
-                assert time.monotonic() < deadline, "victoria-metrics did not start"
-                time.sleep(0.1)
+                assert proc.poll() is None and time.monotonic() < deadline, "victoria-metrics did not start:\n" \
+                    + log.text()
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
+        log.join()
 
 
 def export(url: str, run: str) -> dict[tuple, list[float]]:
@@ -79,6 +127,12 @@ def scenario(tmp_path, load: str, influx_url: str, window_s: float = 1.0) -> str
 def run(tmp_path, path: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([*KNEECAP, "run", path, "--workers", "1", "--out", str(tmp_path / "out"), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, out: Lines) -> str:
+    """Wait for a run whose output ``out`` is reading; all of its output."""
+    proc.wait(timeout=120)
+    return out.join()
 
 
 def summary_of(tmp_path) -> dict:
@@ -120,10 +174,12 @@ def test_an_outage_loses_no_point(tmp_path):
     port = free_port()
     with victoria(tmp_path / "vm", port) as url:
         proc = run(tmp_path, scenario(tmp_path, CONSTANT, url))
-        time.sleep(4)
-    time.sleep(4)  # the database is down for ~4 s of the run
+        lines = Lines(proc.stdout)  # type: ignore[arg-type]
+        lines.wait_for("step 0", timeout=60)  # the load is on (startup takes ~3 s, more on a busy machine)
+        time.sleep(1.5)  # the run writes its first window while the database is up
+    time.sleep(4)  # the database is down for ~4 s of the run (the outage under test)
     with victoria(tmp_path / "vm", port) as url:
-        out, _ = proc.communicate(timeout=120)
+        out = finish(proc, lines)
         s = summary_of(tmp_path)
         points = export(url, s["run_id"])
     assert s["influx"]["unwritten"] == 0 and s["influx"]["last_error"], (s.get("influx"), out)
