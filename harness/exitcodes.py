@@ -7,7 +7,7 @@ Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool r
 are ours. The README's "Exit codes" table explains each.
 """
 
-__all__ = ["ERROR", "NO_VALID_RESULT", "OK", "SLO_FAILED", "USAGE"]
+__all__ = ["DEGRADED", "ERROR", "NO_VALID_RESULT", "OK", "SLO_FAILED", "USAGE"]
 
 OK = 0
 """The run finished with a valid result and every SLO held (or there were none)."""
@@ -23,3 +23,7 @@ SLO_FAILED = 3
 
 NO_VALID_RESULT = 4
 """No valid result: no summary was written, no request succeeded, or the generator was unreliable at every step."""
+
+DEGRADED = 5
+"""Otherwise OK, but the fleet lost a worker during the run: the steps it hit were re-run or not judged
+(``summary.json`` ``degraded``/``fleet_events``); a failed SLO or no valid result takes precedence."""

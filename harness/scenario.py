@@ -100,6 +100,8 @@ class LoadPlan:
     step: StepSpec = field(default_factory=StepSpec)
     knee_metric: str = "ttft"
     confirm_steps: int = 1
+    on_worker_loss: str = "continue"
+    """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,7 +245,8 @@ def _workload(node: Any, check: Checker) -> Workload | None:
 
 def _load(node: Any, check: Checker) -> LoadPlan:
     d = LoadPlan()
-    keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee", "max_in_flight")
+    keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee", "max_in_flight",
+            "on_worker_loss")
     if check.mapping(node, "load", keys) is None:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
@@ -294,7 +297,9 @@ def _load(node: Any, check: Checker) -> LoadPlan:
                     duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
                     burstiness_cv=cv, trace_gaps=gaps,
                     max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
-                    step=step, knee_metric=metric, confirm_steps=confirm)
+                    step=step, knee_metric=metric, confirm_steps=confirm,
+                    on_worker_loss=check.string(node, "on_worker_loss", "load", d.on_worker_loss,
+                                                choices=("continue", "abort")))
 
 
 def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:

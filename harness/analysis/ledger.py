@@ -9,6 +9,9 @@ Judging: a step is judged once its data is complete — every worker has reporte
 longer change, so its judgement (knee point, SLO checks, stationarity) is computed once and kept; only the
 knee is re-found over the kept points at each ``judge``.
 
+Fleet changes: a step during which a worker was lost or joined did not run at the load it names, so it is
+not judged; the master re-runs its level (``load/master.py``), which gives it a fresh warm-up.
+
 Which p99: the knee and the SLOs rank failed requests as misses (``analysis/judge.py``); the summary calls
 that figure ``p99_slo`` next to ``p99``, the successes' p99 (the two agree when nothing failed).
 """
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
-from harness.analysis.results import SloCheck, StepResult
+from harness.analysis.results import FleetEvent, SloCheck, StepResult
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
@@ -57,7 +60,9 @@ class Ledger:
     generators: dict[int, Generator] = field(default_factory=dict)
     judged: dict[int, Judgement] = field(default_factory=dict)
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
+    fleet_events: list[FleetEvent] = field(default_factory=list)
     _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
+    _last_report: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.plan = StepPlan.for_load(self.scenario.load)
@@ -67,12 +72,29 @@ class Ledger:
     def current(self) -> StepInfo | None:
         return self.steps[-1] if self.steps else None
 
-    def begin_step(self, level: float, now: float, wall: float) -> StepInfo:
-        """Close the running step (if any) and start the next one at ``level``."""
+    def begin_step(self, level: float, now: float, wall: float, level_index: int = -1) -> StepInfo:
+        """Close the running step (if any) and start the next one at ``level`` (the plan's ``level_index``-th)."""
         self.end_step(now)
-        info = StepInfo(len(self.steps), level, now, self.scenario.load.step.warmup_s, started_wall=wall)
+        info = StepInfo(len(self.steps), level, now, self.scenario.load.step.warmup_s, started_wall=wall,
+                        level_index=level_index)
         self.steps.append(info)
         return info
+
+    def fleet_change(self, kind: str, worker: str, now: float, wall: float, *, noticed_after_s: float) -> FleetEvent:
+        """A worker ``lost`` or ``joined``, noticed at ``now``. A lost worker was last alive at its last report
+        (or, if it never reported, up to ``noticed_after_s`` ago): every step running since then is marked and
+        loses its judgement, and no longer waits for that worker's reports (what it had not delivered is gone)."""
+        since = now
+        if kind == "lost":
+            self.fleet.forget(worker)
+            since = self._last_report.pop(worker, now - noticed_after_s)
+        hit = [s for s in self.steps if s.started <= now and (s.ended is None or s.ended >= since)]
+        for s in hit:
+            (s.workers_lost if kind == "lost" else s.workers_joined).append(worker)
+            self.judged.pop(s.index, None)
+        event = FleetEvent(kind=kind, worker=worker, at=wall, steps=[s.index for s in hit])
+        self.fleet_events.append(event)
+        return event
 
     def end_step(self, now: float) -> bool:
         """Close the running step; False when there is none."""
@@ -84,6 +106,7 @@ class Ledger:
     def merge(self, worker: str, report: Report, now: float) -> None:
         """Add one worker's report (already decoded, see ``metrics/protocol.py``)."""
         self.fleet.merge(worker, report.step, report.buckets)
+        self._last_report[worker] = now
         metric = self.scenario.load.knee_metric
         for index, phase, delta in report.buckets:
             if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check
@@ -102,7 +125,7 @@ class Ledger:
             if info.ended is None or not (final or self.fleet.step_complete(info.index, workers)):
                 break
             bucket = self.measured(info.index)
-            if bucket.requests:
+            if bucket.requests and not info.fleet_changed:
                 self.judged[info.index] = self._judge(info, bucket)
         self.knee = find_knee([j.point for _, j in sorted(self.judged.items())],
                               KneeParams(confirm_steps=self.scenario.load.confirm_steps),

@@ -3,8 +3,9 @@
 The models are built by the master (``analysis/ledger.py``) and turned into JSON only at the edge
 (``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/2`` (docs/results.md);
 version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric of a step (the p99 with
-failed requests ranked as misses, what the knee and the SLOs judge) and ``knee.tail`` (which p99 the
-knee used). Readers of version 1 files keep working: nothing was removed or renamed.
+failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail`` (which p99 the
+knee used), per step ``fleet_changed``/``workers_lost``/``workers_joined``, and per run ``degraded``
+and ``fleet_events``. Readers of version 1 files keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
 """
@@ -16,8 +17,8 @@ from typing import Any
 
 from harness.analysis.knee import Knee
 
-__all__ = ["SCHEMA", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult", "Throughput",
-           "level_key", "level_unit"]
+__all__ = ["SCHEMA", "FleetEvent", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult",
+           "Throughput", "level_key", "level_unit"]
 
 SCHEMA = "kneecap.summary/2"
 READABLE_SCHEMAS = ("kneecap.summary/1", SCHEMA)
@@ -80,6 +81,10 @@ class StepResult:
     output_tokens_counted: int
     prompt_length_error: float | None
     generator: GeneratorHealth
+    fleet_changed: bool = False
+    """A worker was lost or joined during the step: not judged (see ``analysis/ledger.py``)."""
+    workers_lost: list[str] = field(default_factory=list)
+    workers_joined: list[str] = field(default_factory=list)
     complete: bool = False
     stationary: bool | None = None
     slo_passed: bool | None = None
@@ -95,11 +100,26 @@ class StepResult:
         out.update(throughput=vars(self.throughput).copy(), latency_ms=self.latency_ms,
                    tokens_per_s_per_user=self.tokens_per_s_per_user, output_tokens_counted=self.output_tokens_counted,
                    prompt_length_error=self.prompt_length_error, generator=vars(self.generator).copy(),
-                   complete=self.complete, stationary=self.stationary, slo_passed=self.slo_passed,
+                   fleet_changed=self.fleet_changed, workers_lost=list(self.workers_lost),
+                   workers_joined=list(self.workers_joined), complete=self.complete, stationary=self.stationary,
+                   slo_passed=self.slo_passed,
                    slo=[vars(c).copy() for c in self.slo])
         if self.server is not None:
             out["server"] = self.server
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetEvent:
+    """A worker lost (missed its heartbeats, or quit) or joined while the run went on."""
+
+    kind: str
+    """"lost" or "joined"."""
+    worker: str
+    at: float
+    """Wall-clock time (s since the epoch) when the master noticed."""
+    steps: list[int]
+    """The steps it changed (the running one, and the one before when the loss may predate the step change)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +147,14 @@ class RunSummary:
     """The knee finder's reason, plus the server's side when its /metrics were scraped."""
     slo: SloVerdict
     exit_code: int
+    fleet_events: list[FleetEvent] = field(default_factory=list)
     influx: dict | None = None
     merge_errors: int = 0
+
+    @property
+    def degraded(self) -> bool:
+        """A worker was lost: the load of some steps was not what they say (they are not judged)."""
+        return any(e.kind == "lost" for e in self.fleet_events)
 
     def to_json(self) -> dict[str, Any]:
         knee = dict(vars(self.knee))
@@ -137,7 +163,8 @@ class RunSummary:
         out = {"schema": SCHEMA, "run_id": self.run_id, "scenario": self.scenario, "host": self.host,
                "model": self.model, "started_at": self.started_at, "ended_at": self.ended_at, "mode": self.mode,
                "stop_reason": self.stop_reason, "workers": self.workers, "steps": [s.to_json() for s in self.steps],
-               "knee": knee, "slo": vars(self.slo).copy(), "exit_code": self.exit_code}
+               "knee": knee, "slo": vars(self.slo).copy(), "exit_code": self.exit_code, "degraded": self.degraded,
+               "fleet_events": [vars(e).copy() for e in self.fleet_events]}
         if self.influx is not None:
             out["influx"] = self.influx
         if self.merge_errors:

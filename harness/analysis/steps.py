@@ -30,6 +30,16 @@ class StepInfo:
     warmup_s: float = 0.0
     ended: float | None = None
     started_wall: float = 0.0
+    level_index: int = -1
+    """Position of ``level`` in the plan's levels (a step re-run after a fleet change repeats it); -1: none."""
+    workers_lost: list[str] = field(default_factory=list)
+    """Workers that went missing or quit while this step ran: its load was not what it says."""
+    workers_joined: list[str] = field(default_factory=list)
+
+    @property
+    def fleet_changed(self) -> bool:
+        """The fleet changed during the step: it is not judged (the master re-runs its level)."""
+        return bool(self.workers_lost or self.workers_joined)
 
     def elapsed_s(self, now: float) -> float:
         """Time since the step began, up to its end once it ended."""
@@ -95,4 +105,5 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         output_tokens_counted=bucket.counted_outputs,
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
-        generator=(generator or Generator()).health())
+        generator=(generator or Generator()).health(), fleet_changed=info.fleet_changed,
+        workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined))

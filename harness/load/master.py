@@ -29,6 +29,9 @@ from harness.sinks.files import JsonLinesWriter, write_json_atomic
 __all__ = ["MasterSide", "RunView"]
 
 log = logging.getLogger("kneecap")
+NOTICED_AFTER_S = 5.0
+"""How long after a worker dies the master may notice: Locust marks a worker missing after 3 missed 1 s
+heartbeats (``HEARTBEAT_LIVENESS``), and the watch polls every 0.5 s."""
 
 
 class MasterSide:
@@ -36,7 +39,7 @@ class MasterSide:
 
     def __init__(self, environment: Any, source: ScenarioSource, *, send_step: Callable[[StepMessage], None],
                  workers: Callable[[], int], before_summary: Callable[[], None] = lambda: None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, rebalance: Callable[[], None] = lambda: None) -> None:
         self.env = environment
         self.source = source
         self.send_step = send_step
@@ -46,6 +49,8 @@ class MasterSide:
         """Called once at the end, before judging: collect the last data (local: drain; master: stop workers)."""
         self.clock = clock
         """The master's step clock (tests pass a fake one)."""
+        self.rebalance = rebalance
+        """Spread the running users over the workers there are now (after a fleet change)."""
         self.ledger = Ledger(source.scenario)
         self.view = RunView(self)
         self.run_id = ""
@@ -73,14 +78,17 @@ class MasterSide:
                          out_dir=self.out_dir, current=lambda: self.ledger.current)
         self.live.start()
 
-    def begin_step(self, level: float) -> StepInfo:
-        """Start a new step at ``level`` users (or req/s); workers tag their records from now on."""
-        info = self.ledger.begin_step(level, self.clock(), time.time())
+    def begin_step(self, level: float, level_index: int = 0) -> StepInfo:
+        """Start a new step at ``level`` users (or req/s), the plan's ``level_index``-th; workers tag their
+        records from now on."""
+        info = self.ledger.begin_step(level, self.clock(), time.time(), level_index)
         msg = StepMessage(index=info.index)
         if self.source.open_loop:
             msg = StepMessage(index=info.index, rate=level, stride=self.workers())
+        text = f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}"
+        log.info("kneecap: %s", text)
         if self.live is not None:
-            self.live.event("step", f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}", level)
+            self.live.event("step", text, level)
         self.send_step(msg)
         return info
 
@@ -98,6 +106,30 @@ class MasterSide:
     def interrupt(self) -> None:
         log.info("kneecap: SIGTERM: ending the plan, writing partial results")
         self.stop("interrupted")
+
+    def fleet_change(self, kind: str, worker: str) -> None:
+        """A worker ``lost`` or ``joined`` during the plan (``load/wiring.py`` watches Locust's worker states):
+        say it, mark the steps it changed, then re-run the running step's level on the fleet as it is now
+        (``load.on_worker_loss: continue``) or end the run (``abort``, losses only)."""
+        ledger = self.ledger
+        cur = ledger.current
+        if cur is None or cur.ended is not None or self.stop_reason is not None:
+            return
+        event = ledger.fleet_change(kind, worker, self.clock(), time.time(), noticed_after_s=NOTICED_AFTER_S)
+        steps = ", ".join(map(str, event.steps))
+        what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
+        policy = ledger.scenario.load.on_worker_loss if kind == "lost" else "continue"
+        log.warning("kneecap: worker %s %s during step %s: %s not judged; %s", worker, what, steps,
+                    "that step is" if len(event.steps) == 1 else "those steps are",
+                    f"re-running {cur.level:g} {level_unit(ledger.mode)} on {self.workers()} workers"
+                    if policy == "continue" else "aborting (load.on_worker_loss: abort)")
+        if self.live is not None:
+            self.live.event(f"worker_{kind}", f"worker {worker} {what} during step {steps}", cur.level)
+        if policy == "abort":
+            self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
+            return
+        self.begin_step(cur.level, cur.level_index)
+        self.rebalance()
 
     def merge(self, worker: str, payload: Any) -> None:
         """One worker report off the wire: a payload that cannot be read is counted, logged, and fails the run."""
@@ -129,11 +161,13 @@ class MasterSide:
             reason = f"{reason}; {why}" if why else reason
         slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
         code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
+        if code == exitcodes.OK and any(e.kind == "lost" for e in ledger.fleet_events):
+            code = exitcodes.DEGRADED
         return RunSummary(run_id=self.run_id, scenario=sc.name, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
                           model=sc.endpoint.model, started_at=self.started_wall, ended_at=time.time(),
                           mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
                           steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
-                          exit_code=code, merge_errors=self.merge_errors)
+                          exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors)
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""

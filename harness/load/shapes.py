@@ -55,17 +55,17 @@ class Ticker:
         cur = ledger.current
         if cur is None:
             m.start_run()
-            cur = m.begin_step(plan.levels[0])
+            cur = m.begin_step(plan.levels[0], 0)
             return self._users(cur.level, spawn)
         m.judge()
         reason = ledger.stop_reason()
         measured = ledger.measured(cur.index).requests
         if reason is None and plan.step_done(now - cur.started, measured):
-            nxt = plan.level(cur.index + 1)
+            nxt = plan.level(cur.level_index + 1)
             if nxt is None:
                 reason = f"plan complete: last level {cur.level:g} done"
             else:
-                cur, measured = m.begin_step(nxt), 0
+                cur, measured = m.begin_step(nxt, cur.level_index + 1), 0
         if reason is not None:
             log.info("kneecap: stopping: %s", reason)
             m.stop(reason)

@@ -14,7 +14,15 @@ from typing import Any
 
 import gevent
 from locust import argument_parser as locust_argument_parser
-from locust.runners import STATE_INIT, STATE_STOPPED, MasterRunner, WorkerRunner
+from locust.runners import (
+    STATE_INIT,
+    STATE_MISSING,
+    STATE_RUNNING,
+    STATE_SPAWNING,
+    STATE_STOPPED,
+    MasterRunner,
+    WorkerRunner,
+)
 
 from harness import exitcodes
 from harness.load.context import Kneecap, ScenarioSource
@@ -25,10 +33,11 @@ from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, St
 from harness.scenario import ScenarioError
 from harness.web import register as register_web
 
-__all__ = ["LOCAL_FLUSH_S", "setup"]
+__all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "setup"]
 
 log = logging.getLogger("kneecap")
 LOCAL_FLUSH_S = 1.0
+WATCH_EVERY_S = 0.5
 
 
 def _cache_locust_default_args() -> None:
@@ -106,10 +115,39 @@ def _master(environment: Any, k: Kneecap) -> None:
         if runner.state not in (STATE_INIT, STATE_STOPPED):
             runner.stop()  # e.g. SIGTERM mid-run: collect the workers' final flushes before writing
 
+    def rebalance() -> None:
+        if runner.state in (STATE_RUNNING, STATE_SPAWNING) and runner.worker_count > 0:
+            runner.start(runner.target_user_count, runner.spawn_rate)
+
     m = k.master = MasterSide(environment, k.source, send_step=lambda msg: runner.send_message(STEP_MESSAGE,
                                                                                                msg.to_wire()),
-                              workers=lambda: max(1, runner.worker_count or 1), before_summary=collect_last_reports)
-    ev.test_start.add_listener(lambda **_: _start_run(environment, m))
+                              workers=lambda: max(1, runner.worker_count or 1), before_summary=collect_last_reports,
+                              rebalance=rebalance)
+
+    def alive() -> set[str]:
+        return {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+
+    def watch() -> None:
+        """Locust's worker states, read every 0.5 s: a worker missing (3 heartbeats) or gone is lost, a new one
+        joined. Locust keeps the load going on the others; the master re-runs the step (MasterSide.fleet_change)."""
+        known = alive()
+        while m.stop_reason is None:
+            gevent.sleep(WATCH_EVERY_S)
+            now = alive()
+            if runner.state in (STATE_RUNNING, STATE_SPAWNING):  # not the workers stopping at the end
+                for worker in sorted(known - now):
+                    m.fleet_change("lost", worker)
+                for worker in sorted(now - known):
+                    m.fleet_change("joined", worker)
+            known = now
+        if environment.shape_class is None:  # a shape ends itself on stop_reason; a plain -u/-t run ends here
+            runner.quit()
+
+    def on_test_start(**_: Any) -> None:
+        _start_run(environment, m)
+        gevent.spawn(watch)
+
+    ev.test_start.add_listener(on_test_start)
     ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
     runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.merge(msg.node_id, msg.data))

@@ -193,6 +193,10 @@ class Fleet:
             self.steps.setdefault((index, phase), Bucket()).merge(b)
         self.worker_step[worker] = step
 
+    def forget(self, worker: str) -> None:
+        """A lost worker: the steps it was in no longer wait for its reports."""
+        self.worker_step.pop(worker, None)
+
     def bucket(self, index: int, phase: str = "measure") -> Bucket:
         """The merged bucket of a step's phase (a new empty one when nothing arrived yet)."""
         return self.steps.get((index, phase)) or Bucket()

@@ -77,6 +77,9 @@ class Fleet:
                                  clock=self.clock)
         self.ticker = Ticker(self.master)
         self.sent: list[RequestRecord] = []
+        self.dead: set[int] = set()
+        self.lose_at: int | None = None
+        """Tick at which worker 1 dies (its unreported records are lost with it)."""
 
     def _wire(self, kind: str, data: dict, node: str):
         return self.Message.unserialize(self.Message(kind, data, node).serialize())
@@ -87,6 +90,8 @@ class Fleet:
 
     def report(self, kind: str = "stats") -> None:
         for i, w in enumerate(self.workers):
+            if i in self.dead:
+                continue
             node = f"worker-{i}"
             if kind == FLUSH_MESSAGE:
                 msg = self._wire(FLUSH_MESSAGE, w.report().to_wire(), node)
@@ -104,13 +109,17 @@ class Fleet:
             ttft = 0.1 * waves * self.rng.uniform(0.9, 1.1)
             rec = RequestRecord(start=0.0, ttft_s=ttft, e2e_s=ttft + 0.1, chunk_times=[ttft, ttft + 0.1],
                                 output_tokens=2, prompt_tokens=100)
-            self.workers[len(self.sent) % 2].record(rec, self.clock())
-            self.sent.append(rec)
+            self._record(rec)
         for _ in range(self.failures_per_s):
-            rec = RequestRecord(start=0.0, error="http_5xx")
-            self.workers[len(self.sent) % 2].record(rec, self.clock())
-            self.sent.append(rec)
+            self._record(RequestRecord(start=0.0, error="http_5xx"))
         self.clock.t += 1.0
+
+    def _record(self, rec: RequestRecord) -> None:
+        i = len(self.sent) % 2
+        if i in self.dead:
+            i = 0  # the users left run on worker 0 (Locust rebalances them)
+        self.workers[i].record(rec, self.clock())
+        self.sent.append(rec)
 
     def run(self, max_ticks: int = 400) -> dict:
         users = None
@@ -119,6 +128,11 @@ class Fleet:
             if step is None:
                 break
             users = step.users
+            if n == self.lose_at:
+                self.dead.add(1)
+                self.delivered_before_loss = len(self.sent)
+                self.lost_unreported = self.workers[1].recorder.drain()  # never reaches the master
+                self.master.fleet_change("lost", "worker-1")
             self.second(users)
             if n % 3 == 2:
                 self.report()
@@ -166,3 +180,21 @@ def test_a_report_from_another_version_fails_the_run(locust, tmp_path):
     fleet.master.merge("worker-9", {"v": 99, "step": 0, "buckets": []})
     summary = fleet.run()
     assert summary["merge_errors"] == 1 and summary["exit_code"] == 1 and fleet.env.process_exit_code == 1
+
+
+def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(locust, tmp_path):
+    fleet = Fleet(locust, tmp_path)
+    fleet.lose_at = 10  # in the second step (ticks 6-11), after a report at tick 8 from inside that step
+    summary = fleet.run()
+    (event,) = summary["fleet_events"]
+    assert event["kind"] == "lost" and event["worker"] == "worker-1" and summary["degraded"]
+    steps = summary["steps"]
+    hit = [s for s in steps if s["fleet_changed"]]
+    assert [s["index"] for s in hit] == event["steps"] == [1] and hit[0]["workers_lost"] == ["worker-1"]
+    assert steps[2]["users"] == steps[1]["users"] == 8 and not steps[2]["fleet_changed"]  # re-run at its level
+    assert hit[0]["slo_passed"] is None and hit[0]["stationary"] is None  # not judged
+    assert summary["knee"]["found"] and summary["knee"]["users"] == SLOTS
+    lost = sum(b.requests for _, _, b in fleet.lost_unreported)
+    assert lost > 0
+    assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent) - lost
+    assert summary["exit_code"] == 5 and fleet.env.process_exit_code == 5
