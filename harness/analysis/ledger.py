@@ -62,6 +62,8 @@ class Ledger:
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
     fleet_events: list[FleetEvent] = field(default_factory=list)
     _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
+    reporters: set[str] = field(default_factory=set)
+    """Every worker that ever reported."""
     _last_report: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -107,6 +109,7 @@ class Ledger:
         """Add one worker's report (already decoded, see ``metrics/protocol.py``)."""
         self.fleet.merge(worker, report.step, report.buckets)
         self._last_report[worker] = now
+        self.reporters.add(worker)
         metric = self.scenario.load.knee_metric
         for index, phase, delta in report.buckets:
             if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check

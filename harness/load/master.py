@@ -60,6 +60,8 @@ class MasterSide:
         """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
         self.requests_file: JsonLinesWriter | None = None
         self.live: Live | None = None
+        self.flushed: set[str] = set()
+        """Workers whose final report arrived."""
         self.finalized = False
 
     @property
@@ -108,28 +110,38 @@ class MasterSide:
         self.stop("interrupted")
 
     def fleet_change(self, kind: str, worker: str) -> None:
-        """A worker ``lost`` or ``joined`` during the plan (``load/wiring.py`` watches Locust's worker states):
-        say it, mark the steps it changed, then re-run the running step's level on the fleet as it is now
-        (``load.on_worker_loss: continue``) or end the run (``abort``, losses only)."""
+        """A worker ``lost`` or ``joined`` (``load/wiring.py`` watches Locust's worker states; ``finalize`` finds
+        workers whose final report never came): say it and mark the steps it changed; while the plan runs,
+        re-run the running step's level on the fleet as it is now (``load.on_worker_loss: continue``) or end
+        the run (``abort``, losses only)."""
         ledger = self.ledger
         cur = ledger.current
-        if cur is None or cur.ended is not None or self.stop_reason is not None:
+        if cur is None or self.finalized:
             return
         event = ledger.fleet_change(kind, worker, self.clock(), time.time(), noticed_after_s=NOTICED_AFTER_S)
-        steps = ", ".join(map(str, event.steps))
-        what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
+        running = cur.ended is None and self.stop_reason is None
         policy = ledger.scenario.load.on_worker_loss if kind == "lost" else "continue"
-        log.warning("kneecap: worker %s %s during step %s: %s not judged; %s", worker, what, steps,
-                    "that step is" if len(event.steps) == 1 else "those steps are",
-                    f"re-running {cur.level:g} {level_unit(ledger.mode)} on {self.workers()} workers"
-                    if policy == "continue" else "aborting (load.on_worker_loss: abort)")
+        what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
+        steps = ", ".join(map(str, event.steps)) or "none"
+        # re-run from the earliest level it touched, so that every level keeps a judged step, in order
+        first = min((s for s in ledger.steps if s.index in event.steps), key=lambda s: s.level_index, default=cur)
+        then = ("the plan had ended" if not running else "aborting (load.on_worker_loss: abort)" if policy == "abort"
+                else f"re-running from {first.level:g} {level_unit(ledger.mode)} on {self.workers()} workers")
+        log.warning("kneecap: worker %s %s during step %s: not judged; %s", worker, what, steps, then)
         if self.live is not None:
             self.live.event(f"worker_{kind}", f"worker {worker} {what} during step {steps}", cur.level)
+        if not running:
+            return
         if policy == "abort":
             self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
             return
-        self.begin_step(cur.level, cur.level_index)
+        self.begin_step(first.level, first.level_index)
         self.rebalance()
+
+    def flush(self, worker: str, payload: Any) -> None:
+        """A worker's final report (it stopped): merged like the others; ``finalize`` checks every worker sent one."""
+        self.merge(worker, payload)
+        self.flushed.add(worker)
 
     def merge(self, worker: str, payload: Any) -> None:
         """One worker report off the wire: a payload that cannot be read is counted, logged, and fails the run."""
@@ -173,8 +185,11 @@ class MasterSide:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
         if self.finalized or not self.run_id:
             return
-        self.finalized = True
         self.before_summary()
+        lost = {e.worker for e in self.ledger.fleet_events if e.kind == "lost"}
+        for worker in sorted(self.ledger.reporters - self.flushed - lost):  # died, or unreachable, at the end
+            self.fleet_change("lost", worker)
+        self.finalized = True
         self.ledger.end_step(self.clock())
         self.judge()
         summary = self.summary()

@@ -131,7 +131,7 @@ def _master(environment: Any, k: Kneecap) -> None:
         """Locust's worker states, read every 0.5 s: a worker missing (3 heartbeats) or gone is lost, a new one
         joined. Locust keeps the load going on the others; the master re-runs the step (MasterSide.fleet_change)."""
         known = alive()
-        while m.stop_reason is None:
+        while not m.finalized:
             gevent.sleep(WATCH_EVERY_S)
             now = alive()
             if runner.state in (STATE_RUNNING, STATE_SPAWNING):  # not the workers stopping at the end
@@ -139,9 +139,10 @@ def _master(environment: Any, k: Kneecap) -> None:
                     m.fleet_change("lost", worker)
                 for worker in sorted(now - known):
                     m.fleet_change("joined", worker)
+                if m.stop_reason is not None and environment.shape_class is None:
+                    runner.quit()  # aborted (on_worker_loss) in a plain -u/-t run; a shape ends by itself
+                    return
             known = now
-        if environment.shape_class is None:  # a shape ends itself on stop_reason; a plain -u/-t run ends here
-            runner.quit()
 
     def on_test_start(**_: Any) -> None:
         _start_run(environment, m)
@@ -150,7 +151,7 @@ def _master(environment: Any, k: Kneecap) -> None:
     ev.test_start.add_listener(on_test_start)
     ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
-    runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.merge(msg.node_id, msg.data))
+    runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.flush(msg.node_id, msg.data))
 
 
 def _local(environment: Any, k: Kneecap) -> None:
@@ -165,7 +166,7 @@ def _local(environment: Any, k: Kneecap) -> None:
         for g in flusher:
             g.kill(block=False)
         w.stop()
-        drain()
+        m.flush("local", w.report())
 
     m = k.master = MasterSide(environment, k.source, send_step=lambda msg: w.on_step(msg, time.perf_counter()),
                               workers=lambda: 1, before_summary=before_summary)

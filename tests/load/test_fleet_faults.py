@@ -1,0 +1,99 @@
+"""Fleet faults with real processes: a worker joins a running staircase, later dies by SIGKILL; the master says so,
+marks the steps, re-runs their levels, ends by itself with exit 5 (DEGRADED), and counts exactly what was delivered."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import textwrap
+import threading
+
+import pytest
+
+from tests.conftest import start_sim
+from tests.load.test_fleet import LOCUST, ROOT, free_port
+
+pytestmark = pytest.mark.integration
+SHAPE = os.path.join(ROOT, "harness", "load", "shape_file.py")
+
+
+def _lines(proc: subprocess.Popen) -> queue.Queue:
+    out: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            out.put(line)
+        out.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return out
+
+
+def _wait_for(lines: queue.Queue, text: str, log: list[str], timeout: float = 60) -> None:
+    while True:
+        line = lines.get(timeout=timeout)
+        if line is None:
+            raise AssertionError(f"master ended before {text!r}:\n" + "".join(log[-40:]))
+        log.append(line)
+        if text in line:
+            return
+
+
+def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(textwrap.dedent("""
+        name: fleet-faults
+        endpoint: {api: chat, model: sim-tiny}
+        workload: {input_tokens: {dist: uniform, min: 20, max: 60}, output_tokens: {dist: uniform, min: 5, max: 20}}
+        load:
+          users: {start: 2, step: 2, max: 8}
+          step: {warmup_s: 1, min_duration_s: 5, min_requests: 20, max_duration_s: 20}
+    """))
+    results = tmp_path / "out"
+    port = free_port()
+    log: list[str] = []
+    with start_sim("--preset", "tiny") as sim:
+        master = subprocess.Popen(
+            [*LOCUST[:-1], f"{LOCUST[-1]},{SHAPE}", "--headless", "--master", "--expect-workers", "1",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--scenario", str(scenario),
+             "--host", sim.url, "--results-dir", str(results), "--save-requests", str(results / "requests.jsonl")],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        worker = [*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+        first = subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        late = None
+        try:
+            lines = _lines(master)
+            _wait_for(lines, "kneecap: step 1:", log)
+            late = subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait_for(lines, "joined during step", log)
+            _wait_for(lines, "kneecap: step 3:", log)
+            late.send_signal(signal.SIGKILL)
+            _wait_for(lines, "lost (no heartbeat, or it quit) during step", log)
+            master.wait(timeout=120)
+            while (line := lines.get(timeout=10)) is not None:
+                log.append(line)
+        finally:
+            for p in (master, first, late):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+    text = "".join(log)
+    assert "Traceback" not in text, text[-3000:]
+    summary = json.loads((results / "summary.json").read_text())
+    assert master.returncode == 5 == summary["exit_code"] and summary["degraded"], text[-2000:]
+    joined, lost = summary["fleet_events"]
+    assert (joined["kind"], lost["kind"]) == ("joined", "lost") and joined["worker"] == lost["worker"]
+    steps = summary["steps"]
+    for event in (joined, lost):
+        hit = [s for s in steps if s["index"] in event["steps"]]
+        assert hit and all(s["fleet_changed"] and s["slo_passed"] is None for s in hit)
+        assert steps[max(event["steps"]) + 1]["users"] == hit[0]["users"]  # re-run from the earliest level it hit
+    assert sorted(s["users"] for s in steps if not s["fleet_changed"]) == [2, 4, 6, 8]  # each level judged once
+    assert summary["stop_reason"].startswith("plan complete")
+    records = [json.loads(line) for line in (results / "requests.jsonl").read_text().splitlines()]
+    in_steps = [r for r in records if r["step"] < len(steps)]
+    assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(in_steps) > 0
+    assert len({r["worker"] for r in records}) == 2  # both workers delivered
