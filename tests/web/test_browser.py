@@ -10,11 +10,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
+from typing import IO
 
 import pytest
 
@@ -55,6 +58,48 @@ def open_page(browser, url: str):
     return page, errors
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lines:
+    """A process's output, read line by line by a thread as it comes; ``wait_for`` blocks until a line matches."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._ended = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    if text in line:
+                        return line
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                assert not self._ended and left > 0, f"no line with {text!r} in:\n{''.join(self.lines)}"
+                self._changed.wait(left)
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
@@ -77,27 +122,20 @@ def scenario(tmp_path) -> str:
 def test_llm_tab_charts_report_and_compare(browser, tmp_path):
     os.makedirs(ARTIFACTS, exist_ok=True)
     out = tmp_path / "ui-run"
-    port = 18000 + os.getpid() % 1000
+    port = free_port()
     with start_sim("--preset", "tiny") as sim:
         locust = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", f"{ROOT}/locustfile.py,{ROOT}/harness/load/shape_file.py",
              "--autostart", "--web-host", "127.0.0.1", "--web-port", str(port), "--host", sim.url,
              "--scenario", scenario(tmp_path), "--results-dir", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = Lines(locust.stdout)  # type: ignore[arg-type]
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                time.sleep(1)
-                try:
-                    live = get_json(base + "/kneecap/summary.json")
-                except OSError:
-                    live = {}
-                if live.get("stop_reason") or time.monotonic() > deadline:
-                    break
-            assert live.get("stop_reason"), live
-            time.sleep(1.5)
+            # Locust says this once the shape has ended and runner.stop() has returned: the numbers are final.
+            lines.wait_for("--autoquit not specified", timeout=90)
             live = get_json(base + "/kneecap/summary.json")
+            assert live.get("stop_reason"), live
 
             page, errors = open_page(browser, base + "/")
             page.get_by_role("tab", name="LLM").click()
@@ -116,7 +154,8 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
             assert not errors, errors
         finally:
             locust.send_signal(signal.SIGTERM)
-            locust.communicate(timeout=30)
+            locust.wait(timeout=30)
+            lines.join()
 
     subprocess.run([sys.executable, "-m", "harness.cli", "report", str(out)], check=True, capture_output=True)
     page, errors = open_page(browser, f"file://{out}/report.html")
