@@ -45,11 +45,12 @@ class ResponseReader:
     """Reads one response. Use::
 
         reader = ResponseReader(start)
-        for data, t in receives:      # until the reader says it is over
-            if reader.feed(data, t):
-                break
-        else:
-            reader.close(t_eof)
+        while not reader.over:
+            data, t = receive()          # the bytes and when they arrived
+            if data:
+                reader.feed(data, t)
+            else:
+                reader.close(t)          # the server closed the connection
         rec = reader.record
     """
 

@@ -85,16 +85,11 @@ class Connection:
             self.sock = None
 
 
-class _Failure(Exception):
-    def __init__(self, kind: str, detail: str) -> None:
-        self.kind, self.detail = kind, detail
-
-
 def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeouts: Timeouts, *,
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None) -> RequestRecord:
     """Send one streaming request and read it to the end; never raises for network or protocol trouble.
 
-    ``path`` is not read (the request line in ``head`` carries it); it stays for the callers' symmetry.
+    ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
     """
     start = time.perf_counter()
     reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start)
@@ -117,12 +112,16 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
     """Send on the kept-alive socket or a new one; False when that failed (recorded in ``reader`` unless the socket
     was a reused one, which the caller retries)."""
     reused = conn.sock is not None
-    try:
-        if not reused:
-            _connect(conn, timeouts)
-    except _Failure as f:
-        reader.fail(f.kind, f.detail, time.perf_counter())
-        return False
+    if not reused:
+        try:
+            conn.open(timeouts.connect_s)
+        except TimeoutError:
+            reader.fail("connect_timeout", f"connect to {conn.host}:{conn.port} took over {timeouts.connect_s} s",
+                        time.perf_counter())
+            return False
+        except (OSError, ssl.SSLError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+            reader.fail("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}", time.perf_counter())
+            return False
     sock = conn.sock
     assert sock is not None
     sock.settimeout(max(start + timeouts.total_s - time.perf_counter(), 0.001))  # a server that never reads
@@ -141,16 +140,6 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
         with contextlib.suppress(OSError):  # already closed on failure
             sock.settimeout(None)
     return True
-
-
-def _connect(conn: Connection, timeouts: Timeouts) -> None:
-    try:
-        conn.open(timeouts.connect_s)
-    except TimeoutError:
-        raise _Failure("connect_timeout", f"connect to {conn.host}:{conn.port} took over "
-                                          f"{timeouts.connect_s} s") from None
-    except (OSError, ssl.SSLError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
-        raise _Failure("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}") from None
 
 
 def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start: float, reused: bool) -> None:
