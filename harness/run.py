@@ -1,9 +1,10 @@
 """``kneecap run``: a headless Locust master and N local workers running a scenario's plan, then the verdict.
 
 Processes: the built-in simulator (only when no host is given anywhere), one Locust master with the
-knee-seeking shape, N workers. Each gets its own session, so Ctrl-C reaches only this process, which
-asks the master to stop (SIGTERM: Locust's graceful shutdown) and so still gets a valid, partial
-summary. The same files come out of a plain ``locust --master``/``--worker`` run (README).
+knee-seeking shape, N workers, all owned by this process (``procs.py``: their own sessions, dead with it,
+output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process, which asks the master
+to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
+of a plain ``locust --master``/``--worker`` run (README).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness import exitcodes
+from harness.procs import Child, LogRelay, start_child, stop_child
 from harness.scenario import Scenario, default_scenario, load_scenario
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 
@@ -29,6 +31,7 @@ __all__ = ["RunOptions", "run"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
 SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
+_ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _LOG_PREFIX = re.compile(r"^\[[^]]+\] [^/]+/\w+/kneecap: (kneecap: )?")
 
 
@@ -51,49 +54,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(cmd: list[str], **kw: object) -> subprocess.Popen:
-    return subprocess.Popen(cmd, start_new_session=True, **kw)  # type: ignore[call-overload]
-
-
-def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait: float = 15.0) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(wait)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _start_sim(model: str, extra: tuple[str, ...], say: Callable[[str], None]) -> tuple[subprocess.Popen, str]:
+def _start_sim(model: str, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
     preset = model[4:] if model.startswith("sim-") and model[4:] in PRESETS else DEFAULT_PRESET
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--preset", preset, "--model", model, *extra]
-    proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
+    sim = start_child("sim", cmd, os.path.join(out, "sim.log"), stdout=subprocess.PIPE, text=True)
+    line = sim.proc.stdout.readline() if sim.proc.stdout else ""
     m = re.search(r"(http://[\d.]+:\d+)", line)
     if not m:
-        _stop(proc)
-        raise RuntimeError(f"the built-in simulator did not start: {line.strip()!r}")
+        stop_child(sim)
+        raise RuntimeError(f"the built-in simulator did not start: {line.strip()!r} (see {out}/sim.log)")
     say(f"no host given: started the built-in simulator (preset {preset}) at {m.group(1)}")
-    return proc, m.group(1)
+    return sim, m.group(1)
 
 
 def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
-    """Run the plan; returns the exit code (``harness.exitcodes``): the summary's, or NO_VALID_RESULT without one."""
+    """Run the plan; returns the exit code (``harness.exitcodes``): the summary's, or NO_VALID_RESULT without one.
+
+    Ctrl-C, SIGTERM and SIGHUP end the plan the same way: the master writes a partial summary, then the
+    verdict and the report follow. The children die with this process even when it is SIGKILLed (procs.py)."""
     overrides = {"workload.seed": opts.seed} if opts.seed is not None else {}
     sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out = opts.out or os.path.join(sc.results_dir, f"{sc.name}-{run_id}")
     os.makedirs(out, exist_ok=True)
     sim = master = None
-    workers: list[subprocess.Popen] = []
+    workers: list[Child] = []
+    relay: LogRelay | None = None
     interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    previous = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in _ENDING_SIGNALS}
     try:
         host = opts.host or sc.endpoint.host
         if host is None:
-            sim, host = _start_sim(sc.endpoint.model, opts.sim_args, say)
+            sim, host = _start_sim(sc.endpoint.model, opts.sim_args, out, say)
         port = _free_port()
         common = ["--host", host, "--run-id", run_id, "--results-dir", out]
         if opts.scenario:
@@ -104,40 +96,49 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
             common += ["--save-requests", os.path.join(out, "requests.jsonl")]
         common += list(opts.influx_args)
         say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
-        master = _start([sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
-                         "--master", "--expect-workers", str(opts.workers), "--master-bind-host", "127.0.0.1",
-                         "--master-bind-port", str(port), "--only-summary", "--loglevel", "INFO", *common],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        workers = [_start([sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
-                           "--master-port", str(port), "--loglevel", "WARNING"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(opts.workers)]
-        relay = threading.Thread(target=_relay, args=(master, say), daemon=True)
-        relay.start()
-        while master.poll() is None:
+        master = start_child("master", [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
+                                        "--master", "--expect-workers", str(opts.workers), "--master-bind-host",
+                                        "127.0.0.1", "--master-bind-port", str(port), "--only-summary", "--loglevel",
+                                        "INFO", *common], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        workers = [start_child(f"worker-{i}", [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker",
+                                               "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel",
+                                               "WARNING"], os.path.join(out, f"worker-{i}.log"))
+                   for i in range(opts.workers)]
+        relay = LogRelay(workers, say).start()
+        master_relay = threading.Thread(target=_relay, args=(master.proc, os.path.join(out, "master.log"), say),
+                                        daemon=True)
+        master_relay.start()
+        while master.proc.poll() is None:
             if interrupted.is_set():
                 say("interrupted: stopping the run, writing partial results")
-                _stop(master, signal.SIGTERM, wait=60)
+                stop_child(master, signal.SIGTERM, wait=60)
                 break
             time.sleep(0.2)
-        relay.join(timeout=5)
+        master_relay.join(timeout=5)
     finally:
-        signal.signal(signal.SIGINT, previous)
-        _stop(master)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop_child(master)
         for w in workers:
-            _stop(w)
-        _stop(sim)
+            stop_child(w)
+        stop_child(sim)
+        if relay is not None:
+            relay.stop()
     return _verdict(out, say)
 
 
-def _relay(master: subprocess.Popen, say: Callable[[str], None]) -> None:
-    """Pass the master's kneecap progress lines and any error on; drop Locust's tables."""
+def _relay(master: subprocess.Popen, log_path: str, say: Callable[[str], None]) -> None:
+    """Pass the master's kneecap progress lines and any error on (Locust's tables only go to master.log)."""
     assert master.stdout is not None
-    for line in master.stdout:
-        line = line.rstrip()
-        if "/kneecap:" in line:
-            say(_LOG_PREFIX.sub("", line))
-        elif "ERROR" in line or "Traceback" in line or "CRITICAL" in line:
-            say(line)
+    with open(log_path, "a", encoding="utf-8") as log:
+        for line in master.stdout:
+            log.write(line)
+            log.flush()
+            line = line.rstrip()
+            if "/kneecap:" in line:
+                say(_LOG_PREFIX.sub("", line))
+            elif "ERROR" in line or "Traceback" in line or "CRITICAL" in line:
+                say(line)
 
 
 def _verdict(out: str, say: Callable[[str], None]) -> int:

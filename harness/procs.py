@@ -1,0 +1,142 @@
+"""The processes ``kneecap run`` starts, owned: they die with it, and their output goes to files, not to pipes.
+
+- Each child gets its own session (Ctrl-C reaches only ``kneecap run``, which stops them in order) and,
+  on Linux, a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): when ``kneecap run`` is killed,
+  even by SIGKILL, every child gets SIGTERM at once — the master ends the plan and writes its partial
+  summary, the workers stop their users. No load goes on after the run's process is gone.
+- Output goes to ``NAME.log`` in the results folder. A pipe nobody reads fills up and blocks its writer
+  (a worker logging one error per request froze that way); a file never does. ``LogRelay`` tails the
+  files and shows their warnings and errors on the console as they happen, a few lines per process per
+  10 s at most, each prefixed with the process's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO
+
+__all__ = ["Child", "LogRelay", "start_child", "stop_child"]
+
+PR_SET_PDEATHSIG = 1
+RELAY_LINES = 5
+RELAY_WINDOW_S = 10.0
+_IMPORTANT = ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error:")
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """``preexec_fn`` for a child: SIGTERM when ``parent`` dies (Linux), and exit if it died already."""
+
+    def setup() -> None:
+        if sys.platform.startswith("linux"):
+            # without prctl the child would outlive a SIGKILLed parent; ``stop_child`` still covers the rest
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return setup
+
+
+class Child:
+    """A started process, its name and its log file (None when its stdout is a pipe)."""
+
+    def __init__(self, name: str, proc: subprocess.Popen, log: str | None) -> None:
+        self.name, self.proc, self.log = name, proc, log
+
+
+def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:
+    """Start ``cmd`` in its own session, tied to this process's life. With ``log_path``, what ``kw`` does not
+    redirect (stdout, stderr) goes to that file."""
+    log: IO[bytes] | None = None
+    if log_path is not None:
+        log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; ours is closed right after the fork
+        kw.setdefault("stdout", log)
+        kw.setdefault("stderr", subprocess.STDOUT if kw["stdout"] is log else log)
+    try:
+        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with(os.getpid()),
+                                **kw)  # type: ignore[call-overload]
+    finally:
+        if log is not None:
+            log.close()
+    return Child(name, proc, log_path)
+
+
+def stop_child(child: Child | None, sig: int = signal.SIGTERM, wait: float = 15.0) -> None:
+    """Ask the child to stop (``sig``), then kill it after ``wait`` seconds; always reaps it."""
+    if child is None or child.proc.poll() is not None:
+        return
+    child.proc.send_signal(sig)
+    try:
+        child.proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        child.proc.kill()
+        child.proc.wait()
+
+
+class LogRelay:
+    """Tails the children's log files in a thread; passes their warnings and errors to ``say``, rate-limited."""
+
+    def __init__(self, children: list[Child], say: Callable[[str], None], every_s: float = 0.5) -> None:
+        self.children = [c for c in children if c.log]
+        self.say = say
+        self.every_s = every_s
+        self._offsets = {c.name: 0 for c in self.children}
+        self._sent: dict[str, list[float]] = {c.name: [] for c in self.children}
+        self._muted: dict[str, int] = {c.name: 0 for c in self.children}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kneecap-log-relay", daemon=True)
+
+    def start(self) -> LogRelay:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Relay what is left, then stop the thread."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()
+        for c in self.children:
+            if self._muted[c.name]:
+                self.say(f"{c.name}: {self._muted[c.name]} more warning/error lines in {c.log}")
+                self._muted[c.name] = 0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.poll()
+
+    def poll(self) -> None:
+        for c in self.children:
+            for line in self._new_lines(c):
+                if any(word in line for word in _IMPORTANT):
+                    self._relay(c, line)
+
+    def _new_lines(self, c: Child) -> list[str]:
+        try:
+            with open(c.log, "rb") as f:  # type: ignore[arg-type]
+                f.seek(self._offsets[c.name])
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # whole lines only; a partial last line waits for the next poll
+        self._offsets[c.name] += end
+        return data[:end].decode("utf-8", "replace").splitlines()
+
+    def _relay(self, c: Child, line: str) -> None:
+        now = time.monotonic()
+        sent = self._sent[c.name] = [t for t in self._sent[c.name] if now - t < RELAY_WINDOW_S]
+        if len(sent) >= RELAY_LINES:
+            self._muted[c.name] += 1
+            return
+        if self._muted[c.name]:
+            self.say(f"{c.name}: ({self._muted[c.name]} more lines in {c.log})")
+            self._muted[c.name] = 0
+        sent.append(now)
+        self.say(f"{c.name}: {line.strip()[:300]}")

@@ -1,0 +1,68 @@
+"""``kneecap run`` owns its processes: SIGTERM ends it like Ctrl-C, SIGKILL takes the whole run down within 5 s,
+and no request reaches the target after that (the simulator's own trace says when each one arrived)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import start_sim
+from tests.load.test_run import KNEECAP, STAIRS, scenario
+
+pytestmark = pytest.mark.integration
+LONG = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60", "min_requests: 100000")
+
+
+def _start_run(tmp_path, host: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """A run at its first step (its progress line seen), and every process under it."""
+    proc = subprocess.Popen([*KNEECAP, "run", scenario(tmp_path, LONG), "--workers", "2", "--host", host,
+                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("step 0 |"):  # the first progress line: load is on
+            break
+    else:
+        raise AssertionError("".join(seen))
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 3, children  # master + 2 workers
+    return proc, children
+
+
+def _all_gone(procs: list[psutil.Process], within_s: float) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(procs, timeout=within_s)
+    for p in alive:
+        p.kill()
+    return alive
+
+
+def test_sigkill_takes_the_whole_run_down_and_the_load_stops(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with start_sim("--preset", "tiny", "--trace-file", str(trace)) as sim:
+        proc, children = _start_run(tmp_path, sim.url)
+        proc.kill()
+        killed = time.time()
+        proc.wait()
+        assert _all_gone(children, 5.0) == []
+    arrivals = [json.loads(line)["arrival_wall"] for line in trace.read_text().splitlines()]
+    assert arrivals and max(arrivals) < killed + 1.0, max(arrivals) - killed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_end_the_run_like_ctrl_c(tmp_path, sig):
+    with start_sim("--preset", "tiny") as sim:
+        proc, children = _start_run(tmp_path, sim.url)
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+        assert _all_gone(children, 5.0) == []
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert "interrupted" in output and summary["stop_reason"] == "interrupted" and summary["steps"][0]["requests"] > 0
+    assert (out / "report.html").is_file() and "knee:" in output and "Traceback" not in output
+    assert {p.name for p in out.glob("*.log")} >= {"master.log", "worker-0.log", "worker-1.log"}
