@@ -101,7 +101,8 @@ class LogRelay:
     def stop(self) -> None:
         """Relay what is left, then stop the thread."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self.poll()
         for c in self.children:
             if self._muted[c.name]:
