@@ -2,6 +2,8 @@
 
 Used by ``scenario.py`` and the workload spec. A problem reads
 ``workload.input_tokens.sigma: must be >= 0, got -1``; unknown keys suggest the nearest known one.
+``decode_text`` turns the bytes of any file kneecap reads (scenario, trace, log, summary) into text, or
+into a message naming the first bad byte and its offset, never a ``UnicodeDecodeError`` traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MISSING", "Checker"]
+__all__ = ["MISSING", "Checker", "decode_text"]
 
 MISSING: Any = object()
 """Default meaning "required"."""
@@ -23,6 +25,30 @@ _NAME = re.compile(r"^[0-9A-Za-z_-]+$")
 def _kind(value: object) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+def _limit(value: float) -> str:
+    """A bound as people write it: 1,000,000 rather than 1e+06."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+def decode_text(data: bytes) -> str:
+    """``data`` as UTF-8 text without its BOM; a ValueError says where it is not text (the caller adds the name).
+
+    The message reads "not UTF-8 text (byte 0xff at offset 12, line 2): ..." so that, prefixed with
+    "FILE is ", it names the file, the first bad byte, where it is, and what to do.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, line {line}): "
+                         "a binary file, or text in another encoding? Save it as UTF-8") from None
+    if "\0" in text:  # decodes as UTF-8, but no text file has NUL bytes: a binary (or UTF-16) file
+        at = text.index("\0")
+        raise ValueError(f"not text (a NUL byte at offset {len(text[:at].encode())}): a binary file, or UTF-16? "
+                         "Save it as UTF-8") from None
+    return text.removeprefix("\ufeff")  # a BOM (Excel's CSV export) would glue onto the first column name
 
 
 class Checker:
@@ -58,15 +84,33 @@ class Checker:
         return default
 
     def number(self, node: dict, key: str, path: str, default: Any = MISSING, *, integer: bool = False,
-               minimum: float | None = None, maximum: float | None = None, above: float | None = None) -> Any:
-        """A number (an integer when ``integer``) within the bounds; ``default`` when absent."""
+               minimum: float | None = None, maximum: float | None = None, above: float | None = None,
+               limit: str = "") -> Any:
+        """A number (an integer when ``integer``) within the bounds; ``default`` when absent.
+
+        The bounds are checked before the integer type, so ``1e20`` for a count says it is far too big,
+        not that it is a float. ``limit`` says why ``maximum`` is the maximum and what to do instead.
+        """
         where = f"{path}.{key}" if path else key
         if key not in node:
             return self._absent(key, path, default)
         value = node[key]
-        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok:
-            self.fail(where, f"expected {'an integer' if integer else 'a number'}, got {_kind(value)} {value!r}")
+        expected = "an integer" if integer else "a number"
+        if isinstance(value, str):  # YAML 1.1 reads 1e20 (an exponent without a dot) and quoted numbers as text
+            try:
+                as_number = float(value)
+            except ValueError:
+                as_number = None
+            if as_number is not None and maximum is not None and as_number > maximum:
+                self.fail(where, f"must be <= {_limit(maximum)}, got {value}{f' ({limit})' if limit else ''}")
+            elif as_number is not None:
+                self.fail(where, f"expected {expected}, got the string {value!r} (YAML reads quoted numbers and "
+                                 "exponents without a dot, such as 1e3, as text): write 1000 or 1.0e+3")
+            else:
+                self.fail(where, f"expected {expected}, got {_kind(value)} {value!r}")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(where, f"expected {expected}, got {_kind(value)} {value!r}")
             return None
         if value != value or value in (float("inf"), float("-inf")):
             self.fail(where, f"expected a finite number, got {value!r}")
@@ -78,7 +122,10 @@ class Checker:
             self.fail(where, f"must be > {above:g}, got {value!r}")
             return None
         if maximum is not None and value > maximum:
-            self.fail(where, f"must be <= {maximum:g}, got {value!r}")
+            self.fail(where, f"must be <= {_limit(maximum)}, got {value!r}{f' ({limit})' if limit else ''}")
+            return None
+        if integer and not isinstance(value, int):
+            self.fail(where, f"expected an integer, got {_kind(value)} {value!r}")
             return None
         return value
 
@@ -107,12 +154,15 @@ class Checker:
         return value
 
     def file(self, node: dict, key: str, path: str) -> str | None:
-        """A path relative to the scenario file's folder that must exist."""
+        """A path relative to the scenario file's folder that must exist and be readable."""
         value = self.string(node, key, path)
         if value is None:
             return None
         full = value if os.path.isabs(value) else os.path.join(self.base_dir, value)
         if not os.path.isfile(full):
             self.fail(f"{path}.{key}", f"file not found: {value} (looked in {os.path.abspath(full)})")
+            return None
+        if not os.access(full, os.R_OK):
+            self.fail(f"{path}.{key}", f"cannot read {value}: permission denied (check its mode and owner)")
             return None
         return full

@@ -16,6 +16,14 @@ from harness.sim.openai import OutputPolicy
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class InputError(click.ClickException):
+    """A file given to a command is not what it must be (a broken summary.json, a binary log): ``Error: FILE:
+    problem`` and exit 2 (``exitcodes.USAGE``: nothing was done), without click's usage lines, which would
+    suggest a wrong flag."""
+
+    exit_code = exitcodes.USAGE
 _MIB = 1 << 20
 _TYPES: dict[str, type] = {"int": int, "float": float, "int | None": int, "str | None": str}
 """Click type of each field annotation our config dataclasses use (strings: ``from __future__ import annotations``)."""
@@ -100,9 +108,21 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--host`` must be an http(s) URL with a host name (the rule of ``endpoint.host``), checked before anything
+    starts: a bad one would otherwise surface only as every worker's request failing."""
+    from harness.scenario import url_problem
+
+    problem = None if value is None else url_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
+    return value
+
+
 @main.command()
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
-@click.option("--host", default=None, help="Endpoint base URL [scenario endpoint.host; none: start the simulator].")
+@click.option("--host", default=None, callback=_check_host,
+              help="Endpoint base URL, e.g. http://127.0.0.1:8000 [scenario endpoint.host; none: start the simulator].")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local Locust worker processes [cores].")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Results folder [scenario sinks.results_dir/NAME-RUNID].")
@@ -163,9 +183,12 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
                 raise click.UsageError(f"cannot tell which column of {log} to use for {flag}; columns are "
                                        f"{', '.join(header) or '(none)'}. Pass {flag} COLUMN.")
         cols = read_columns(log, [input_col, output_col])
-    except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
-    result = fit_log(input_col, cols[input_col], output_col, cols[output_col])
+    except TraceError as exc:  # the log, not the command, is wrong: exit 2 like any bad input
+        raise InputError(str(exc)) from None
+    try:
+        result = fit_log(input_col, cols[input_col], output_col, cols[output_col])
+    except ValueError as exc:  # too few rows to fit
+        raise InputError(f"{log}: {exc}; give a log with more requests") from None
     for c in (result.input, result.output):
         qs = "  ".join(f"{k}={v}" for k, v in c.quantiles.items())
         click.echo(f"{c.column}: n={c.count} mean={c.mean:.1f}  {qs}")
@@ -176,8 +199,31 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
     block = workload_yaml(result, log)
     click.echo(block, nl=False)
     if out_file:
-        with open(out_file, "w", encoding="utf-8") as f:
-            f.write(block)
+        try:
+            with open(out_file, "w", encoding="utf-8") as f:
+                f.write(block)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out_file}: {exc.strerror or exc}") from None
+
+
+_NOT_A_SUMMARY = "Is it a run folder written by kneecap run? Re-run it, or restore the file"
+"""What to do about a summary.json that fails its schema (appended to the problem)."""
+
+
+def _summary(run_dir: str) -> dict:
+    """RUN_DIR's summary, checked against its schema; InputError (exit 2) naming the file and first bad key."""
+    import os
+
+    from harness.report.html import read_summary
+
+    if not os.path.isfile(os.path.join(run_dir, "summary.json")):
+        raise InputError(f"{run_dir} has no summary.json: not a run folder ({_NOT_A_SUMMARY.split('? ')[1]})")
+    try:
+        return read_summary(run_dir)
+    except ValueError as exc:
+        raise InputError(f"{exc}. {_NOT_A_SUMMARY}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {run_dir}/summary.json: {exc.strerror or exc}") from None
 
 
 @main.command()
@@ -186,10 +232,16 @@ def report(run_dir: str) -> None:
     """Write RUN_DIR/report.html (self-contained) from RUN_DIR/summary.json."""
     from harness.report.html import write_report
 
+    _summary(run_dir)  # refuse a broken summary (exit 2) before building anything
     try:
         click.echo(write_report(run_dir))
-    except (OSError, ValueError, KeyError) as exc:
-        raise click.ClickException(f"cannot build a report from {run_dir}: {exc}") from None
+    except ValueError as exc:  # requests.jsonl
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {run_dir}/report.html: {exc.strerror or exc}") from None
+    except (KeyError, TypeError, IndexError, OverflowError) as exc:  # a summary the schema passed: our bug
+        raise click.ClickException(f"cannot build a report from {run_dir}: {type(exc).__name__}: {exc} (the summary "
+                                   "passed its schema check: please report this with the file)") from None
 
 
 @main.command()
@@ -197,22 +249,24 @@ def report(run_dir: str) -> None:
 @click.option("--out", default="compare.html", show_default=True, type=click.Path(dir_okay=False))
 def compare(run_dirs: tuple[str, ...], out: str) -> None:
     """Overlay the curves of several runs and tabulate the deltas against the first one."""
-    import json
     import os
 
     from harness.report.html import compare_html
 
     if len(run_dirs) < 2:
         raise click.UsageError("give at least two run folders")
-    runs = []
-    for d in run_dirs:
-        try:
-            with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
-                runs.append((os.path.basename(os.path.normpath(d)), json.load(f)))
-        except (OSError, ValueError) as exc:
-            raise click.ClickException(f"cannot read {d}/summary.json: {exc}") from None
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(compare_html(runs))
+    runs = [(os.path.basename(os.path.normpath(d)), _summary(d)) for d in run_dirs]
+    modes = {s["mode"] for _, s in runs}
+    if len(modes) > 1:  # their loads are users vs req/s: no common x axis
+        kinds = ", ".join(f"{d} ({s['mode']} loop)" for d, (_, s) in zip(run_dirs, runs, strict=True))
+        raise InputError(f"cannot compare closed-loop runs (users) with open-loop ones (req/s): {kinds}; "
+                         "compare runs of one kind")
+    page = compare_html(runs)
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(out)
 
 

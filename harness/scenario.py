@@ -13,14 +13,18 @@ The schema, key by key, is in ``scenarios/README.md``.
 
 from __future__ import annotations
 
+import math
 import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, level_count
 from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
-from harness.checker import Checker
+from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
 from harness.errors import KneecapError
 from harness.sinks.config import DEFAULT_WINDOW_S
@@ -29,11 +33,13 @@ from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.spec import joint_from_spec, length_from_spec
 from harness.workload.traces import TraceError, read_timestamps
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "Endpoint", "LoadPlan", "Scenario", "ScenarioError",
-           "StepSpec", "Timeouts", "Workload", "apply_overrides", "default_scenario", "load_scenario", "parse_scenario"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "RETRY_AFTER", "Endpoint", "LoadPlan", "Scenario",
+           "ScenarioError", "StepSpec", "Timeouts", "Tls", "Workload", "apply_overrides", "default_scenario",
+           "load_scenario", "parse_scenario", "url_problem"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase")
 APIS = ("chat", "completions")
+RETRY_AFTER = ("honor", "ignore")
 
 
 class ScenarioError(KneecapError):
@@ -49,6 +55,49 @@ DEFAULT_HOST = "http://127.0.0.1:8000"
 """Where requests go when neither --host nor endpoint.host says (``kneecap sim``'s default address)."""
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as an endpoint's base URL, or None: http(s), a host name, a port in 1–65535.
+
+    IPv6 literals go in brackets (``http://[::1]:8000``); a path is kept (``https://host/openai``); a
+    query, a fragment or credentials are refused, because requests would silently drop them.
+    """
+    example = "such as http://127.0.0.1:8000 or https://llm.example.com"
+    if any(ch.isspace() for ch in url):
+        return f"expected a URL without spaces, {example}; got {url!r}"
+    try:
+        u = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        return f"expected a URL {example}; got {url!r} ({exc})"
+    if u.scheme not in ("http", "https") or not url.lower().startswith(("http://", "https://")):
+        hint = f"; did you mean 'http://{url}'?" if "://" not in url else ""
+        return f"expected a URL starting with http:// or https://, got {url!r}{hint}"
+    try:
+        port = u.port
+    except ValueError as exc:
+        hint = "; an IPv6 address goes in brackets: http://[::1]:8000" if url.count(":") > 2 else ""
+        return f"bad port in {url!r} ({exc}){hint}"
+    if not u.hostname:
+        return f"expected a host name after {u.scheme}://, {example}; got {url!r}"
+    if port == 0:
+        return f"bad port in {url!r}: expected 1-65535, got 0"
+    if u.username is not None or u.password is not None:
+        return (f"credentials in the URL {u.scheme}://{u.hostname}...: secrets never go in the URL; name the "
+                "variable holding the API key with endpoint.api_key_env")
+    if u.query or u.fragment or url.endswith(("?", "#")):
+        return f"expected a base URL without ?query or #fragment (requests would drop them), got {url!r}"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tls:
+    """How HTTPS endpoints are verified (``endpoint.tls``); plain http:// ignores it."""
+
+    ca_file: str | None = None
+    """A PEM bundle of the certificate authorities to trust (a private CA), as an absolute path; None: the system's."""
+    verify: bool = True
+    """False: accept any certificate (a test endpoint with a self-signed one); never together with ``ca_file``."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Endpoint:
     host: str | None = None
@@ -61,6 +110,9 @@ class Endpoint:
     timeouts: Timeouts = field(default_factory=Timeouts)
     metrics: str = "auto"
     """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
+    tls: Tls = field(default_factory=Tls)
+    retry_after: str = "honor"
+    """A 429's ``Retry-After``: "honor" (that user waits that long before its next request) or "ignore"."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,10 +206,13 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
 def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenario:
     """Read, override and validate a scenario file; raises ``ScenarioError`` (never a YAML traceback)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            text = decode_text(f.read())
+        raw = yaml.safe_load(text)
     except OSError as exc:
         raise ScenarioError(path, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    except ValueError as exc:  # not text: decode_text's message, "not UTF-8 text (byte 0xff at offset 12, ...)"
+        raise ScenarioError(path, [f"the file is {exc}"]) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
@@ -189,13 +244,14 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
 
 
 def _endpoint(node: Any, check: Checker) -> Endpoint:
-    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics")
+    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics", "tls",
+            "retry_after")
     d = Endpoint()
     if check.mapping(node, "endpoint", keys) is None:
         return d
     host = check.string(node, "host", "endpoint", d.host)
-    if host and not host.startswith(("http://", "https://")):
-        check.fail("endpoint.host", f"expected a URL starting with http:// or https://, got '{host}'")
+    if host and (problem := url_problem(host)):
+        check.fail("endpoint.host", problem)
     extra = node.get("extra_body", {})
     if not isinstance(extra, dict):
         check.fail("endpoint.extra_body", "expected a mapping of fields merged into every request body")
@@ -209,14 +265,36 @@ def _endpoint(node: Any, check: Checker) -> Endpoint:
                     api_key_env=check.string(node, "api_key_env", "endpoint", None),
                     ignore_eos=check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
                     extra_body=extra if isinstance(extra, dict) else {}, timeouts=timeouts,
-                    metrics=_metrics(node, check))
+                    metrics=_metrics(node, check), tls=_tls(node.get("tls", {}), check),
+                    retry_after=check.string(node, "retry_after", "endpoint", d.retry_after, choices=RETRY_AFTER))
 
 
 def _metrics(node: dict, check: Checker) -> str:
     value = check.string(node, "metrics", "endpoint", "auto")
-    if value not in (None, "auto", "off") and not value.startswith(("http://", "https://")):
-        check.fail("endpoint.metrics", f"expected auto, off or an http(s) URL, got '{value}'")
+    if value not in (None, "auto", "off") and (problem := url_problem(value)):
+        check.fail("endpoint.metrics", f"expected auto, off or an http(s) URL: {problem}")
     return value or "auto"
+
+
+def _tls(node: Any, check: Checker) -> Tls:
+    d = Tls()
+    if check.mapping(node, "endpoint.tls", ("ca_file", "verify")) is None:
+        return d
+    verify = check.boolean(node, "verify", "endpoint.tls", d.verify)
+    ca_file = check.file(node, "ca_file", "endpoint.tls") if "ca_file" in node else None
+    if "ca_file" in node and not verify:
+        check.fail("endpoint.tls", "ca_file says which certificates to trust, verify: false trusts any: give "
+                                   "one of them (ca_file for a private CA, verify: false only for a test endpoint)")
+        return d
+    if ca_file is not None:
+        try:  # the same call the client makes, so a bundle accepted here is one the client can load
+            ssl.create_default_context().load_verify_locations(cafile=ca_file)
+        except (ssl.SSLError, ValueError, OSError) as exc:
+            check.fail("endpoint.tls.ca_file", f"{node['ca_file']} is not a PEM bundle of CA certificates "
+                                               f"({getattr(exc, 'reason', None) or exc}); give the CA's certificate "
+                                               "in PEM form (-----BEGIN CERTIFICATE-----)")
+            ca_file = None
+    return Tls(ca_file=ca_file, verify=verify)
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:
@@ -259,11 +337,21 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     if mode == "constant" and not isinstance(level, dict):
         level = {"start": level, "max": level}
     if check.mapping(level, f"load.{level_key}", ("start", "step", "max")) is not None:
-        start = check.number(level, "start", f"load.{level_key}", d.start, integer=closed, above=0)
-        step_by = check.number(level, "step", f"load.{level_key}", d.step_by, integer=closed, above=0)
-        top = check.number(level, "max", f"load.{level_key}", d.max, integer=closed, above=0)
+        where, unit = f"load.{level_key}", "users" if closed else "requests/s"
+        limit = (f"the most {unit} one run may ask for, so a larger number is a typo, not a plan: give what your "
+                 "fleet can drive; a Locust worker runs a few thousand users")
+        start, step_by, top = (check.number(level, key, where, default, integer=closed, above=0, maximum=MAX_LEVEL,
+                                            limit=limit)
+                               for key, default in (("start", d.start), ("step", d.step_by), ("max", d.max)))
         if None not in (start, top) and start > top:
-            check.fail(f"load.{level_key}", f"start ({start}) must be <= max ({top})")
+            check.fail(where, f"start ({start}) must be <= max ({top})")
+        elif None not in (start, step_by, top) and mode != "constant" and \
+                (n := level_count(start, step_by, top)) > MAX_LEVELS:
+            wider = (top - start) / (MAX_LEVELS - 1)
+            wider = math.ceil(wider) if closed else wider
+            check.fail(f"{where}.step", f"the staircase {start:g}, {start + step_by:g}, ... up to {top:,} has {n:,} "
+                                        f"levels, more than the {MAX_LEVELS:,} a plan may have (55 hours at 20 s "
+                                        f"a step): use a step of at least {wider:.3g} or a smaller max")
     arrival, cv, gaps = d.arrival, d.burstiness_cv, None
     if "arrival" in node:
         a = node["arrival"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from harness.analysis.failures import hint, top_failures
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
@@ -149,9 +150,15 @@ class Ledger:
 
     def stop_reason(self) -> str | None:
         """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
-        judged = [j for _, j in sorted(self.judged.items())]
-        return stop_reason(self.knee, [j.error_rate for j in judged],
-                           [c.threshold for j in judged for c in j.slo if c.abort_on_fail and not c.passed])
+        judged = sorted(self.judged.items())
+        reason = stop_reason(self.knee, [j.error_rate for _, j in judged],
+                             [c.threshold for _, j in judged for c in j.slo if c.abort_on_fail and not c.passed])
+        if reason is not None and reason.startswith("error storm"):  # say which failures, and the likely fix
+            bucket = self.measured(judged[-1][0])
+            top = max(bucket.failures, key=bucket.failures.__getitem__)
+            fix = hint(top, bucket.failure_samples.get(top, ""))
+            reason += f" ({top_failures(bucket, 1)})" + (f"; {fix}" if fix else "")
+        return reason
 
     def results(self, now: float, server: dict[int, dict] | None = None) -> list[StepResult]:
         """Every step's numbers as they stand (the running step so far), with its judgement when it has one."""

@@ -1,19 +1,85 @@
-"""Load plans as pure logic: which levels, when a step has enough data, when to stop. Time is passed in."""
+"""Load plans as pure logic: which levels, when a step has enough data, when to stop. Time is passed in.
+
+A staircase's levels are computed on demand (``start + i·step``), never listed up front: a scenario
+can only ask for ``MAX_LEVELS`` of them (``scenario.py`` rejects more), but the plan itself costs the
+same for 4 levels or 10^20 — a huge plan can never eat the master's memory before it starts.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from harness.analysis.knee import Knee
 
 if TYPE_CHECKING:
     from harness.scenario import LoadPlan
 
-__all__ = ["ERROR_STORM_RATE", "Step", "StepPlan", "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "Levels", "Step", "StepPlan", "level_count", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
+
+MAX_LEVEL = 1_000_000
+"""The most users (closed loop) or requests/s (open loop) a scenario may ask for: far above any real fleet
+(a Locust worker drives a few thousand users), so a larger number is a typo, not a plan."""
+
+MAX_LEVELS = 10_000
+"""The most levels a staircase may have: at the default 20 s per step, 10,000 levels already run 55 hours."""
+
+_EPS = 1e-9
+"""Float slack so that 0.1-steps reach their max (0.1 + 0.2 > 0.3 in binary)."""
+
+
+def level_count(start: float, step: float, top: float) -> int:
+    """How many levels the staircase ``start, start+step, … ≤ top`` has (0 when start > top)."""
+    if start > top + _EPS:
+        return 0
+    if step <= 0:
+        raise ValueError(f"a staircase step must be > 0, got {step!r}")
+    return math.floor((top - start) / step + _EPS) + 1
+
+
+class Levels(Sequence[float]):
+    """A staircase's levels as a read-only sequence computed on demand; equal to any sequence with the same items."""
+
+    def __init__(self, start: float, step: float, count: int) -> None:
+        self.start, self.step, self.count = start, step, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[float]: ...
+
+    def __getitem__(self, index: int | slice) -> float | Sequence[float]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        i = index + self.count if index < 0 else index
+        if not 0 <= i < self.count:
+            raise IndexError(f"level {index} of a {self.count}-level plan")
+        value = self.start + i * self.step  # multiplied, not summed: no drift over many levels
+        # integer users stay integers; rates are rounded so 0.1-steps read 0.3, not 0.30000000000000004
+        return value if isinstance(value, int) else round(value, 9)
+
+    def __iter__(self) -> Iterator[float]:
+        return (self[i] for i in range(self.count))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return not isinstance(other, str) and len(other) == self.count and all(
+            a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash((self.start, self.step, self.count))
+
+    def __repr__(self) -> str:
+        return f"Levels(start={self.start!r}, step={self.step!r}, count={self.count})"
 
 
 @dataclass(frozen=True)
@@ -24,20 +90,25 @@ class Step:
 
 @dataclass(frozen=True)
 class StepPlan:
-    levels: tuple[float, ...]
+    start: float
+    step: float
+    count: int
+    """How many levels: ``start + i·step`` for i < count."""
     warmup_s: float
     min_duration_s: float
     min_requests: int
     max_duration_s: float
 
+    @property
+    def levels(self) -> Levels:
+        """Every level, lazily: ``plan.levels[0]``, ``len(plan.levels)``, iteration."""
+        return Levels(self.start, self.step, self.count)
+
     @classmethod
     def staircase(cls, start: float, step: float, top: float, *, warmup_s: float, min_duration_s: float,
                   min_requests: int, max_duration_s: float) -> StepPlan:
-        levels, level = [], start
-        while level <= top + 1e-9:
-            levels.append(level)
-            level += step
-        return cls(tuple(levels), warmup_s, min_duration_s, min_requests, max_duration_s)
+        return cls(start, step, level_count(start, step, top), warmup_s, min_duration_s, min_requests,
+                   max_duration_s)
 
     @classmethod
     def for_load(cls, load: LoadPlan) -> StepPlan:
@@ -51,10 +122,11 @@ class StepPlan:
 
     @classmethod
     def constant(cls, level: float, duration_s: float, warmup_s: float) -> StepPlan:
-        return cls((level,), warmup_s, duration_s, 1, duration_s)
+        return cls(level, 0, 1, warmup_s, duration_s, 1, duration_s)
 
     def level(self, index: int) -> float | None:
-        return self.levels[index] if index < len(self.levels) else None
+        """The ``index``-th level, or None past the last one (the plan is complete)."""
+        return self.levels[index] if 0 <= index < self.count else None
 
     def step_done(self, elapsed_s: float, measured_requests: int) -> bool:
         """Hold until BOTH min duration and min requests (after warm-up), or until max duration."""

@@ -4,8 +4,8 @@ The models are built by the master (``analysis/ledger.py``) and turned into JSON
 (``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/2`` (docs/results.md);
 version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric of a step (the p99 with
 failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail`` (which p99 the
-knee used), per step ``fleet_changed``/``workers_lost``/``workers_joined``, and per run ``degraded``
-and ``fleet_events``. Readers of version 1 files keep working: nothing was removed or renamed.
+knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``workers_joined``, and per
+run ``degraded`` and ``fleet_events``. Readers of version 1 files keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
 """
@@ -70,6 +70,8 @@ class StepResult:
     requests: int
     ok: int
     failures: dict[str, int]
+    failure_samples: dict[str, str] = field(default_factory=dict)
+    """One detail per failure class, e.g. {"connect_error": "cannot connect to 127.0.0.1:9: ..."}."""
     warmup_requests: int
     arrivals_per_s: float | None = None
     """Open loop only, like ``dropped_arrivals``."""
@@ -94,7 +96,8 @@ class StepResult:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
                                "warmup_s": self.warmup_s, "requests": self.requests, "ok": self.ok,
-                               "failures": dict(self.failures), "warmup_requests": self.warmup_requests}
+                               "failures": dict(self.failures), "failure_samples": dict(self.failure_samples),
+                               "warmup_requests": self.warmup_requests}
         if self.mode == "open":
             out.update(arrivals_per_s=self.arrivals_per_s, dropped_arrivals=self.dropped_arrivals)
         out.update(throughput=vars(self.throughput).copy(), latency_ms=self.latency_ms,

@@ -93,6 +93,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
     return StepResult(
         index=info.index, mode=mode, level=info.level, duration_s=round(duration, 3), warmup_s=info.warmup_s,
         requests=bucket.requests, ok=bucket.ok, failures=dict(sorted(bucket.failures.items())),
+        failure_samples=dict(sorted(bucket.failure_samples.items())),
         warmup_requests=warmup.requests if warmup else 0,
         arrivals_per_s=round(bucket.arrivals / duration, 3) if mode == "open" else None,
         dropped_arrivals=bucket.dropped if mode == "open" else None,

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 
 from locust import LoadTestShape
 
+from harness.analysis.failures import top_failures
 from harness.analysis.plan import Step
 from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo
+from harness.metrics.aggregate import Bucket
 
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
@@ -89,5 +91,10 @@ class Ticker:
         p99 = f" | {metric} p99 {s.quantile(0.99) * 1000:.0f} ms" if s is not None else ""
         knee = ledger.knee
         knee_text = f"knee at {knee.load:g} ({knee.confidence})" if knee.found else "no knee yet"
+        seen = Bucket()  # warm-up included: failures from the first second on are worth saying
+        seen.merge(ledger.fleet.bucket(cur.index, "warmup"))
+        seen.merge(ledger.measured(cur.index))
+        failures = top_failures(seen)
         return (f"step {cur.index} | {cur.level:g} {level_unit(ledger.mode)} | "
-                f"{ledger.plan.samples_line(now - cur.started, measured)}{p99} | {knee_text}")
+                f"{ledger.plan.samples_line(now - cur.started, measured)}{p99} | {knee_text}"
+                + (f" | failing: {failures}" if failures else ""))

@@ -52,6 +52,8 @@ class Bucket:
     """Open loop: arrivals the schedule dispatched (sent or dropped)."""
     dropped: int = 0
     """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
+    failure_samples: dict[str, str] = field(default_factory=dict)
+    """One detail per failure class (the first seen), for the console and the summary to explain failures."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -66,6 +68,8 @@ class Bucket:
             self._sk("send_lag").add(max(lag, 0.0))
         if not rec.ok:
             self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index]
+            if rec.error_detail and rec.error not in self.failure_samples:
+                self.failure_samples[rec.error] = rec.error_detail[:300]  # type: ignore[index]
             return
         self.ok += 1
         if good is None or good(rec):
@@ -112,6 +116,8 @@ class Bucket:
         self.good += other.good
         for k, v in other.failures.items():
             self.failures[k] = self.failures.get(k, 0) + v
+        for k, detail in other.failure_samples.items():
+            self.failure_samples.setdefault(k, detail)
         self.output_tokens += other.output_tokens
         self.input_tokens += other.input_tokens
         self.counted_outputs += other.counted_outputs
@@ -124,13 +130,16 @@ class Bucket:
         out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
         out.update((key, getattr(self, name)) for key, name in _WIRE_FIELDS)
         out["fail"] = dict(self.failures)  # a copy: the payload must not change with the bucket
+        if self.failure_samples:  # only then: payloads without failure details keep their bytes
+            out["why"] = dict(self.failure_samples)
         return out
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
-        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()}, **fields)
+        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
+                   failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, **fields)
 
 
 Delta = tuple[int, str, Bucket]

@@ -9,9 +9,11 @@ import time
 
 from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
+from harness.checker import decode_text
 from harness.report import charts
+from harness.report.validate import parse_summary
 
-__all__ = ["compare_html", "report_html", "write_report"]
+__all__ = ["compare_html", "read_records", "read_summary", "report_html", "write_report"]
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -69,14 +71,17 @@ def _step_table(s: dict) -> str:
               "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge.</p>")
 
 
+def _counts(records: list[dict], key: str) -> list[int | float]:
+    """The positive numbers under ``key`` (a hand-edited or foreign record with text there is skipped)."""
+    return [v for r in records if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool) and v > 0]
+
+
 def _workload(records: list[dict]) -> str:
     if not records:
         return "<p>Run with <code>--save-requests</code> to see the lengths actually sent.</p>"
     ok = [r for r in records if r.get("ok")]
-    prompt = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens")]
-    prompt_target = [r["prompt_tokens_target"] for r in ok if r.get("prompt_tokens_target")]
-    out = [r["output_tokens"] for r in ok if r.get("output_tokens")]
-    out_target = [r["max_tokens"] for r in ok if r.get("max_tokens")]
+    prompt, prompt_target = _counts(ok, "prompt_tokens"), _counts(ok, "prompt_tokens_target")
+    out, out_target = _counts(ok, "output_tokens"), _counts(ok, "max_tokens")
     return ("<div class='grid'>" + (f"<div>{charts.histogram(prompt, prompt_target, 'Prompt tokens')}</div>"
                                     if prompt else "")
             + (f"<div>{charts.histogram(out, out_target, 'Output tokens')}</div>" if out else "") + "</div>")
@@ -133,15 +138,42 @@ def compare_html(runs: list[tuple[str, dict]]) -> str:
     return _page("kneecap compare", body)
 
 
-def write_report(run_dir: str) -> str:
-    """Write RUN_DIR/report.html from summary.json (and requests.jsonl when present); returns its path."""
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
-        summary = json.load(f)
+def read_summary(run_dir: str) -> dict:
+    """RUN_DIR/summary.json, checked against its schema; ValueError "DIR/summary.json: KEY: problem" when broken,
+    OSError when it cannot be read."""
+    path = os.path.join(run_dir, "summary.json")
+    with open(path, "rb") as f:
+        return parse_summary(f.read(), path)
+
+
+def read_records(path: str) -> list[dict]:
+    """The request records of a requests.jsonl; ValueError naming the file and line of the first bad one."""
+    with open(path, "rb") as f:
+        try:
+            text = decode_text(f.read())
+        except ValueError as exc:
+            raise ValueError(f"{path} is {exc}") from None
     records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not valid JSON ({exc}); delete the line or the file") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a request record (a JSON object), got {type(rec).__name__}")
+            records.append(rec)
+    return records
+
+
+def write_report(run_dir: str) -> str:
+    """Write RUN_DIR/report.html from summary.json (and requests.jsonl when present); returns its path.
+
+    Raises ValueError for a summary (or requests.jsonl) that is not what kneecap writes, OSError for files
+    that cannot be read or written."""
+    summary = read_summary(run_dir)
     req = os.path.join(run_dir, "requests.jsonl")
-    if os.path.exists(req):
-        with open(req, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+    records = read_records(req) if os.path.exists(req) else []
     page = report_html(summary, records)  # before opening the file: a failure leaves no empty report
     path = os.path.join(run_dir, "report.html")
     with open(path, "w", encoding="utf-8") as f:

@@ -1,12 +1,19 @@
-"""Reading production logs (CSV or JSONL) of per-request token counts. Errors name file, line and column."""
+"""Reading production logs (CSV or JSONL) of per-request token counts. Errors name file, line and column.
+
+A log is read whole and decoded once (``decode_text``): a binary or non-UTF-8 file is a ``TraceError``
+naming the file and the first bad byte, never a ``UnicodeDecodeError`` halfway through.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
+
+from harness.checker import decode_text
 
 __all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "TraceError", "guess_columns", "read_columns", "read_header",
            "read_timestamps"]
@@ -26,14 +33,30 @@ def _is_jsonl(path: str) -> bool:
     return path.lower().endswith((".jsonl", ".ndjson", ".json"))
 
 
-def read_header(path: str) -> list[str]:
-    """Column names: the CSV header, or the keys of the first JSONL object."""
+def _text(path: str) -> str:
     if not os.path.isfile(path):
         raise TraceError(f"{path}: file not found")
+    try:
+        with open(path, "rb") as f:
+            return decode_text(f.read())
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise TraceError(f"{path} is {exc}") from None
+
+
+def _header(path: str, text: str) -> list[str]:
     if _is_jsonl(path):
-        return list(next(_rows(path), (0, {}))[1])
-    with open(path, newline="", encoding="utf-8") as f:
-        return next(csv.reader(f), [])
+        return list(next(_rows(path, text), (0, {}))[1])
+    try:
+        return next(csv.reader(io.StringIO(text, newline="")), [])
+    except csv.Error as exc:
+        raise TraceError(f"{path}:1: not a valid CSV header ({exc})") from None
+
+
+def read_header(path: str) -> list[str]:
+    """Column names: the CSV header, or the keys of the first JSONL object."""
+    return _header(path, _text(path))
 
 
 def guess_columns(header: Sequence[str]) -> tuple[str | None, str | None]:
@@ -46,31 +69,36 @@ def guess_columns(header: Sequence[str]) -> tuple[str | None, str | None]:
     return pick(INPUT_NAMES), pick(OUTPUT_NAMES)
 
 
-def _rows(path: str) -> Iterator[tuple[int, dict]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        if _is_jsonl(path):
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except ValueError as exc:
-                        raise TraceError(f"{path}:{n}: invalid JSON ({exc})") from None
-                    if not isinstance(row, dict):
-                        raise TraceError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-                    yield n, row
-        else:
-            yield from enumerate(csv.DictReader(f), 2)
+def _rows(path: str, text: str) -> Iterator[tuple[int, dict]]:
+    if _is_jsonl(path):
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise TraceError(f"{path}:{n}: invalid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise TraceError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+                yield n, row
+        return
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        for row in reader:
+            yield reader.line_num, row
+    except csv.Error as exc:  # e.g. a field over csv's 128 KiB limit: a binary file, or one long unquoted blob
+        raise TraceError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
 def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:
     """Integer token counts of ``columns``, one entry per row; every row must have every column."""
-    header = read_header(path)
+    text = _text(path)
+    header = _header(path, text)
     missing = [c for c in columns if c not in header]
     if missing:
         raise TraceError(f"{path}: no column {', '.join(repr(c) for c in missing)}; "
                          f"columns are {', '.join(header) or '(none)'}")
     out: dict[str, list[int]] = {c: [] for c in columns}
-    for n, row in _rows(path):
+    for n, row in _rows(path, text):
         for c in columns:
             value = row.get(c)
             try:
@@ -102,14 +130,15 @@ def _seconds(value: object) -> float:
 
 def read_timestamps(path: str, column: str) -> list[float]:
     """Arrival times (seconds) of a log's ``column``: numbers or ISO date-times such as 2023-11-16 18:17:03.97996."""
-    header = read_header(path)
+    text = _text(path)
+    header = _header(path, text)
     if column not in header:
         raise TraceError(f"{path}: no column {column!r}; columns are {', '.join(header) or '(none)'}")
     out = []
-    for n, row in _rows(path):
+    for n, row in _rows(path, text):
         try:
             out.append(_seconds(row.get(column)))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise TraceError(f"{path}:{n}: column {column!r} is {row.get(column)!r}, expected a timestamp") from None
     if len(out) < 2:
         raise TraceError(f"{path}: need at least two timestamps")

@@ -53,7 +53,8 @@ def _env(tmp_path, index: int | None) -> SimpleNamespace:
 class Fleet:
     """Two workers and a master joined by serialized Locust messages."""
 
-    def __init__(self, locust: ModuleType, tmp_path, failures_per_s: int = 0) -> None:
+    def __init__(self, locust: ModuleType, tmp_path, failures_per_s: int = 0,
+                 failure: tuple[str, str] = ("http_5xx", "")) -> None:
         from harness.load.context import Kneecap, ScenarioSource
         from harness.load.master import MasterSide
         from harness.load.shapes import Ticker
@@ -64,6 +65,7 @@ class Fleet:
         self.clock = Clock()
         self.rng = random.Random(7)
         self.failures_per_s = failures_per_s
+        self.failure = failure
         self.workers = []
         for i in range(2):
             env = _env(tmp_path, i)
@@ -111,7 +113,7 @@ class Fleet:
                                 output_tokens=2, prompt_tokens=100)
             self._record(rec)
         for _ in range(self.failures_per_s):
-            self._record(RequestRecord(start=0.0, error="http_5xx"))
+            self._record(RequestRecord(start=0.0, error=self.failure[0], error_detail=self.failure[1]))
         self.clock.t += 1.0
 
     def _record(self, rec: RequestRecord) -> None:
@@ -198,3 +200,15 @@ def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(lo
     assert lost > 0
     assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent) - lost
     assert summary["exit_code"] == 5 and fleet.env.process_exit_code == 5
+
+
+def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog):
+    detail = "cannot connect to 127.0.0.1:9: Connection refused"
+    fleet = Fleet(locust, tmp_path, failures_per_s=200, failure=("connect_error", detail))
+    with caplog.at_level("INFO", logger="kneecap"):
+        summary = fleet.run()
+    assert summary["stop_reason"] == (f"error storm: 91% of the last step's requests failed (connect_error 91%: "
+                                      f"{detail}); is the endpoint up? check --host / endpoint.host")
+    assert summary["steps"][0]["failure_samples"] == {"connect_error": detail}
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kneecap: step 0 |")]
+    assert len(progress) >= 2 and all(f"failing: connect_error 91%: {detail}" in line for line in progress[1:])

@@ -64,8 +64,9 @@ def test_golden_payload_decodes():
 
 def test_every_bucket_field_survives_the_wire_by_name():
     """Each counter gets a distinct value: a field swapped or dropped on the wire cannot go unnoticed."""
-    fields = [f.name for f in dataclasses.fields(Bucket) if f.name not in ("sketches", "failures")]
-    b = Bucket(**{name: i + 2 for i, name in enumerate(fields)}, failures={"reset": 99})
+    fields = [f.name for f in dataclasses.fields(Bucket) if f.name not in ("sketches", "failures", "failure_samples")]
+    b = Bucket(**{name: i + 2 for i, name in enumerate(fields)}, failures={"reset": 99},
+               failure_samples={"reset": "connection reset by peer after 3 chunks"})
     b.prompt_error_sum = 0.125
     back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
     assert back == b
