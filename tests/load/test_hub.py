@@ -202,7 +202,10 @@ def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(lo
     assert summary["exit_code"] == 5 and fleet.env.process_exit_code == 5
 
 
-def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog):
+def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
+    from harness.load import shapes
+
+    monkeypatch.setattr(shapes, "PROGRESS_EVERY_S", 1.0)
     detail = "cannot connect to 127.0.0.1:9: Connection refused"
     fleet = Fleet(locust, tmp_path, failures_per_s=200, failure=("connect_error", detail))
     with caplog.at_level("INFO", logger="kneecap"):
