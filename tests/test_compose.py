@@ -254,3 +254,13 @@ def test_no_secret_is_committed() -> None:
         for key, value in (service.get("environment") or {}).items():
             if SECRET_KEY.search(key):
                 assert re.fullmatch(r"\$\{\w+\}", str(value)), f"{name} {key}: take secrets from .env, as ${{VAR}}"
+
+
+def test_web_ui_is_loopback_only(config: dict) -> None:
+    """kneecap's UI listens on 127.0.0.1 unless told; compose opens it in the master's container only, and the
+    host publishes it on its loopback (the UI starts and stops load and has no login)."""
+    assert _locust(["-f", "locustfile.py"]).web_host == "127.0.0.1"
+    assert _locust(["-f", "locustfile.py", "--web-host", "0.0.0.0"]).web_host == "0.0.0.0"
+    master = config["services"]["master"]
+    assert _locust(_command(master)[1:]).web_host == "0.0.0.0"
+    assert all(str(p).startswith("127.0.0.1:") for s in config["services"].values() for p in s.get("ports", ()))

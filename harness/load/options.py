@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["add_arguments"]
+__all__ = ["WEB_HOST", "add_arguments"]
+
+
+WEB_HOST = "127.0.0.1"
+"""Where kneecap's web UI listens unless told otherwise (``--web-host 0.0.0.0`` or ``LOCUST_WEB_HOST``): Locust
+listens on every interface without authentication, and the UI can start and stop load and shows the results."""
 
 
 def add_arguments(parser: Any) -> None:
+    parser.set_defaults(web_host=WEB_HOST)
     # On the parser itself, not a group: only Locust's parser knows include_in_web_ui.
     group = parser
     group.add_argument("--scenario", default="", help="Scenario YAML file (default: the built-in chat scenario).")
