@@ -206,8 +206,8 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
             raise click.ClickException(f"cannot write {out_file}: {exc.strerror or exc}") from None
 
 
-_NOT_A_SUMMARY = "Is it a run folder written by kneecap run? Re-run it, or restore the file"
-"""What to do about a summary.json that fails its schema (appended to the problem)."""
+_RERUN = "kneecap run writes it: re-run, or restore the file"
+"""What to do about a run folder whose summary.json is missing or broken (appended to the problem)."""
 
 
 def _summary(run_dir: str) -> dict:
@@ -217,11 +217,11 @@ def _summary(run_dir: str) -> dict:
     from harness.report.html import read_summary
 
     if not os.path.isfile(os.path.join(run_dir, "summary.json")):
-        raise InputError(f"{run_dir} has no summary.json: not a run folder ({_NOT_A_SUMMARY.split('? ')[1]})")
+        raise InputError(f"{run_dir} has no summary.json: not a run folder? ({_RERUN})")
     try:
         return read_summary(run_dir)
     except ValueError as exc:
-        raise InputError(f"{exc}. {_NOT_A_SUMMARY}") from None
+        raise InputError(f"{exc} ({_RERUN})") from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {run_dir}/summary.json: {exc.strerror or exc}") from None
 

@@ -86,7 +86,7 @@ def _rows(path: str, text: str) -> Iterator[tuple[int, dict]]:
         for row in reader:
             yield reader.line_num, row
     except csv.Error as exc:  # e.g. a field over csv's 128 KiB limit: a binary file, or one long unquoted blob
-        raise TraceError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+        raise TraceError(f"{path}:{reader.reader.line_num}: not valid CSV ({exc})") from None  # DictReader's lags
 
 
 def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:

@@ -11,8 +11,11 @@ def step(index: int, users: int, p99: float | None, tokens: float, server: bool 
     lat = {} if p99 is None else {m: {"count": 100, "mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8,
                                       "p95": p99 * 0.9, "p99": p99, "p999": p99, "max": p99,
                                       "p99_ci": [p99 * 0.9, p99 * 1.1]} for m in ("ttft", "tpot", "e2e")}
-    return {"index": index, "users": users, "requests": 0 if p99 is None else 100, "ok": 0 if p99 is None else 100,
-            "failures": {} if p99 is None else {"http_5xx": 2}, "latency_ms": lat,
+    return {"index": index, "users": users, "duration_s": 20.0, "warmup_s": 5.0, "requests": 0 if p99 is None else 100,
+            "ok": 0 if p99 is None else 100, "failures": {} if p99 is None else {"http_5xx": 2}, "warmup_requests": 10,
+            "latency_ms": lat, "tokens_per_s_per_user": {"count": 0}, "output_tokens_counted": 0,
+            "prompt_length_error": None, "fleet_changed": False, "workers_lost": [], "workers_joined": [],
+            "complete": p99 is not None, "slo": [],
             "throughput": {"requests_per_s": 10.0, "output_tokens_per_s": tokens, "input_tokens_per_s": 1.0,
                            "goodput_per_s": 9.0},
             "generator": {"lag_p99_ms": None if p99 is None else 1.0, "lag_max_ms": None, "cpu_max_pct": 0.0,
@@ -23,11 +26,14 @@ def step(index: int, users: int, p99: float | None, tokens: float, server: bool 
 
 
 def summary(knee_users: int) -> dict:
-    return {"run_id": "r", "scenario": "s", "model": "m", "host": "h", "mode": "closed", "workers": 2,
-            "started_at": 0, "exit_code": 0, "stop_reason": "knee confirmed",
+    return {"schema": "kneecap.summary/2", "run_id": "r", "scenario": "s", "model": "m", "host": "h", "mode": "closed",
+            "workers": 2, "started_at": 0, "ended_at": 60, "exit_code": 0, "stop_reason": "knee confirmed",
+            "degraded": False, "fleet_events": [],
             "steps": [step(0, 8, 50.0, 1000), step(1, 16, 60.0, 1900), step(2, 24, 900.0, 2000),
                       step(3, 32, None, 0.0)],
-            "knee": {"found": True, "users": knee_users, "confidence": "high", "metric": "ttft", "reason": "why"},
+            "knee": {"found": True, "confirmed": True, "step_index": 1, "users": knee_users, "confidence": "high",
+                     "metric": "ttft", "tail": "p99_slo", "reason": "why", "p99_before_ms": 60.0, "p99_after_ms": 900.0,
+                     "throughput_before": 1900.0, "throughput_after": 2000.0},
             "slo": {"thresholds": ["ttft: p(95)<500"], "passed": True, "max_load_within_slo": 16}}
 
 

@@ -1,0 +1,156 @@
+"""summary.json validation: what kneecap writes passes (both loops, schema 1 and 2); a broken file gives every
+problem with its key path, and ``parse_summary`` the first one naming the file."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from harness.analysis.knee import Knee
+from harness.analysis.results import FleetEvent, RunSummary, SloCheck, SloVerdict
+from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.metrics.aggregate import Bucket
+from harness.metrics.record import RequestRecord
+from harness.metrics.sketch import Sketch
+from harness.report.validate import parse_summary, summary_problems
+
+
+def _bucket(n: int, fail: int = 0, open_loop: bool = False) -> Bucket:
+    b = Bucket()
+    for i in range(n):
+        rec = RequestRecord(start=0.0, intended_start=0.0 if open_loop else None, headers_s=0.01,
+                            ttft_s=0.05 + i / 1000, e2e_s=0.5, chunk_times=[0.05, 0.06, 0.07], output_tokens=3,
+                            prompt_tokens=100, prompt_tokens_target=100)
+        b.add(rec)
+    for _ in range(fail):
+        b.add(RequestRecord(start=0.0, error="http_5xx", error_detail="500 Internal Server Error"))
+    if open_loop:
+        b.arrivals, b.dropped = n + fail + 2, 2
+    return b
+
+
+def written(mode: str = "closed") -> dict:
+    """A summary.json exactly as the master writes it (the real result types, not a hand-made dict)."""
+    lag = Sketch()
+    lag.add(0.002)
+    gen = Generator(lag=lag, cpu_max_pct=40.0)
+    steps = []
+    for i, level in enumerate((4, 8, 12)):
+        info = StepInfo(index=i, level=level, started=10.0 * i, warmup_s=1.0, ended=10.0 * i + 9,
+                        workers_lost=["w2"] if i == 2 else [])
+        r = step_result(info, _bucket(50 * (i + 1), fail=i, open_loop=mode == "open"), gen, now=100.0, mode=mode)
+        r.complete, r.stationary, r.slo_passed = True, True, i < 2
+        r.slo = [SloCheck(threshold="ttft: p(95)<500", observed=80.0, passed=True, abort_on_fail=False)]
+        r.server = {"waiting_max": 2.0, "waiting_mean": None, "running_max": 8.0, "kv_cache_usage_max": None,
+                    "preemptions": 0}
+        steps.append(r)
+    steps.append(step_result(StepInfo(index=3, level=16, started=40.0, warmup_s=1.0), Bucket(), None, now=40.5,
+                             mode=mode))  # cut short: no data
+    return RunSummary(run_id="r1", scenario="s", host="http://127.0.0.1:8000", model="m", started_at=1.7e9,
+                      ended_at=1.7e9 + 60, mode=mode, stop_reason="knee confirmed at 8", workers=2, steps=steps,
+                      knee=Knee(True, confirmed=True, step_index=1, load=8, p99_before_ms=80.0, p99_after_ms=900.0,
+                                throughput_before=100.0, throughput_after=101.0, confidence="high", reason="why"),
+                      knee_metric="ttft", knee_reason="why", exit_code=5,
+                      slo=SloVerdict(thresholds=["ttft: p(95)<500"], passed=True, max_load_within_slo=8),
+                      fleet_events=[FleetEvent(kind="lost", worker="w2", at=1.7e9 + 30, steps=[2])],
+                      influx={"written": 10, "unwritten": 0, "spool_file": None, "last_error": None},
+                      merge_errors=1).to_json()
+
+
+def version1(summary: dict) -> dict:
+    """The same run as schema 1 wrote it: without the fields version 2 added."""
+    s = copy.deepcopy(summary)
+    s["schema"] = "kneecap.summary/1"
+    for key in ("degraded", "fleet_events"):
+        del s[key]
+    del s["knee"]["tail"]
+    for st in s["steps"]:
+        for key in ("fleet_changed", "workers_lost", "workers_joined"):
+            del st[key]
+        for stats in st["latency_ms"].values():
+            stats.pop("p99_slo", None)
+    return s
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_what_kneecap_writes_is_valid(mode):
+    s = json.loads(json.dumps(written(mode)))  # through JSON, as the file is
+    assert s["steps"][0]["latency_ms"]["ttft"]["p99_slo"] and s["steps"][3]["latency_ms"] == {}
+    assert summary_problems(s) == []
+    assert summary_problems(version1(s)) == []
+
+
+def test_a_newer_field_is_allowed_a_missing_one_is_not():
+    s = written()
+    s["steps"][0]["failure_samples"] = {"http_5xx": "500"}  # a later version's addition: readers ignore it
+    assert summary_problems(s) == []
+    del s["steps"][1]["fleet_changed"]
+    assert summary_problems(s) == ["steps[1].fleet_changed: missing required key"]
+    assert summary_problems(version1(written())) == []  # version 1 has no fleet_changed
+
+
+def break_(path: str, value: object) -> dict:
+    s = written()
+    *parents, last = path.split(".")
+    node = s
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return s
+
+
+BROKEN = [
+    (break_("steps.2.latency_ms", []), "steps[2].latency_ms: expected a mapping, got a list"),
+    (break_("steps.0.users", "8"), "steps[0].users: expected a number, got a string '8'"),
+    (break_("steps.0.users", True), "steps[0].users: expected a number, got a boolean True"),
+    (break_("steps.1.latency_ms.ttft.p99_ci", [1, 2, 3]), "steps[1].latency_ms.ttft.p99_ci: expected a list of 2 "
+                                                          "or null, got a list"),
+    (break_("steps.1.failures.http_5xx", 1.5), "steps[1].failures.http_5xx: expected an integer, got a number 1.5"),
+    (break_("steps.0.throughput", KeyError), "steps[0].throughput: missing required key"),
+    (break_("steps", {}), "steps: expected a list, got a mapping"),
+    (break_("knee.found", "yes"), "knee.found: expected true or false, got a string 'yes'"),
+    (break_("knee.users", None), "knee.users: a found knee needs its load level, got null"),
+    (break_("mode", "sideways"), "mode: expected one of closed, open, got a string 'sideways'"),
+    (break_("slo.thresholds", "ttft: p(95)<500"), "slo.thresholds: expected a list, got a string"),
+    (break_("fleet_events.0.kind", "died"), "fleet_events[0].kind: expected one of joined, lost, got a string"),
+    (break_("schema", "kneecap.summary/3"), "schema: expected kneecap.summary/1 or kneecap.summary/2, got a string "
+                                            "'kneecap.summary/3' (written by a newer kneecap?"),
+    ({}, "schema: missing required key (expected kneecap.summary/1 or kneecap.summary/2): not a kneecap summary"),
+    ([], "(top level): expected a mapping (a kneecap summary), got a list"),
+]
+
+
+@pytest.mark.parametrize("data,problem", BROKEN, ids=[p.split(":")[0] for _, p in BROKEN])
+def test_a_broken_summary_names_the_key(data, problem):
+    problems = summary_problems(data)
+    assert problems and problems[0].startswith(problem), problems
+
+
+def test_every_problem_at_once_in_document_order():
+    s = break_("steps.0.ok", None)
+    s["steps"][2]["generator"]["reliable"] = "no"
+    s["exit_code"] = "0"
+    assert summary_problems(s) == ["steps[0].ok: expected an integer, got null",
+                                   "steps[2].generator.reliable: expected true or false, got a string 'no'",
+                                   "exit_code: expected an integer, got a string '0'"]
+
+
+def test_parse_summary_names_the_file_and_the_first_problem():
+    assert parse_summary(json.dumps(written()).encode(), "d/summary.json")["run_id"] == "r1"
+    assert parse_summary(b"\xef\xbb\xbf" + json.dumps(written()).encode(), "d/summary.json")  # a BOM is fine
+    bad = break_("steps.0.ok", None)
+    bad["exit_code"] = "0"
+    with pytest.raises(ValueError, match=r"^d/summary.json: steps\[0\].ok: expected an integer, got null "
+                                         r"\(and 1 more problem\)$"):
+        parse_summary(json.dumps(bad).encode(), "d/summary.json")
+    with pytest.raises(ValueError, match=r"^d/summary.json is not UTF-8 text \(byte 0xff at offset 1, line 1\)"):
+        parse_summary(b"{\xff}", "d/summary.json")
+    with pytest.raises(ValueError, match=r"^d/summary.json is not valid JSON \(Expecting"):
+        parse_summary(b'{"schema": ', "d/summary.json")
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_summary(b"[" * 100_000, "d/summary.json")
