@@ -58,6 +58,15 @@ def _charts_page(view: RunView) -> str:
     parts = [f"<h1>kneecap {html.escape(summary['scenario'])} — run {html.escape(summary['run_id'])}</h1>", marker]
     if len(view.history) >= 2:
         parts.append(charts.over_time(view.history))
+    if summary["steps"]:
+        parts += [charts.latency_vs_load(summary, "ttft"), charts.latency_vs_load(summary, "tpot"),
+                  charts.throughput_vs_load(summary)]
+    return ("<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
+            "<title>kneecap charts</title><style>body{font:14px system-ui,sans-serif;margin:20px}"
+            "svg{max-width:48%;height:auto;display:inline-block}</style></head><body>" + "".join(parts)
+            + "</body></html>")
+
+
 def register(environment: Any, view: RunView) -> None:
     web = environment.web_ui
     if web is None:

@@ -215,3 +215,16 @@ def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, mon
     assert summary["steps"][0]["failure_samples"] == {"connect_error": detail}
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kneecap: step 0 |")]
     assert f"| failing: connect_error 91%: {detail}" in progress[-1]  # once the first reports are in
+
+
+def test_the_web_views_read_the_master(locust, tmp_path):
+    """The LLM tab's rows and the chart page, from the master's read-only view (the browser test covers them in
+    a real UI; this one runs in a second)."""
+    from harness.web.ui import _charts_page, llm_rows
+
+    fleet = Fleet(locust, tmp_path)
+    fleet.run()
+    page = _charts_page(fleet.master.view)
+    assert f"<p id='knee'>Knee: {SLOTS:g} (" in page and page.count("<svg") == 3  # ttft, tpot, throughput
+    rows = {r["metric"]: r for r in llm_rows(fleet.master.view)}
+    assert rows["knee"]["count"] == f"{SLOTS:g} users" and rows["ttft (ms)"]["count"] > 0
