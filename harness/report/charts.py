@@ -42,9 +42,14 @@ def _level_key(summary: dict) -> str:
     return level_key(summary.get("mode", "closed"))
 
 
+def _steps(summary: dict) -> list[dict]:
+    """The steps a curve shows: not those the fleet changed under (their level was re-run, README "Fleet faults")."""
+    return [s for s in summary["steps"] if not s.get("fleet_changed")]
+
+
 def _loads(summary: dict) -> list[float]:
     key = _level_key(summary)
-    return [s[key] for s in summary["steps"]]
+    return [s[key] for s in _steps(summary)]
 
 
 def _mark_knee(ax: plt.Axes, summary: dict) -> None:
@@ -57,7 +62,7 @@ def _mark_knee(ax: plt.Axes, summary: dict) -> None:
 def latency_vs_load(summary: dict, metric: str) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     key = _level_key(summary)
-    steps = [s for s in summary["steps"] if s["latency_ms"].get(metric, {}).get("count")]  # a cut-short step may
+    steps = [s for s in _steps(summary) if s["latency_ms"].get(metric, {}).get("count")]  # a cut-short step may
     loads = [s[key] for s in steps]  # have no data for this metric
     stats = [s["latency_ms"][metric] for s in steps]
     for q, style in (("p50", ":"), ("p95", "--"), ("p99", "-")):
@@ -79,7 +84,7 @@ def latency_vs_load(summary: dict, metric: str) -> str:
 def throughput_vs_load(summary: dict) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     loads = _loads(summary)
-    tp = [s["throughput"] for s in summary["steps"]]
+    tp = [s["throughput"] for s in _steps(summary)]
     ax.plot(loads, [t["output_tokens_per_s"] for t in tp], marker="o", markersize=3, label="output tokens/s")
     ax.set_ylabel("output tokens/s")
     ax2 = ax.twinx()
@@ -98,10 +103,10 @@ def throughput_vs_load(summary: dict) -> str:
 def errors_vs_load(summary: dict) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
     loads = _loads(summary)
-    classes = sorted({c for s in summary["steps"] for c in s["failures"]})
+    classes = sorted({c for s in _steps(summary) for c in s["failures"]})
     bottom = [0.0] * len(loads)
     for c in classes:
-        rates = [s["failures"].get(c, 0) / max(s["requests"], 1) for s in summary["steps"]]
+        rates = [s["failures"].get(c, 0) / max(s["requests"], 1) for s in _steps(summary)]
         ax.bar([str(x) for x in loads], rates, bottom=bottom, label=c)
         bottom = [b + r for b, r in zip(bottom, rates, strict=True)]
     if not classes:
@@ -117,7 +122,7 @@ def errors_vs_load(summary: dict) -> str:
 
 def server_vs_load(summary: dict) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    steps = [s for s in summary["steps"] if s.get("server")]
+    steps = [s for s in _steps(summary) if s.get("server")]
     key = _level_key(summary)
     loads = [s[key] for s in steps]
     def series(name: str) -> list[float]:
@@ -140,7 +145,7 @@ def server_vs_load(summary: dict) -> str:
 def generator_chart(summary: dict, lag_limit_ms: float) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     loads = _loads(summary)
-    lag = [s["generator"]["lag_p99_ms"] for s in summary["steps"]]
+    lag = [s["generator"]["lag_p99_ms"] for s in _steps(summary)]
     ax.plot(loads, [float("nan") if v is None else v for v in lag], marker="o", markersize=3, label="loop lag p99")
     ax.axhline(lag_limit_ms, color="gray", linewidth=1, label=f"reliability limit {lag_limit_ms:g} ms")
     ax.set_xlabel(_level_key(summary).replace("_", " "))
@@ -167,9 +172,9 @@ def overlay(runs: list[tuple[str, dict]], metric: str, what: str) -> str:
     for name, summary in runs:
         loads = _loads(summary)
         if what == "throughput":
-            ys = [s["throughput"]["output_tokens_per_s"] for s in summary["steps"]]
+            ys = [s["throughput"]["output_tokens_per_s"] for s in _steps(summary)]
         else:
-            ys = [s["latency_ms"].get(metric, {}).get("p99", float("nan")) for s in summary["steps"]]
+            ys = [s["latency_ms"].get(metric, {}).get("p99", float("nan")) for s in _steps(summary)]
         line = ax.plot(loads, ys, marker="o", markersize=3, label=name)[0]
         knee = summary.get("knee") or {}
         if knee.get("found"):

@@ -113,7 +113,8 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
 
 def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:  # None: no data at that load
     key = level_key(s.get("mode", "closed"))
-    return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"] if st[key] == load), None)
+    return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"]
+                 if st[key] == load and not st.get("fleet_changed")), None)
 
 
 def compare_html(runs: list[tuple[str, dict]]) -> str:
