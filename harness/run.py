@@ -155,6 +155,12 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
         say(f"knee: {level} ({knee['confidence']} confidence) - {knee['reason']}")
     else:
         say(f"knee: not found ({knee.get('reason', '')})")
+    events = summary.get("fleet_events") or []
+    if events:
+        lost = [e for e in events if e.get("kind") == "lost"]
+        steps = sorted({i for e in events for i in e.get("steps", ())})
+        say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
+            f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
     slo = summary.get("slo", {})
     if slo.get("thresholds"):
         verdict = "PASSED" if slo.get("passed") else "FAILED"
