@@ -14,6 +14,7 @@ from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
 from harness.sim.openai import OutputPolicy
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
+from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -131,9 +132,9 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
               help="Extra argument for the built-in simulator, e.g. --sim-arg=--max-num-seqs=16. Repeatable.")
 @click.option("--influx-url", default=None, help="Write live results to this InfluxDB 2 [scenario sinks.influxdb].")
-@click.option("--influx-org", default="kneecap", show_default=True)
-@click.option("--influx-bucket", default="kneecap", show_default=True)
-@click.option("--influx-token-env", default="INFLUX_TOKEN", show_default=True,
+@click.option("--influx-org", default=DEFAULT_ORG, show_default=True)
+@click.option("--influx-bucket", default=DEFAULT_BUCKET, show_default=True)
+@click.option("--influx-token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
               help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
         seed: int | None, sim_args: tuple[str, ...], influx_url: str | None, influx_org: str, influx_bucket: str,
@@ -273,9 +274,9 @@ def compare(run_dirs: tuple[str, ...], out: str) -> None:
 @main.command("influx-replay")
 @click.argument("spool", type=click.Path(exists=True, dir_okay=False))
 @click.option("--url", required=True, help="InfluxDB 2 URL.")
-@click.option("--org", default="kneecap", show_default=True)
-@click.option("--bucket", default="kneecap", show_default=True)
-@click.option("--token-env", default="INFLUX_TOKEN", show_default=True, help="Environment variable with the token.")
+@click.option("--org", default=DEFAULT_ORG, show_default=True)
+@click.option("--bucket", default=DEFAULT_BUCKET, show_default=True)
+@click.option("--token-env", default=DEFAULT_TOKEN_ENV, show_default=True, help="Environment variable with the token.")
 def influx_replay(spool: str, url: str, org: str, bucket: str, token_env: str) -> None:
     """Load a spool file (points a run could not write, see summary.json "influx") into InfluxDB."""
     import os

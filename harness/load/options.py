@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
+
 __all__ = ["WEB_HOST", "add_arguments"]
 
 
@@ -26,8 +28,8 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--overrides", default="", include_in_web_ui=False,
                        help='Scenario overrides as a JSON object of dotted keys, e.g. \'{"workload.seed": 3}\'.')
     group.add_argument("--influx-url", default="", help="Write live results to this InfluxDB 2 [scenario sinks].")
-    group.add_argument("--influx-org", default="kneecap", help="InfluxDB organisation.")
-    group.add_argument("--influx-bucket", default="kneecap", help="InfluxDB bucket.")
-    group.add_argument("--influx-token-env", default="INFLUX_TOKEN",
+    group.add_argument("--influx-org", default=DEFAULT_ORG, help="InfluxDB organisation.")
+    group.add_argument("--influx-bucket", default=DEFAULT_BUCKET, help="InfluxDB bucket.")
+    group.add_argument("--influx-token-env", default=DEFAULT_TOKEN_ENV,
                        help="Name of the environment variable holding the InfluxDB token.")
     group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)
