@@ -112,8 +112,8 @@ class MasterSide:
     def fleet_change(self, kind: str, worker: str) -> None:
         """A worker ``lost`` or ``joined`` (``load/wiring.py`` watches Locust's worker states; ``finalize`` finds
         workers whose final report never came): say it and mark the steps it changed; while the plan runs,
-        re-run the running step's level on the fleet as it is now (``load.on_worker_loss: continue``) or end
-        the run (``abort``, losses only)."""
+        re-run the plan from the earliest level it changed, on the fleet as it is now (``load.on_worker_loss:
+        continue``), or end the run (``abort``, losses only)."""
         ledger = self.ledger
         cur = ledger.current
         if cur is None or self.finalized:
