@@ -32,6 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
 SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
 _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_S = 60.0
+"""How long the master may take to end the plan and write its partial summary after an interrupt."""
 _LOG_PREFIX = re.compile(r"^\[[^]]+\] [^/]+/\w+/kneecap: (kneecap: )?")
 
 
@@ -108,11 +110,20 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
         master_relay = threading.Thread(target=_relay, args=(master.proc, os.path.join(out, "master.log"), say),
                                         daemon=True)
         master_relay.start()
+        asked = None  # when the master was asked to end the plan
         while master.proc.poll() is None:
             if interrupted.is_set():
-                say("interrupted: stopping the run, writing partial results")
-                stop_child(master, signal.SIGTERM, wait=60)
-                break
+                interrupted.clear()
+                if asked is None:
+                    say("interrupted: stopping the run, writing partial results (interrupt again to stop at once)")
+                    master.proc.send_signal(signal.SIGTERM)
+                    asked = time.monotonic()
+                else:
+                    say("interrupted again: stopping now, without results")
+                    master.proc.kill()
+            elif asked is not None and time.monotonic() - asked > GRACE_S:
+                say(f"the master did not finish within {GRACE_S:g} s: stopping it")
+                master.proc.kill()
             time.sleep(0.2)
         master_relay.join(timeout=5)
     finally:
