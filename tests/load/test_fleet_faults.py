@@ -5,41 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import textwrap
-import threading
 
 import pytest
 
-from tests.conftest import start_sim
-from tests.load.test_fleet import LOCUST, ROOT, free_port
+from tests.conftest import Lines, free_port, start_sim
+from tests.load.test_fleet import LOCUST, ROOT
 
 pytestmark = pytest.mark.integration
 SHAPE = os.path.join(ROOT, "harness", "load", "shape_file.py")
-
-
-def _lines(proc: subprocess.Popen) -> queue.Queue:
-    out: queue.Queue = queue.Queue()
-
-    def pump() -> None:
-        for line in proc.stdout:
-            out.put(line)
-        out.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return out
-
-
-def _wait_for(lines: queue.Queue, text: str, log: list[str], timeout: float = 60) -> None:
-    while True:
-        line = lines.get(timeout=timeout)
-        if line is None:
-            raise AssertionError(f"master ended before {text!r}:\n" + "".join(log[-40:]))
-        log.append(line)
-        if text in line:
-            return
 
 
 def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
@@ -54,7 +30,6 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
     """))
     results = tmp_path / "out"
     port = free_port()
-    log: list[str] = []
     with start_sim("--preset", "tiny") as sim:
         master = subprocess.Popen(
             [*LOCUST[:-1], f"{LOCUST[-1]},{SHAPE}", "--headless", "--master", "--expect-workers", "1",
@@ -64,23 +39,22 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
         worker = [*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
         first = subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         late = None
+        lines = Lines(master.stdout)  # type: ignore[arg-type]
         try:
-            lines = _lines(master)
-            _wait_for(lines, "kneecap: step 1:", log)
+            lines.wait_for("kneecap: step 1:", timeout=60)
             late = subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            _wait_for(lines, "joined during step", log)
-            _wait_for(lines, "kneecap: step 3:", log)
+            lines.wait_for("joined during step", timeout=30)
+            lines.wait_for("kneecap: step 3:", timeout=60)
             late.send_signal(signal.SIGKILL)
-            _wait_for(lines, "lost (no heartbeat, or it quit) during step", log)
+            lines.wait_for("lost (no heartbeat, or it quit) during step", timeout=30)
             master.wait(timeout=120)
-            while (line := lines.get(timeout=10)) is not None:
-                log.append(line)
+            lines.join()
         finally:
             for p in (master, first, late):
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.wait()
-    text = "".join(log)
+    text = lines.text()
     assert "Traceback" not in text, text[-3000:]
     summary = json.loads((results / "summary.json").read_text())
     assert master.returncode == 5 == summary["exit_code"] and summary["degraded"], text[-2000:]

@@ -7,70 +7,22 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
 
 import pytest
+
+from tests.conftest import Lines, free_port
 
 pytestmark = pytest.mark.integration
 KNEECAP = [sys.executable, "-m", "harness.cli"]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Lines:
-    """A process's output, read line by line by a thread as it comes; ``wait_for`` blocks until a line matches."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self._ended = False
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self._ended = True
-            self._changed.notify_all()
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        seen = 0
-        with self._changed:
-            while True:
-                for line in self.lines[seen:]:
-                    if text in line:
-                        return line
-                seen = len(self.lines)
-                left = deadline - time.monotonic()
-                assert not self._ended and left > 0, f"no line with {text!r} in:\n{self.text()}"
-                self._changed.wait(left)
-
-    def text(self) -> str:
-        """Everything so far; after the process has exited and ``join``, everything."""
-        with self._changed:
-            return "".join(self.lines)
-
-    def join(self) -> str:
-        self._thread.join(timeout=10)
-        return self.text()
 
 
 @contextmanager
