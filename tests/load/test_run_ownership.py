@@ -66,3 +66,16 @@ def test_sigterm_and_sighup_end_the_run_like_ctrl_c(tmp_path, sig):
     assert "interrupted" in output and summary["stop_reason"] == "interrupted" and summary["steps"][0]["requests"] > 0
     assert (out / "report.html").is_file() and "knee:" in output and "Traceback" not in output
     assert {p.name for p in out.glob("*.log")} >= {"master.log", "worker-0.log", "worker-1.log"}
+
+
+def test_a_second_interrupt_stops_at_once(tmp_path):
+    with start_sim("--preset", "tiny") as sim:
+        proc, children = _start_run(tmp_path, sim.url)
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stdout:
+            if line.startswith("interrupted: stopping the run"):
+                break
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=20)
+        assert _all_gone(children, 5.0) == []
+    assert "interrupted again: stopping now" in output and "Traceback" not in output
