@@ -3,6 +3,14 @@
 ``StreamTracker.on_event`` is on the per-token hot path: one JSON decode and a few dict lookups.
 TTFT is the first chunk carrying content — text, reasoning (``reasoning_content`` / ``reasoning``)
 or tool-call deltas; the role-only first chunk and empty deltas do not count.
+
+A chunk that is not JSON is ``malformed_chunk``; JSON of the wrong shape is ``bad_response``, with the field,
+what was expected and what came ("server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0"):
+the chunk is not an object, ``choices`` not an array of objects, ``delta`` not an object, ``finish_reason``
+not a string, ``usage`` not an object or its counts not integers >= 0. Nothing of such a chunk is kept, so
+no wrong type reaches the record. The checks cost nothing per token: wrong containers fail the lookups the
+tracker makes anyway (the message is worked out only then), and ``finish_reason`` and ``usage`` are checked
+only on the chunks that carry them.
 """
 
 from __future__ import annotations
@@ -82,17 +90,21 @@ class StreamTracker:
         try:
             self._take(t, obj)
         except (AttributeError, TypeError, KeyError, IndexError):
-            raise StreamProtocolError("malformed_chunk", f"chunk is not an OpenAI chunk: {data[:120]!r}") from None
+            raise StreamProtocolError("bad_response", f"{_shape_problem(obj)}: {data[:120]!r}") from None
         return False
 
     def _take(self, t: float, obj: dict) -> None:
+        # Reads first, writes last: a chunk that fails on a wrong type leaves nothing of itself behind.
         if "error" in obj and not obj.get("choices"):
             err = obj["error"]
             msg = err.get("message", err) if isinstance(err, dict) else err
             raise StreamProtocolError("stream_error", f"server error in stream: {str(msg)[:200]}")
-        if self.response_id is None:
-            self.response_id = obj.get("id")
         choices = obj.get("choices")
+        usage = obj.get("usage")
+        if usage:
+            completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+            if not (_count(completion) and _count(prompt)):
+                raise TypeError
         if choices:
             c = choices[0]
             delta = c.get("delta")
@@ -101,12 +113,58 @@ class StreamTracker:
                     or delta.get("tool_calls")
             else:
                 has = c.get("text")
+            finish = c.get("finish_reason")
+            if finish:
+                if finish.__class__ is not str:
+                    raise TypeError
+                self.finish_reason = finish
+                self.finish_t = t
             if has:
                 self.chunk_times.append(t - self.start)
-            if c.get("finish_reason"):
-                self.finish_reason = c["finish_reason"]
-                self.finish_t = t
-        usage = obj.get("usage")
         if usage:
-            self.completion_tokens = usage.get("completion_tokens")
-            self.prompt_tokens = usage.get("prompt_tokens")
+            self.completion_tokens = completion
+            self.prompt_tokens = prompt
+        if self.response_id is None:
+            self.response_id = obj.get("id")
+
+
+def _count(v: object) -> bool:
+    """A token count as usage carries it: absent (None) or an integer >= 0 (a bool is not a count)."""
+    return v is None or (v.__class__ is int and v >= 0)  # type: ignore[operator]
+
+
+def _json_kind(v: object) -> str:
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return repr(v[:40])
+    return json.dumps(v)  # null, true, 7, 2.5
+
+
+def _shape_problem(obj: object) -> str:
+    """What makes ``obj`` not an OpenAI chunk, in words (only on the failure path: it walks the chunk again)."""
+    if not isinstance(obj, dict):
+        return f"server chunk is {_json_kind(obj)}, expected an object"
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return f"server chunk's choices is {_json_kind(choices)}, expected an array"
+    if choices:
+        c = choices[0]
+        if not isinstance(c, dict):
+            return f"server chunk's choices[0] is {_json_kind(c)}, expected an object"
+        delta = c.get("delta")
+        if delta is not None and not isinstance(delta, dict):
+            return f"server chunk's choices[0].delta is {_json_kind(delta)}, expected an object"
+        finish = c.get("finish_reason")
+        if finish and not isinstance(finish, str):
+            return f"server chunk's choices[0].finish_reason is {_json_kind(finish)}, expected a string"
+    usage = obj.get("usage")
+    if usage and not isinstance(usage, dict):
+        return f"server chunk's usage is {_json_kind(usage)}, expected an object"
+    if usage:
+        for key in ("prompt_tokens", "completion_tokens"):
+            if not _count(usage.get(key)):
+                return f"server chunk's usage.{key} is {_json_kind(usage.get(key))}, expected an integer >= 0"
+    return "server chunk has fields of unexpected types"

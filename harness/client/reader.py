@@ -14,12 +14,16 @@ for events, ``openai.StreamTracker`` for OpenAI chunks. This object decides the 
 2. Event stream: every event is stamped with its chunk's arrival. ``[DONE]`` sets ``done_seen`` and E2E,
    and reading goes on to the end of the HTTP message, so the connection can carry the next request.
 3. The message ends: after ``[DONE]``, ok. Without it, ok when a chunk carried a ``finish_reason`` (E2E
-   is that chunk's arrival), else ``truncated``. A non-stream body: ``http_429`` (Retry-After kept),
-   ``http_4xx``, ``http_5xx``, or ``not_sse`` for a 200.
+   is that chunk's arrival), else ``truncated``. A non-stream body: ``http_429``, ``http_4xx``, ``http_5xx``,
+   or ``not_sse`` for a 200. A 429's ``Retry-After`` is kept as seconds (``retry_after_s``): a finite
+   number >= 0, or an HTTP date counted from the response's ``Date`` (the server's own clock), else from
+   ``wall_start`` (the client's wall clock at ``start``, passed in); anything else is None.
 4. The server closes first (``close``): ok when a ``finish_reason`` was seen in an event stream (E2E at
    that chunk), else ``truncated`` after the headers, ``reset`` before them.
-5. Bytes that break a layer: ``bad_response`` (not HTTP), ``malformed_chunk``, ``stream_error`` (the
-   server's error object in the stream), ``oversized_line`` (an SSE line over ``max_line_bytes``).
+5. Bytes that break a layer: ``bad_response`` (not HTTP, or a chunk's JSON of the wrong shape, e.g. usage
+   counts as strings: ``openai.py``), ``malformed_chunk`` (a ``data:`` line that is not JSON),
+   ``stream_error`` (the server's error object in the stream), ``oversized_line`` (an SSE line over
+   ``max_line_bytes``). Whatever the server sends, ``feed`` and ``close`` never raise.
 
 A failure's ``e2e_s`` is when it showed: the arrival of the bytes that broke the stream, or the ``t``
 given to ``close``/``fail``. The times the stream reached (headers, content chunks) are kept.
@@ -28,6 +32,8 @@ given to ``close``/``fail``. The times the stream reached (headers, content chun
 from __future__ import annotations
 
 import json
+import math
+from email.utils import parsedate_to_datetime
 
 import httptools
 
@@ -56,12 +62,14 @@ class ResponseReader:
 
     __slots__ = ("_body", "_decoder", "_error_body", "_error_len", "_parser", "_t", "bytes_in", "chunk_times",
                  "complete", "done_seen", "headers", "headers_done", "keep_alive", "over", "record", "sse",
-                 "start", "tracker")
+                 "start", "tracker", "wall_start")
 
     def __init__(self, start: float, *, max_line_bytes: int = DEFAULT_MAX_LINE,
-                 intended_start: float | None = None) -> None:
+                 intended_start: float | None = None, wall_start: float | None = None) -> None:
         self.start = start
         """When the request was initiated (``time.perf_counter``); every duration is from here."""
+        self.wall_start = wall_start
+        """``time.time()`` at ``start``, if known: turns a Retry-After date into seconds when there is no Date."""
         self.record = RequestRecord(start=start, intended_start=intended_start)
         """The outcome; complete once ``over``."""
         self.tracker = StreamTracker(start)
@@ -190,7 +198,8 @@ class ResponseReader:
         status = rec.status or 0
         try:
             err = json.loads(body).get("error", {})
-            message = err.get("message", "") if isinstance(err, dict) else str(err)
+            message = err.get("message", "") if isinstance(err, dict) else err
+            message = "" if message is None else str(message)
         except (ValueError, AttributeError, RecursionError):  # RecursionError: nested too deep
             message = body[:200].decode("utf-8", "replace")
         if status == 200:
@@ -198,12 +207,31 @@ class ResponseReader:
                                          f"text/event-stream: {message[:200]}", self._t)
         if status == 429:
             retry = headers.get("retry-after")
-            try:
-                rec.retry_after_s = float(retry) if retry is not None else None
-            except ValueError:
-                rec.retry_after_s = None
+            rec.retry_after_s = None if retry is None else self._retry_after_s(retry)
             return self._fail("http_429", f"HTTP 429 (Retry-After: {retry}): {message[:200]}", self._t)
         return self._fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {message[:200]}", self._t)
+
+    def _retry_after_s(self, value: str) -> float | None:
+        """Retry-After as seconds from now: delay-seconds or an HTTP date (RFC 9110 10.2.3); None if neither."""
+        try:
+            seconds = float(value)
+        except ValueError:
+            pass
+        else:
+            return seconds if math.isfinite(seconds) and seconds >= 0 else None
+        try:
+            at = parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        date = self.headers.get("date")
+        if date is not None:
+            try:  # both on the server's clock: no skew between its clock and ours
+                return max(0.0, at - parsedate_to_datetime(date).timestamp())
+            except (TypeError, ValueError, IndexError, OverflowError):
+                pass
+        if self.wall_start is None:
+            return None
+        return max(0.0, at - (self.wall_start + self._t - self.start))
 
     def _fail(self, kind: str, detail: str, t: float) -> bool:
         rec = self.record

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["ERROR_CLASSES", "RequestRecord"]
 
 ERROR_CLASSES = {
-    "connect_error": "could not connect (refused, DNS, TLS)",
+    "connect_error": "could not connect (refused, DNS)",
     "connect_timeout": "connecting took longer than timeouts.connect_s",
+    "tls_error": "the TLS handshake failed (the certificate did not verify, or the server does not speak TLS)",
     "ttft_timeout": "no first token within timeouts.ttft_s",
     "idle_timeout": "no bytes for timeouts.idle_s mid-stream",
     "total_timeout": "request longer than timeouts.total_s",
@@ -22,12 +23,13 @@ ERROR_CLASSES = {
     "http_4xx": "HTTP 4xx other than 429",
     "http_5xx": "HTTP 5xx",
     "not_sse": "HTTP 200 but not text/event-stream",
-    "bad_response": "not parseable as HTTP",
-    "malformed_chunk": "a data: line that is not the JSON expected",
+    "bad_response": "not parseable as HTTP, or a chunk's JSON of the wrong shape (usage counts as strings, ...)",
+    "malformed_chunk": "a data: line that is not JSON",
     "stream_error": "the server sent an error object inside the stream",
     "truncated": "stream ended without finish_reason or [DONE]",
     "reset": "connection reset or closed mid-response",
     "oversized_line": "an SSE line over the client's limit",
+    "client_error": "an exception in kneecap's own request path (a bug; its type is in the detail)",
 }
 
 

@@ -46,9 +46,9 @@ def test_completions_text_chunks():
 
 @pytest.mark.parametrize("data,kind", [
     ("{not json", "malformed_chunk"),
-    ("[1, 2]", "malformed_chunk"),
-    ('{"choices": [7]}', "malformed_chunk"),
-    ('{"choices": [{"delta": "text"}]}', "malformed_chunk"),
+    ("[1, 2]", "bad_response"),
+    ('{"choices": [7]}', "bad_response"),
+    ('{"choices": [{"delta": "text"}]}', "bad_response"),
     ('{"error": {"message": "model overloaded", "code": 503}}', "stream_error"),
     ("[" * 100_000, "malformed_chunk"),  # json.loads raises RecursionError, not ValueError
 ])
@@ -56,6 +56,51 @@ def test_protocol_errors_are_classified(data, kind):
     with pytest.raises(StreamProtocolError) as err:
         StreamTracker(0.0).on_event(1.0, data)
     assert err.value.kind == kind
+
+
+@pytest.mark.parametrize("obj,problem", [
+    ([1, 2], "server chunk is an array, expected an object"),
+    ("error", "server chunk is 'error', expected an object"),
+    (None, "server chunk is null, expected an object"),
+    ({"choices": "abc"}, "server chunk's choices is 'abc', expected an array"),
+    ({"choices": {"0": {}}}, "server chunk's choices is an object, expected an array"),
+    ({"choices": 5}, "server chunk's choices is 5, expected an array"),
+    ({"choices": [7]}, "server chunk's choices[0] is 7, expected an object"),
+    ({"choices": [{"delta": "text"}]}, "server chunk's choices[0].delta is 'text', expected an object"),
+    ({"choices": [{"delta": ["a"]}]}, "server chunk's choices[0].delta is an array, expected an object"),
+    ({"choices": [{"text": "a", "finish_reason": 7}]}, "server chunk's choices[0].finish_reason is 7, expected a "
+                                                       "string"),
+    ({"choices": [{"delta": {}, "finish_reason": {"why": "stop"}}]},
+     "server chunk's choices[0].finish_reason is an object, expected a string"),
+    ({"choices": [], "usage": "all of it"}, "server chunk's usage is 'all of it', expected an object"),
+    ({"choices": [], "usage": [3]}, "server chunk's usage is an array, expected an object"),
+    ({"choices": [], "usage": {"prompt_tokens": "fifty", "completion_tokens": 3}},
+     "server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0"),
+    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": "3"}},
+     "server chunk's usage.completion_tokens is '3', expected an integer >= 0"),
+    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": -1}},
+     "server chunk's usage.completion_tokens is -1, expected an integer >= 0"),
+    ({"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": 3}},
+     "server chunk's usage.prompt_tokens is true, expected an integer >= 0"),
+    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2.5}},
+     "server chunk's usage.completion_tokens is 2.5, expected an integer >= 0"),
+])
+def test_wrong_types_are_a_bad_response_that_names_the_field(obj, problem):
+    data = json.dumps(obj)
+    t = StreamTracker(0.0)
+    with pytest.raises(StreamProtocolError) as err:
+        t.on_event(1.0, data)
+    assert err.value.kind == "bad_response"
+    assert err.value.detail == f"{problem}: {data[:120]!r}"
+    assert (t.prompt_tokens, t.completion_tokens, t.finish_reason) == (None, None, None)  # nothing wrong was kept
+
+
+def test_null_and_absent_fields_are_not_wrong_types():
+    t = StreamTracker(0.0)
+    t.on_event(1.0, json.dumps({"id": "r", "choices": [{"delta": None, "text": "a", "finish_reason": None}]}))
+    t.on_event(2.0, json.dumps({"choices": None, "usage": {"prompt_tokens": 4, "completion_tokens": None}}))
+    t.on_event(3.0, json.dumps({"choices": [], "usage": None}))
+    assert t.chunk_times == [1.0] and (t.prompt_tokens, t.completion_tokens) == (4, None)
 
 
 @pytest.mark.parametrize("data", [

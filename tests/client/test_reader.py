@@ -152,7 +152,8 @@ def test_close_without_length_ends_an_error_body_as_truncated():
 
 @pytest.mark.parametrize("data,kind,detail", [
     (b"data: {not json\n\n", "malformed_chunk", "chunk is not JSON: '{not json'"),
-    (b'data: {"choices": [7]}\n\n', "malformed_chunk", "chunk is not an OpenAI chunk: '{\"choices\": [7]}'"),
+    (b'data: {"choices": [7]}\n\n', "bad_response",
+     "server chunk's choices[0] is 7, expected an object: '{\"choices\": [7]}'"),
     (b'data: {"error": {"message": "model overloaded"}}\n\n', "stream_error",
      "server error in stream: model overloaded"),
 ])
@@ -224,9 +225,65 @@ def test_switching_protocols_is_a_bad_response_not_an_exception():
     assert rec.error_detail == "HTTP 101 switches protocols (upgrade: websocket) instead of answering"
 
 
-def test_429_with_an_http_date_retry_after():
-    rec = read((0.01, reply("429 Too Many Requests", b"", "retry-after: Wed, 21 Oct 2026 07:28:00 GMT"))).record
-    assert rec.error == "http_429" and rec.retry_after_s is None and "Retry-After: Wed" in rec.error_detail
+def test_429_with_an_http_date_retry_after_counts_from_the_server_s_date():
+    raw = reply("429 Too Many Requests", b"", "retry-after: Wed, 21 Oct 2026 07:28:00 GMT",
+                "date: Wed, 21 Oct 2026 07:27:48 GMT")
+    rec = read((0.01, raw)).record
+    assert rec.error == "http_429" and rec.retry_after_s == 12.0 and "Retry-After: Wed" in rec.error_detail
+
+
+def test_429_with_an_http_date_and_no_date_header_counts_from_the_wall_clock_passed_in():
+    wall = 1792567668.0  # Wed, 21 Oct 2026 07:27:48 GMT, when the request started
+    raw = reply("429 Too Many Requests", b"", "retry-after: Wed, 21 Oct 2026 07:28:00 GMT")
+    assert read((2.0, raw), wall_start=wall).record.retry_after_s == pytest.approx(10.0)  # answered 2 s later
+    assert read((2.0, raw)).record.retry_after_s is None  # no clock given: unknown, not guessed
+    past = reply("429 Too Many Requests", b"", "retry-after: Wed, 21 Oct 2026 07:00:00 GMT")
+    assert read((0.01, past), wall_start=wall).record.retry_after_s == 0.0
+
+
+@pytest.mark.parametrize("value,seconds", [("0", 0.0), ("120", 120.0), (" 3 ", 3.0), ("nan", None), ("inf", None),
+                                           ("-5", None), ("soon", None), ("", None)])
+def test_retry_after_seconds_must_be_a_finite_delay(value, seconds):
+    rec = read((0.01, reply("429 Too Many Requests", b"", f"retry-after: {value}"))).record
+    assert rec.error == "http_429" and rec.retry_after_s == seconds
+
+
+@pytest.mark.parametrize("usage", [
+    b'"usage": {"prompt_tokens": "fifty", "completion_tokens": "three"}',
+    b'"usage": {"prompt_tokens": 9, "completion_tokens": "3"}',
+    b'"usage": "lots"',
+    b'"usage": [9, 3]',
+])
+def test_usage_of_the_wrong_type_is_a_bad_response_and_no_count_is_kept(usage):
+    bad = b'data: {"id": "c", "choices": [], ' + usage + b"}\n\n"
+    rec = read((0.01, wire(A, LAST, bad, DONE))).record
+    assert rec.error == "bad_response" and rec.error_detail.startswith("server chunk's usage")
+    assert rec.prompt_tokens is None and rec.output_tokens == 2 and rec.output_tokens_counted
+
+
+@pytest.mark.parametrize("chunk", [
+    b'{"id": "c", "choices": "a"}', b'{"id": "c", "choices": {"0": {"delta": {"content": "a"}}}}',
+    b'{"id": "c", "choices": [{"delta": "a"}]}', b'{"id": "c", "choices": [{"delta": {}, "finish_reason": 1}]}',
+    b'["c"]', b'"c"', b"7", b"null", b"true",
+])
+def test_chunks_of_the_wrong_shape_are_a_bad_response_at_their_arrival(chunk):
+    r = read((0.01, SSE_HEAD + chunked(A)), (0.02, chunked(b"data: " + chunk + b"\n\n")), (0.03, chunked(LAST)))
+    rec = r.record
+    assert r.over and rec.error == "bad_response" and rec.error_detail.startswith("server chunk")
+    assert rec.e2e_s == pytest.approx(0.02) and rec.chunk_times == pytest.approx([0.01])
+    assert rec.finish_reason is None
+
+
+@pytest.mark.parametrize("body,detail", [
+    (b'{"error": {"message": 42}}', "HTTP 400: 42"),
+    (b'{"error": {"message": null}}', "HTTP 400: "),
+    (b'{"error": ["x"]}', "HTTP 400: ['x']"),
+    (b'["x"]', 'HTTP 400: ["x"]'),
+    (b"7", "HTTP 400: 7"),
+])
+def test_an_error_body_of_any_json_shape_is_quoted(body, detail):
+    rec = read((0.01, reply("400 Bad Request", body, "content-type: application/json"))).record
+    assert rec.error == "http_4xx" and rec.error_detail == detail
 
 
 def test_an_endless_error_body_is_judged_after_64_kb():
