@@ -11,6 +11,12 @@ stamp is the kernel's own receive time (``SO_TIMESTAMPNS``), so a worker reading
 after another does not add its reading order to their times; elsewhere (TLS) it is ``time.perf_counter``
 at ``recv``.
 
+TLS (https URLs): the system's CAs by default, or only those of ``ca_file`` (a private CA); ``verify=False``
+accepts any certificate and any host name. One ``ssl.SSLContext`` per setting and process
+(``tls_context``): loading the system's CA bundle takes milliseconds, too slow for each new connection.
+A handshake that fails is ``tls_error`` with the reason ("certificate verify failed: self-signed
+certificate (server 127.0.0.1:8443)").
+
 Errors: ``stream_request`` turns network, HTTP and stream trouble into a ``RequestRecord`` with its error
 class (``metrics.record.ERROR_CLASSES``) and does not raise for it. ``Connection`` raises ``ValueError``
 for a URL that is not http(s). What is not about the exchange passes through: ``GreenletExit`` (Locust
@@ -20,6 +26,8 @@ stopping a user mid-request), ``KeyboardInterrupt``, bugs.
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import socket
 import ssl
 import struct
@@ -33,22 +41,37 @@ from harness.client.timeouts import Timeouts
 from harness.client.watchdog import Deadline, watchdog
 from harness.metrics.record import RequestRecord
 
-__all__ = ["Connection", "Timeouts", "stream_request"]
+__all__ = ["Connection", "Timeouts", "stream_request", "tls_context"]
 
 _RECV = 65536
 # Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_SSL_LOCATION = re.compile(r"^\[SSL: \w+\] | \(_ssl\.c:\d+\)$")  # "[SSL: X] reason (_ssl.c:1006)" -> "reason"
+
+
+@functools.lru_cache(maxsize=8)
+def tls_context(ca_file: str | None = None, verify: bool = True) -> ssl.SSLContext:
+    """The client side of TLS: the system's CAs, or only ``ca_file``'s; ``verify=False`` checks nothing."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 class Connection:
-    """One keep-alive connection to ``base_url`` (http or https), reopened when needed."""
+    """One keep-alive connection to ``base_url`` (http or https), reopened when needed.
 
-    def __init__(self, base_url: str) -> None:
+    ``ca_file`` and ``verify`` are the endpoint's TLS settings (``endpoint.tls``); plain http ignores them."""
+
+    def __init__(self, base_url: str, *, ca_file: str | None = None, verify: bool = True) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"expected an http(s) URL, got {base_url!r}")
         self.tls = u.scheme == "https"
+        self.ca_file = ca_file
+        self.verify = verify
         self.host = u.hostname
         self.port = u.port or (443 if self.tls else 80)
         self.host_header = u.netloc.rsplit("@", 1)[-1]
@@ -64,7 +87,11 @@ class Connection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.kernel_ts = False
         if self.tls:
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+            try:
+                sock = tls_context(self.ca_file, self.verify).wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()  # a no-op once the TLS socket took the descriptor (it closes that itself)
+                raise
         elif _SO_TIMESTAMPNS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
@@ -92,12 +119,14 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
     """
     start = time.perf_counter()
-    reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start)
+    real_minus_perf = time.time() - start
+    reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start,
+                            wall_start=start + real_minus_perf)
     payload = head + body
     while True:
         reused = conn.sock is not None
         if _send(conn, payload, timeouts, start, reader):
-            _receive(conn, reader, timeouts, start, reused)
+            _receive(conn, reader, timeouts, start, reused, real_minus_perf)
         if reader.over or not reused:
             break
         # Not over on a reused socket: the server had closed it (the send failed, or EOF before any byte).
@@ -119,7 +148,14 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
             reader.fail("connect_timeout", f"connect to {conn.host}:{conn.port} took over {timeouts.connect_s} s",
                         time.perf_counter())
             return False
-        except (OSError, ssl.SSLError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        except ssl.SSLCertVerificationError as exc:
+            reader.fail("tls_error", f"certificate verify failed: {exc.verify_message or exc.reason} "
+                                     f"(server {conn.host}:{conn.port})", time.perf_counter())
+            return False
+        except ssl.SSLError as exc:
+            reader.fail("tls_error", _handshake_failure(conn, exc), time.perf_counter())
+            return False
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
             reader.fail("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}", time.perf_counter())
             return False
     sock = conn.sock
@@ -142,7 +178,16 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
     return True
 
 
-def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start: float, reused: bool) -> None:
+def _handshake_failure(conn: Connection, exc: ssl.SSLError) -> str:
+    reason = _SSL_LOCATION.sub("", str(exc.args[1] if len(exc.args) > 1 else exc))
+    detail = f"TLS handshake with {conn.host}:{conn.port} failed: {reason}"
+    if exc.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        detail += " (the server does not speak TLS here: is it plain http://?)"
+    return detail
+
+
+def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start: float, reused: bool,
+             real_minus_perf: float) -> None:
     """Feed ``reader`` every receive, stamped, until it is over, or, on a ``reused`` socket, until it turns out
     stale (closed or reset before any byte of the answer)."""
     sock = conn.sock
@@ -152,16 +197,15 @@ def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start
     if cooperative:
         watchdog.watch(deadline)
     try:
-        _recv_loop(sock, conn.kernel_ts, cooperative, deadline, reader, reused)
+        _recv_loop(sock, conn.kernel_ts, cooperative, deadline, reader, reused, real_minus_perf)
     finally:
         watchdog.forget(deadline)
 
 
 def _recv_loop(sock: socket.socket, kernel_ts: bool, cooperative: bool, deadline: Deadline, reader: ResponseReader,
-               reused: bool) -> None:
+               reused: bool, real_minus_perf: float) -> None:
     # The per-token hot path: one recv, one timestamp, one feed. Everything else happens once per request.
     perf = time.perf_counter
-    real_minus_perf = time.time() - perf()
     feed, chunk_times = reader.feed, reader.chunk_times
     while True:
         if not cooperative:  # plain sockets: a per-read timeout is free, no watchdog

@@ -264,3 +264,16 @@ def test_deadlines_under_gevent_come_from_the_watchdog(sim):
     assert [line[:2] for line in lines] == [["True", "idle_timeout"], ["True", "total_timeout"], ["True", "None"]], \
         out.stdout + out.stderr
     assert 0.25 <= float(lines[0][2]) < 0.45 and 0.4 <= float(lines[1][2]) < 0.6
+
+
+def test_usage_counts_as_strings_are_a_bad_response_and_the_connection_is_renewed():
+    """The server of issue 11 ("prompt_tokens": "fifty"): classified, no count kept, nothing raised."""
+    from tests.client.servers import USAGE_AS_STRINGS, CannedServer, sse_reply
+
+    with CannedServer(lambda n: USAGE_AS_STRINGS if n == 1 else sse_reply()) as srv:
+        conn = Connection(srv.url)
+        r = send(conn)
+        assert r.error == "bad_response" and r.prompt_tokens is None and r.output_tokens == 3
+        assert r.error_detail.startswith("server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0")
+        assert conn.sock is None  # not reused after a broken stream
+        assert send(conn).ok and srv.requests == 2
