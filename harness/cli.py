@@ -128,6 +128,8 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Results folder [scenario sinks.results_dir/NAME-RUNID].")
 @click.option("--save-requests", is_flag=True, help="Also write every request record to OUT/requests.jsonl.")
+@click.option("--insecure", is_flag=True,
+              help="Accept any TLS certificate from the endpoint (a test endpoint; overrides endpoint.tls.verify).")
 @click.option("--seed", type=int, default=None, help="Override workload.seed.")
 @click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
               help="Extra argument for the built-in simulator, e.g. --sim-arg=--max-num-seqs=16. Repeatable.")
@@ -137,8 +139,8 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--influx-token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
               help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
-        seed: int | None, sim_args: tuple[str, ...], influx_url: str | None, influx_org: str, influx_bucket: str,
-        influx_token_env: str) -> None:
+        insecure: bool, seed: int | None, sim_args: tuple[str, ...], influx_url: str | None, influx_org: str,
+        influx_bucket: str, influx_token_env: str) -> None:
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
@@ -153,7 +155,8 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     influx = ("--influx-url", influx_url, "--influx-org", influx_org, "--influx-bucket", influx_bucket,
               "--influx-token-env", influx_token_env) if influx_url else ()
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
-                      save_requests=save_requests, seed=seed, sim_args=sim_args, influx_args=influx)
+                      save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args,
+                      influx_args=influx)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:

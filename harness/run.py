@@ -44,6 +44,8 @@ class RunOptions:
     workers: int = max(1, os.cpu_count() or 1)
     out: str | None = None
     save_requests: bool = False
+    insecure: bool = False
+    """Accept any TLS certificate (Locust's --insecure, on the master; workers get it at test start)."""
     seed: int | None = None
     sim_args: tuple[str, ...] = ()
     influx_args: tuple[str, ...] = ()
@@ -96,6 +98,8 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
             common += ["--overrides", json.dumps(overrides)]
         if opts.save_requests:
             common += ["--save-requests", os.path.join(out, "requests.jsonl")]
+        if opts.insecure:
+            common += ["--insecure"]
         common += list(opts.influx_args)
         say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
         master = start_child("master", [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",

@@ -33,3 +33,5 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--influx-token-env", default=DEFAULT_TOKEN_ENV,
                        help="Name of the environment variable holding the InfluxDB token.")
     group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)
+    group.add_argument("--insecure", action="store_true", default=False,
+                       help="Accept any TLS certificate from the endpoint (overrides endpoint.tls.verify).")

@@ -4,26 +4,40 @@ The HTTP request shows once in Locust's stats with response_time = E2E (so reque
 real); TTFT/TPOT/ITL appear as ``LLM`` entries logged straight into their stats entries, which
 does not touch the Aggregated row. They are a convenience view (Locust keeps ~2 significant
 digits); the sketches behind ``summary.json`` are the truth.
+
+Faults: an exception in the request path (sampling, building the request, the transport, calibrating the
+prompts) is a failed request of class ``client_error`` with the exception's type and message, recorded
+like any other; its traceback is logged once per type and worker process, and the user goes on. In
+closed loop each user then waits as ``harness.client.backoff`` says (a 429's Retry-After, exponential
+backoff after connection failures) in Locust's ``wait_time``, which a stopping user leaves at once.
+Open-loop arrivals are never delayed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+import weakref
 
 import gevent
 from gevent.pool import Group
-from locust import FastHttpUser, constant, task
+from locust import FastHttpUser, task
 
+from harness.client.backoff import Backoff
 from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, stream_request
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
-from harness.scenario import DEFAULT_HOST
+from harness.scenario import DEFAULT_HOST, Endpoint
 from harness.workload.arrivals import arrival_times
 from harness.workload.sampler import worker_rng
 
 __all__ = ["LLMUser"]
+
+log = logging.getLogger("kneecap")
+_logged_types: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Worker side -> the exception types already logged as client_error there (once each per worker process)."""
 
 
 class StreamFailure(KneecapError):
@@ -35,19 +49,22 @@ class LLMUser(FastHttpUser):
     per worker. The scenario comes from ``--scenario`` (see harness.load.context)."""
 
     abstract = False
-    wait_time = constant(0)
     host = None  # --host, else the scenario's endpoint.host, else the simulator's default address
+    _wait_s = 0.0
 
     def on_start(self) -> None:
         self.kneecap = self.environment.kneecap.worker  # set up by harness.load.wiring at init
         scenario = self.kneecap.scenario
         ep = scenario.endpoint
         base = self.environment.host or ep.host or DEFAULT_HOST
-        self.conn = Connection(base)
+        insecure = bool(self.kneecap.source.option("insecure"))  # kneecap run's or Locust's --insecure
+        self.tls_settings = {"ca_file": ep.tls.ca_file, "verify": ep.tls.verify and not insecure}
+        self.conn = Connection(base, **self.tls_settings)
         self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
         self.timeouts = ep.timeouts
         self.sampler = self.kneecap.sampler()
+        self.backoff = Backoff(honor_retry_after=ep.retry_after == "honor")
 
         self.base = base
         self.in_flight = Group()
@@ -56,12 +73,18 @@ class LLMUser(FastHttpUser):
         self.in_flight.kill(block=False)
         self.conn.close()
 
+    def wait_time(self) -> float:
+        """Locust's pause after each task: the backoff the last closed-loop request asked for, else none. Locust
+        kills a user stopped while it waits, so a long Retry-After never holds up the end of a step or run."""
+        wait, self._wait_s = self._wait_s, 0.0
+        return wait
+
     @task
     def generate(self) -> None:
         if self.kneecap.open_loop:
             self._drive()
         else:
-            self._request(self.conn)
+            self._wait_s = self.backoff.after(self._request(self.conn))
 
     def _drive(self) -> None:
         """Open loop: follow the fleet's arrival schedule (this worker's share); one greenlet per request,
@@ -87,14 +110,25 @@ class LLMUser(FastHttpUser):
                     self.in_flight.spawn(self._pooled, idle, due)
 
     def _pooled(self, idle: list[Connection], due: float) -> None:
-        conn = idle.pop() if idle else Connection(self.base)
+        conn = idle.pop() if idle else Connection(self.base, **self.tls_settings)
         try:
             self._request(conn, due)
         finally:
             idle.append(conn)
 
-    def _request(self, conn: Connection, intended_start: float | None = None) -> None:
+    def _request(self, conn: Connection, intended_start: float | None = None) -> RequestRecord:
+        """One request, recorded whatever happens in it; returns its record."""
         ep = self.kneecap.scenario.endpoint
+        start = time.perf_counter()
+        try:
+            rec = self._exchange(ep, conn, intended_start)
+        except Exception as exc:  # a bug here must cost one failed request, not the user
+            rec = self._client_error(exc, conn, start, intended_start)
+        self._report(ep.api, rec)
+        self.kneecap.record(rec, time.perf_counter())
+        return rec
+
+    def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None) -> RequestRecord:
         plan = self.sampler.next()
         body = build_body(ep.api, ep.model, plan.prompt, plan.max_tokens, ignore_eos=ep.ignore_eos,
                           extra=ep.extra_body)
@@ -104,8 +138,22 @@ class LLMUser(FastHttpUser):
         rec.max_tokens = plan.max_tokens
         if rec.prompt_tokens:
             self.sampler.prompts.observe(plan.prompt, rec.prompt_tokens)
-        self._report(ep.api, rec)
-        self.kneecap.record(rec, time.perf_counter())
+        return rec
+
+    def _client_error(self, exc: Exception, conn: Connection, start: float,
+                      intended_start: float | None) -> RequestRecord:
+        """``exc`` escaped the request path: a failed request of class client_error; the traceback, once per type."""
+        conn.close()  # it may be anywhere in a response
+        kind = type(exc)
+        logged = _logged_types.setdefault(self.kneecap, set())
+        if kind not in logged:
+            logged.add(kind)
+            log.error("kneecap: client_error: %s in the request path (a bug in kneecap, or in a user class built on "
+                      "it); each such request counts as a failed client_error, this is logged once per exception type",
+                      kind.__name__, exc_info=exc)
+        detail = f"{kind.__name__}: {exc}"[:240] + " (traceback once in the worker's log)"
+        return RequestRecord(start=start, intended_start=intended_start, error="client_error", error_detail=detail,
+                             e2e_s=time.perf_counter() - start)
 
     def _report(self, name: str, rec: RequestRecord) -> None:
         env = self.environment
