@@ -19,7 +19,7 @@ import certifi
 import pytest
 from click.testing import CliRunner
 
-from harness.analysis.plan import StepPlan
+from harness.analysis.plan import StepPlan, level_count
 from harness.cli import main
 from tests.report.test_validate import break_, written
 
@@ -180,8 +180,14 @@ def test_there_are_enough_cases():
     assert len(CASES) >= 30 and len({c.id for c in CASES}) == len(CASES)
 
 
+def _no_process(*args: object, **kwargs: object) -> None:
+    raise AssertionError(f"the input was accepted: a process was started ({args[0] if args else kwargs})")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_malformed_input_is_refused_with_exit_2_naming_file_and_key(tmp_path, case):
+def test_malformed_input_is_refused_with_exit_2_naming_file_and_key(tmp_path, monkeypatch, case):
+    # an input wrongly accepted by `kneecap run` must fail here, not start a simulator and a fleet that outlive the test
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
     argv = _materialise(case, tmp_path)
     began = time.monotonic()
     result = CliRunner().invoke(main, argv)
@@ -210,11 +216,13 @@ def test_the_real_command_refuses_a_bad_host_and_a_binary_scenario(tmp_path):
 
 
 def test_plan_levels_are_computed_on_demand():
-    """users.max: 1e20 built the whole level list up front (6 GB in under a minute); a plan is now three numbers."""
+    """users.max: 1e20 built the whole level list up front (6 GB in under a minute); a plan is now three numbers.
+    (A million levels, not 1e20, so that a regression fails here instead of eating the machine's memory.)"""
     began = time.monotonic()
-    plan = StepPlan.staircase(4, 4, 1e20, warmup_s=1, min_duration_s=1, min_requests=1, max_duration_s=2)
-    assert plan.levels[0] == 4 and plan.level(10**15) == 4 + 4 * 10**15 and plan.count > 10**19
-    assert time.monotonic() - began < 0.1
+    plan = StepPlan.staircase(4, 4, 4_000_000, warmup_s=1, min_duration_s=1, min_requests=1, max_duration_s=2)
+    assert sys.getsizeof(plan.levels) < 1000 and time.monotonic() - began < 0.05  # a tuple would be 8 MB
+    assert plan.levels[0] == 4 and plan.level(999_999) == 4_000_000 and plan.level(10**6) is None
+    assert level_count(4, 4, 1e20) > 10**19  # counted, never listed
     rates = StepPlan.staircase(0.1, 0.1, 0.5, warmup_s=1, min_duration_s=1, min_requests=1, max_duration_s=2)
     assert list(rates.levels) == [0.1, 0.2, 0.3, 0.4, 0.5] and rates.level(5) is None and rates.level(-1) is None
     assert rates.levels == (0.1, 0.2, 0.3, 0.4, 0.5) and rates.levels[-1] == 0.5 and rates.levels[1:3] == [0.2, 0.3]
