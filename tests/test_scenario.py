@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import textwrap
 
+import certifi
 import pytest
 
-from harness.scenario import ScenarioError, load_scenario
+from harness.scenario import ScenarioError, load_scenario, url_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOOD = """
@@ -68,6 +70,14 @@ MALFORMED = [
     ("name: x\nworkload: {joint: {file: log.csv, input: a, output: b}, input_tokens: 4}",
      "give either joint or input_tokens + output_tokens, not both"),
     (GOOD + "endpoint: {host: '127.0.0.1:8000'}", "endpoint.host: expected a URL starting with http://"),
+    (GOOD + "endpoint: {host: 'http://'}", "endpoint.host: expected a host name after http://"),
+    (GOOD + "endpoint: {host: 'https://h:0'}", "endpoint.host: bad port in 'https://h:0': expected 1-65535, got 0"),
+    (GOOD + "endpoint: {tls: {ca_file: log.csv}}", "endpoint.tls.ca_file: log.csv is not a PEM bundle"),
+    (GOOD + "endpoint: {tls: {verify: 0}}", "endpoint.tls.verify: expected true or false, got an integer 0"),
+    (GOOD + "endpoint: {retry_after: honour}", "endpoint.retry_after: must be one of honor, ignore; got 'honour'"),
+    (GOOD + "load: {users: {max: 1.0e+7}}", "load.users.max: must be <= 1,000,000, got 10000000.0"),
+    (GOOD + "load: {users: {start: 1, step: 1, max: 20000}}", "load.users.step: the staircase 1, 2, ... up to "
+                                                             "20,000 has 20,000 levels, more than the 10,000"),
     (GOOD + "endpoint: {api: responses}", "endpoint.api: must be one of chat, completions; got 'responses'"),
     (GOOD + "endpoint: {timeouts: {ttft_s: 0}}", "endpoint.timeouts.ttft_s: must be > 0, got 0"),
     (GOOD + "load: {mode: ramp}", "load.mode: must be one of staircase, constant, open_staircase; got 'ramp'"),
@@ -121,3 +131,38 @@ def test_values_and_defaults(tmp_path):
     s = load_scenario(write(tmp_path, GOOD + slo))
     assert [t.text for t in s.slo] == ["ttft: p(95)<500", "ttft: p(99)<900"] and s.slo[1].abort_on_fail
     assert s.endpoint.api == "chat" and s.endpoint.timeouts.ttft_s == 60 and s.load.step.min_requests == 200
+
+
+def test_tls_and_retry_after(tmp_path):
+    s = load_scenario(write(tmp_path, GOOD))
+    assert s.endpoint.tls.ca_file is None and s.endpoint.tls.verify and s.endpoint.retry_after == "honor"
+    shutil.copy(certifi.where(), tmp_path / "ca.pem")
+    s = load_scenario(write(tmp_path, GOOD + "endpoint: {host: 'https://h', tls: {ca_file: ca.pem}, "
+                                             "retry_after: ignore}"))
+    # resolved against the scenario's folder: workers may run from another working directory
+    assert s.endpoint.tls.ca_file == str(tmp_path / "ca.pem") and s.endpoint.tls.verify
+    assert s.endpoint.retry_after == "ignore"
+    assert load_scenario(write(tmp_path, GOOD + "endpoint: {tls: {verify: false}}")).endpoint.tls.verify is False
+
+
+def test_a_trace_may_start_with_a_bom(tmp_path):
+    path = write(tmp_path, GOOD.replace("output_tokens: 100", "output_tokens: {dist: empirical, file: bom.csv, "
+                                                              "column: completion_tokens}"))
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfcompletion_tokens\n10\n20\n")  # Excel's CSV export
+    assert load_scenario(path).workload.output_tokens is not None
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "https://llm.example.com", "http://[::1]:8000",
+                                 "https://h/openai/deployments/x", "HTTP://Host:1", "http://h:65535/"])
+def test_good_urls(url):
+    assert url_problem(url) is None
+
+
+@pytest.mark.parametrize("url,problem", [
+    ("http://", "expected a host name"), ("not-a-url", "did you mean 'http://not-a-url'?"),
+    ("ftp://h", "starting with http:// or https://"), ("http://h:65536", "bad port"), ("http://h:x", "bad port"),
+    ("http://[::1", "Invalid IPv6 URL"), ("http://::1:80", "in brackets"), ("http://a b", "without spaces"),
+    ("http://u:p@h", "credentials"), ("http://h/v1?x=1", "without ?query"), ("http://h#top", "#fragment"),
+])
+def test_bad_urls(url, problem):
+    assert problem in (url_problem(url) or ""), url_problem(url)
