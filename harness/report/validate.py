@@ -45,7 +45,7 @@ _STEP = {
     "latency_ms": {"*": _STAT}, "tokens_per_s_per_user": _STAT, "output_tokens_counted": int,
     "prompt_length_error": _NUM,
     "generator": {"lag_p99_ms": _NUM, "lag_max_ms": _NUM, "cpu_max_pct": float, "reliable": bool},
-    "fleet_changed@2": bool, "workers_lost@2": [str], "workers_joined@2": [str],
+    "fleet_changed?": bool, "workers_lost?": [str], "workers_joined?": [str],
     "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
     "server?": {"*": _NUM},
@@ -59,11 +59,13 @@ SUMMARY: dict[str, Any] = {
              "tail@2": str, "p99_before_ms": _NUM, "p99_after_ms": _NUM, "throughput_before": _NUM,
              "throughput_after": _NUM, "confidence": (str, None), "reason": str},
     "slo": {"thresholds": [str], "passed": (bool, None), "max_load_within_slo": _NUM},
-    "exit_code": int, "degraded@2": bool,
-    "fleet_events@2": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
+    "exit_code": int, "degraded?": bool,
+    "fleet_events?": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
     "influx?": dict, "merge_errors?": int,
 }
-"""The fields every reader may rely on, per docs/results.md."""
+"""The fields every reader may rely on, per docs/results.md. The fleet fields (``fleet_changed``, ``workers_lost``,
+``workers_joined``, ``degraded``, ``fleet_events``) are optional: they joined version 2 after its first files
+were written, which lack them (absent means the fleet did not change)."""
 
 _NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
           None: "null"}

@@ -84,11 +84,25 @@ def test_what_kneecap_writes_is_valid(mode):
 
 def test_a_newer_field_is_allowed_a_missing_one_is_not():
     s = written()
-    s["steps"][0]["failure_samples"] = {"http_5xx": "500"}  # a later version's addition: readers ignore it
+    s["steps"][0]["future_field"] = {"x": 1}  # a later version's addition: readers ignore it
     assert summary_problems(s) == []
-    del s["steps"][1]["fleet_changed"]
-    assert summary_problems(s) == ["steps[1].fleet_changed: missing required key"]
-    assert summary_problems(version1(written())) == []  # version 1 has no fleet_changed
+    del s["steps"][1]["complete"]
+    del s["knee"]["tail"]
+    assert summary_problems(s) == ["steps[1].complete: missing required key", "knee.tail: missing required key"]
+    assert summary_problems(version1(written())) == []  # version 1 has no knee.tail
+
+
+def test_early_version_2_files_without_fleet_fields_are_read():
+    """Version 2 files written before fleet faults landed (the schema string was not bumped) lack them."""
+    s = written()
+    for key in ("degraded", "fleet_events"):
+        del s[key]
+    for st in s["steps"]:
+        for key in ("fleet_changed", "workers_lost", "workers_joined"):
+            del st[key]
+    assert summary_problems(s) == []
+    s["steps"][0]["fleet_changed"] = "no"
+    assert summary_problems(s) == ["steps[0].fleet_changed: expected true or false, got a string 'no'"]
 
 
 def break_(path: str, value: object) -> dict:
