@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -44,6 +45,17 @@ def test_429_with_retry_after_makes_each_user_wait(tmp_path):
     assert {r["error"] for r in records} == {"http_429"} and len(records) >= 8  # every one still counts
     assert {r["retry_after_s"] for r in records} == {1.0}
     assert "Traceback" not in output
+
+
+def test_a_long_retry_after_is_capped_and_does_not_hold_up_the_end(tmp_path):
+    """Retry-After: 3600 waits 30 s at most, and a user waiting is stopped at once when the run ends (-t 2s)."""
+    hour = RATE_LIMITED.replace(b"retry-after: 1", b"retry-after: 3600")
+    with CannedServer(hour) as srv:
+        t0 = time.monotonic()
+        records, output = locust(tmp_path, srv.url, seconds=2)
+        took = time.monotonic() - t0
+    assert srv.requests == 2 and [r["retry_after_s"] for r in records] == [3600.0, 3600.0], output[-2000:]
+    assert took < 10, took  # Locust's start and shutdown, not the wait
 
 
 def test_retry_after_ignore_goes_on_at_once(tmp_path):
