@@ -16,7 +16,7 @@ ERROR = 1
 """An error: a result sink failed, a worker report could not be merged, or a command could not do its job."""
 
 USAGE = 2
-"""A usage error (bad flag, click's code) or an invalid scenario; nothing was run."""
+"""A usage error (bad flag, click's code), an invalid scenario or input file (trace, log, summary); nothing was run."""
 
 SLO_FAILED = 3
 """A valid result in which an SLO failed at a step up to the knee (every step when there is no knee)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -226,3 +227,12 @@ def test_plan_levels_are_computed_on_demand():
     rates = StepPlan.staircase(0.1, 0.1, 0.5, warmup_s=1, min_duration_s=1, min_requests=1, max_duration_s=2)
     assert list(rates.levels) == [0.1, 0.2, 0.3, 0.4, 0.5] and rates.level(5) is None and rates.level(-1) is None
     assert rates.levels == (0.1, 0.2, 0.3, 0.4, 0.5) and rates.levels[-1] == 0.5 and rates.levels[1:3] == [0.2, 0.3]
+
+
+def test_plain_locust_refuses_a_bad_host(tmp_path):
+    """``locust -f locustfile.py --host http://``: kneecap's init checks the host as the scenario's, exit 2."""
+    proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(pathlib.Path(__file__).resolve().parent.parent / "locustfile.py"), "--headless", "-u", "1",
+                           "-t", "2s", "--host", "http://"], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "--host: 1 problem" in out and "expected a host name" in out, out
+    assert "Traceback" not in out

@@ -30,7 +30,7 @@ from harness.load.master import MasterSide
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
-from harness.scenario import ScenarioError
+from harness.scenario import ScenarioError, url_problem
 from harness.web import register as register_web
 
 __all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "setup"]
@@ -66,6 +66,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     try:
         source.scenario  # noqa: B018 - validate now: a bad scenario must stop the run before any load
+        if environment.host and (problem := url_problem(environment.host)):
+            raise ScenarioError("--host", [problem])
     except ScenarioError as exc:
         log.error("%s", exc)
         if runner is not None:
