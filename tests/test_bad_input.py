@@ -231,8 +231,9 @@ def test_plan_levels_are_computed_on_demand():
 
 def test_plain_locust_refuses_a_bad_host(tmp_path):
     """``locust -f locustfile.py --host http://``: kneecap's init checks the host as the scenario's, exit 2."""
-    proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(pathlib.Path(__file__).resolve().parent.parent / "locustfile.py"), "--headless", "-u", "1",
-                           "-t", "2s", "--host", "http://"], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    locustfile = pathlib.Path(__file__).resolve().parent.parent / "locustfile.py"
+    proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-u", "1", "-t", "2s",
+                           "--host", "http://"], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "--host: 1 problem" in out and "expected a host name" in out, out
     assert "Traceback" not in out
