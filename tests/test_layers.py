@@ -13,7 +13,8 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "harness"
 PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scenario", "harness.checker",
         "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
-        "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics")
+        "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics",
+        "harness.client.backoff")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
     "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",

@@ -4,6 +4,7 @@ one bounded HTTP GET and never raises."""
 
 from __future__ import annotations
 
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -46,9 +47,10 @@ def parse_server_metrics(text: str) -> ServerSample | None:
     return ServerSample(**found)
 
 
-def scrape(url: str, timeout_s: float = 2.0) -> ServerSample | None:
+def scrape(url: str, timeout_s: float = 2.0, context: ssl.SSLContext | None = None) -> ServerSample | None:
+    """The endpoint's /metrics now, or None when it does not answer; ``context``: the endpoint's TLS settings."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as resp:
             return parse_server_metrics(resp.read(4 << 20).decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -21,6 +21,7 @@ from harness.analysis.results import StepResult
 from harness.analysis.server import ServerStep
 from harness.analysis.steps import StepInfo
 from harness.client.server_metrics import scrape
+from harness.client.transport import tls_context
 from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import GeneratorSample, Report
 from harness.scenario import Scenario
@@ -46,6 +47,9 @@ class Live:
         self.server: dict[int, ServerStep] = {}
         self.last_sample = None
         self.metrics_url = self._metrics_url(host)
+        tls = scenario.endpoint.tls  # the endpoint's own TLS settings apply to its /metrics too
+        verify = tls.verify and not getattr(options, "insecure", False)
+        self._tls = tls_context(tls.ca_file, verify) if (self.metrics_url or "").startswith("https:") else None
         cfg = InfluxConfig.resolve(options, scenario.influxdb)
         self.sink: InfluxSink | None = None
         self.window_s = DEFAULT_WINDOW_S
@@ -74,7 +78,7 @@ class Live:
         return f"{host}/metrics" if host else None
 
     def start(self) -> None:
-        if self.metrics_url and scrape(self.metrics_url) is None:
+        if self.metrics_url and scrape(self.metrics_url, context=self._tls) is None:
             log.info("kneecap: no Prometheus metrics at %s; server metrics off", self.metrics_url)
             self.metrics_url = None
         if self.metrics_url:
@@ -94,7 +98,7 @@ class Live:
 
     def _scrape_loop(self) -> None:
         while True:
-            sample = scrape(self.metrics_url)  # type: ignore[arg-type]
+            sample = scrape(self.metrics_url, context=self._tls)  # type: ignore[arg-type]
             step = self.current()
             if sample is not None and step is not None:
                 self.last_sample = sample

@@ -80,3 +80,17 @@ def test_https_to_a_plain_http_server_is_a_tls_error_that_says_so():
     assert r.error == "tls_error", (r.error, r.error_detail)
     assert r.error_detail.startswith(f"TLS handshake with 127.0.0.1:{port} failed: ")
     assert "_ssl.c" not in r.error_detail and "http://" in r.error_detail
+
+
+def test_the_metrics_scrape_uses_the_endpoints_tls_settings(tmp_path):
+    """A private-CA endpoint keeps its server metrics (live.py passes the endpoint's TLS settings to scrape)."""
+    from harness.client.server_metrics import scrape
+    from harness.client.transport import tls_context
+
+    metrics = b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 3\n"
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s" % (len(metrics), metrics)
+    with tls_server(tmp_path, reply) as (srv, cert):
+        url = f"{srv.url}/metrics"
+        assert scrape(url) is None  # the system's CAs do not know it
+        assert scrape(url, context=tls_context(cert)).waiting == 3
+        assert scrape(url, context=tls_context(verify=False)).waiting == 3
