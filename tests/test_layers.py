@@ -11,7 +11,8 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "harness"
-PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scenario", "harness.checker",
+PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scenario", "harness.endpoint",
+        "harness.checker",
         "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
         "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics",
         "harness.client.backoff")

@@ -1,0 +1,137 @@
+"""Where the requests go: the scenario's ``endpoint`` section, its URL rules and TLS settings. Pure.
+
+Part of the scenario (``harness/scenario.py`` parses the rest); the schema is in ``scenarios/README.md``.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.checker import Checker
+from harness.client.timeouts import Timeouts
+
+__all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "Endpoint", "Tls", "parse_endpoint", "url_problem"]
+
+APIS = ("chat", "completions")
+RETRY_AFTER = ("honor", "ignore")
+
+DEFAULT_HOST = "http://127.0.0.1:8000"
+"""Where requests go when neither --host nor endpoint.host says (``kneecap sim``'s default address)."""
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as an endpoint's base URL, or None: http(s), a host name, a port in 1–65535.
+
+    IPv6 literals go in brackets (``http://[::1]:8000``); a path is kept (``https://host/openai``); a
+    query, a fragment or credentials are refused, because requests would silently drop them.
+    """
+    example = "such as http://127.0.0.1:8000 or https://llm.example.com"
+    if any(ch.isspace() for ch in url):
+        return f"expected a URL without spaces, {example}; got {url!r}"
+    try:
+        u = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        return f"expected a URL {example}; got {url!r} ({exc})"
+    if u.scheme not in ("http", "https") or not url.lower().startswith(("http://", "https://")):
+        hint = f"; did you mean 'http://{url}'?" if "://" not in url else ""
+        return f"expected a URL starting with http:// or https://, got {url!r}{hint}"
+    try:
+        port = u.port
+    except ValueError as exc:
+        hint = "; an IPv6 address goes in brackets: http://[::1]:8000" if url.count(":") > 2 else ""
+        return f"bad port in {url!r} ({exc}){hint}"
+    if not u.hostname:
+        return f"expected a host name after {u.scheme}://, {example}; got {url!r}"
+    if port == 0:
+        return f"bad port in {url!r}: expected 1-65535, got 0"
+    if u.username is not None or u.password is not None:
+        return (f"credentials in the URL {u.scheme}://{u.hostname}...: secrets never go in the URL; name the "
+                "variable holding the API key with endpoint.api_key_env")
+    if u.query or u.fragment or url.endswith(("?", "#")):
+        return f"expected a base URL without ?query or #fragment (requests would drop them), got {url!r}"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tls:
+    """How HTTPS endpoints are verified (``endpoint.tls``); plain http:// ignores it."""
+
+    ca_file: str | None = None
+    """A PEM bundle of the certificate authorities to trust (a private CA), as an absolute path; None: the system's."""
+    verify: bool = True
+    """False: accept any certificate (a test endpoint with a self-signed one); never together with ``ca_file``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    host: str | None = None
+    """None: ``kneecap run`` starts the built-in simulator; plain Locust uses DEFAULT_HOST."""
+    api: str = "chat"
+    model: str = "sim-small"
+    api_key_env: str | None = None
+    ignore_eos: bool = True
+    extra_body: dict = field(default_factory=dict)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    metrics: str = "auto"
+    """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
+    tls: Tls = field(default_factory=Tls)
+    retry_after: str = "honor"
+    """A 429's ``Retry-After``: "honor" (that user waits that long before its next request) or "ignore"."""
+
+
+def parse_endpoint(node: Any, check: Checker) -> Endpoint:
+    """The scenario's ``endpoint`` section, every problem reported to ``check``."""
+    keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics", "tls",
+            "retry_after")
+    d = Endpoint()
+    if check.mapping(node, "endpoint", keys) is None:
+        return d
+    host = check.string(node, "host", "endpoint", d.host)
+    if host and (problem := url_problem(host)):
+        check.fail("endpoint.host", problem)
+    extra = node.get("extra_body", {})
+    if not isinstance(extra, dict):
+        check.fail("endpoint.extra_body", "expected a mapping of fields merged into every request body")
+    t, td = node.get("timeouts", {}), Timeouts()
+    timeouts = td
+    if check.mapping(t, "endpoint.timeouts", ("connect_s", "ttft_s", "idle_s", "total_s")) is not None:
+        timeouts = Timeouts(**{k: check.number(t, k, "endpoint.timeouts", getattr(td, k), above=0)
+                               for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
+    return Endpoint(host=host, api=check.string(node, "api", "endpoint", d.api, choices=APIS),
+                    model=check.string(node, "model", "endpoint", d.model),
+                    api_key_env=check.string(node, "api_key_env", "endpoint", None),
+                    ignore_eos=check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
+                    extra_body=extra if isinstance(extra, dict) else {}, timeouts=timeouts,
+                    metrics=_metrics(node, check), tls=_tls(node.get("tls", {}), check),
+                    retry_after=check.string(node, "retry_after", "endpoint", d.retry_after, choices=RETRY_AFTER))
+
+
+def _metrics(node: dict, check: Checker) -> str:
+    value = check.string(node, "metrics", "endpoint", "auto")
+    if value not in (None, "auto", "off") and (problem := url_problem(value)):
+        check.fail("endpoint.metrics", f"expected auto, off or an http(s) URL: {problem}")
+    return value or "auto"
+
+
+def _tls(node: Any, check: Checker) -> Tls:
+    d = Tls()
+    if check.mapping(node, "endpoint.tls", ("ca_file", "verify")) is None:
+        return d
+    verify = check.boolean(node, "verify", "endpoint.tls", d.verify)
+    ca_file = check.file(node, "ca_file", "endpoint.tls") if "ca_file" in node else None
+    if "ca_file" in node and not verify:
+        check.fail("endpoint.tls", "ca_file says which certificates to trust, verify: false trusts any: give "
+                                   "one of them (ca_file for a private CA, verify: false only for a test endpoint)")
+        return d
+    if ca_file is not None:
+        try:  # the same call the client makes, so a bundle accepted here is one the client can load
+            ssl.create_default_context().load_verify_locations(cafile=ca_file)
+        except (ssl.SSLError, ValueError, OSError) as exc:
+            check.fail("endpoint.tls.ca_file", f"{node['ca_file']} is not a PEM bundle of CA certificates "
+                                               f"({getattr(exc, 'reason', None) or exc}); give the CA's certificate "
+                                               "in PEM form (-----BEGIN CERTIFICATE-----)")
+            ca_file = None
+    return Tls(ca_file=ca_file, verify=verify)
