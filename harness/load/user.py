@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import weakref
 
 import gevent
 from gevent.pool import Group
@@ -36,8 +35,6 @@ from harness.workload.sampler import worker_rng
 __all__ = ["LLMUser"]
 
 log = logging.getLogger("kneecap")
-_logged_types: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""Worker side -> the exception types already logged as client_error there (once each per worker process)."""
 
 
 class StreamFailure(KneecapError):
@@ -145,7 +142,7 @@ class LLMUser(FastHttpUser):
         """``exc`` escaped the request path: a failed request of class client_error; the traceback, once per type."""
         conn.close()  # it may be anywhere in a response
         kind = type(exc)
-        logged = _logged_types.setdefault(self.kneecap, set())
+        logged = self.kneecap.logged_errors
         if kind not in logged:
             logged.add(kind)
             log.error("kneecap: client_error: %s in the request path (a bug in kneecap, or in a user class built on "

@@ -49,6 +49,8 @@ class WorkerSide:
         self.lag = Sketch()
         self.records: list[dict] = []
         self.open_step: OpenStep | None = None
+        self.logged_errors: set[type] = set()
+        """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None
         self._samplers = 0
         self._monitor: gevent.Greenlet | None = None
