@@ -62,12 +62,17 @@ def request_head(method: str, path: str, host: str, body_len: int, api_key: str 
 class StreamTracker:
     """Accumulates one stream's chunks: content arrival times, usage, finish reason, id."""
 
-    __slots__ = ("chunk_times", "completion_tokens", "finish_reason", "finish_t", "prompt_tokens", "response_id",
-                 "start")
+    __slots__ = ("cached_tokens", "chunk_times", "completion_tokens", "finish_reason", "finish_t", "prompt_tokens",
+                 "response_id", "start", "text")
 
-    def __init__(self, start: float) -> None:
+    def __init__(self, start: float, *, keep_text: bool = False) -> None:
         self.start = start
         self.chunk_times: list[float] = []
+        self.text: list[str] | None = [] if keep_text else None
+        """The answer's content pieces as streamed (sessions send it back as the next turn's history); None
+        unless ``keep_text``. Reasoning and tool-call deltas are not content and are not kept."""
+        self.cached_tokens: int | None = None
+        """``usage.prompt_tokens_details.cached_tokens``: prompt tokens the server's prefix cache served."""
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.finish_reason: str | None = None
@@ -103,7 +108,9 @@ class StreamTracker:
         usage = obj.get("usage")
         if usage:
             completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
-            if not (_count(completion) and _count(prompt)):
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if details else None
+            if not (_count(completion) and _count(prompt) and _count(cached)):
                 raise TypeError
         if choices:
             c = choices[0]
@@ -121,9 +128,16 @@ class StreamTracker:
                 self.finish_t = t
             if has:
                 self.chunk_times.append(t - self.start)
+                text = self.text
+                if text is not None:
+                    piece = delta.get("content") if delta is not None else c.get("text")
+                    if piece.__class__ is str:
+                        text.append(piece)
         if usage:
             self.completion_tokens = completion
             self.prompt_tokens = prompt
+            if cached is not None:
+                self.cached_tokens = cached
         if self.response_id is None:
             self.response_id = obj.get("id")
 
@@ -167,4 +181,10 @@ def _shape_problem(obj: object) -> str:
         for key in ("prompt_tokens", "completion_tokens"):
             if not _count(usage.get(key)):
                 return f"server chunk's usage.{key} is {_json_kind(usage.get(key))}, expected an integer >= 0"
+        details = usage.get("prompt_tokens_details")
+        if details and not isinstance(details, dict):
+            return f"server chunk's usage.prompt_tokens_details is {_json_kind(details)}, expected an object"
+        if details and not _count(details.get("cached_tokens")):
+            return (f"server chunk's usage.prompt_tokens_details.cached_tokens is "
+                    f"{_json_kind(details.get('cached_tokens'))}, expected an integer >= 0")
     return "server chunk has fields of unexpected types"

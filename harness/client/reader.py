@@ -65,14 +65,16 @@ class ResponseReader:
                  "start", "tracker", "wall_start")
 
     def __init__(self, start: float, *, max_line_bytes: int = DEFAULT_MAX_LINE,
-                 intended_start: float | None = None, wall_start: float | None = None) -> None:
+                 intended_start: float | None = None, wall_start: float | None = None,
+                 keep_text: bool = False) -> None:
         self.start = start
         """When the request was initiated (``time.perf_counter``); every duration is from here."""
         self.wall_start = wall_start
         """``time.time()`` at ``start``, if known: turns a Retry-After date into seconds when there is no Date."""
         self.record = RequestRecord(start=start, intended_start=intended_start)
         """The outcome; complete once ``over``."""
-        self.tracker = StreamTracker(start)
+        self.tracker = StreamTracker(start, keep_text=keep_text)
+        """``keep_text``: the record's ``content`` gets the answer's text (sessions send it back)."""
         self.chunk_times = self.tracker.chunk_times
         """Arrival of each content chunk so far (the tracker's list: the transport watches it for the TTFT)."""
         self.bytes_in = 0
@@ -245,6 +247,9 @@ class ResponseReader:
         rec.finish_reason = tracker.finish_reason
         rec.response_id = tracker.response_id
         rec.prompt_tokens = tracker.prompt_tokens
+        rec.cached_tokens = tracker.cached_tokens
+        if tracker.text is not None:
+            rec.content = "".join(tracker.text)
         if tracker.completion_tokens is not None:
             rec.output_tokens = tracker.completion_tokens
         elif tracker.chunk_times:

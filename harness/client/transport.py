@@ -113,7 +113,8 @@ class Connection:
 
 
 def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeouts: Timeouts, *,
-                   max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None) -> RequestRecord:
+                   max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None,
+                   keep_text: bool = False) -> RequestRecord:
     """Send one streaming request and read it to the end; never raises for network or protocol trouble.
 
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
@@ -121,7 +122,7 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
     start = time.perf_counter()
     real_minus_perf = time.time() - start
     reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start,
-                            wall_start=start + real_minus_perf)
+                            wall_start=start + real_minus_perf, keep_text=keep_text)
     payload = head + body
     while True:
         reused = conn.sock is not None

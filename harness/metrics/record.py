@@ -57,6 +57,16 @@ class RequestRecord:
     finish_reason: str | None = None
     retry_after_s: float | None = None
     response_id: str | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens served from the server's prefix cache (``usage.prompt_tokens_details.cached_tokens``);
+    None when the server does not say."""
+    session: int | None = None
+    """Sessions: the session this call belongs to (unique per worker), its 1-based ``turn`` and ``call`` (0 for the
+    turn's main call, 1.. for parallel sub-calls)."""
+    turn: int | None = None
+    call: int = 0
+    content: str | None = None
+    """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 
     @property
     def ok(self) -> bool:
@@ -99,5 +109,6 @@ class RequestRecord:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["content"]
         d.update(ok=self.ok, tpot_s=self.tpot_s, tokens_per_s=self.tokens_per_s)
         return d

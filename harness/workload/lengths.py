@@ -14,7 +14,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-__all__ = ["Empirical", "Fixed", "Gamma", "JointEmpirical", "Length", "LogNormal", "Mixture", "Normal",
+__all__ = ["Duration", "Empirical", "Fixed", "Gamma", "JointEmpirical", "Length", "LogNormal", "Mixture", "Normal",
            "QuantileCurve", "Uniform"]
 
 
@@ -158,3 +158,14 @@ class JointEmpirical:
             o = round(o * (1 + self.jitter * (2 * rng.random() - 1)))
         ilo, ihi, olo, ohi = self.bounds
         return min(max(i, ilo), ihi), min(max(o, olo), ohi)
+
+
+class Duration:
+    """Seconds drawn from a distribution (``raw`` of a ``Length``, so fractions survive), clipped to ``[lo, hi]``."""
+
+    def __init__(self, dist: Length, lo: float = 0.0, hi: float = math.inf) -> None:
+        self.dist, self.lo, self.hi = dist, lo, hi
+
+    def sample(self, rng: random.Random) -> float:
+        v = self.dist.raw(rng)
+        return self.lo if v < self.lo else self.hi if v > self.hi else float(v)

@@ -123,6 +123,13 @@ class PromptBuilder:
         text = f"{self.shared_prefix} {body}" if self.shared_prefix else body
         return Prompt(None, text, words, target_tokens)
 
+    def turn_text(self, tokens: int, rng: random.Random) -> str:
+        """A session turn's new message of about ``tokens`` tokens: corpus text, no nonce (the session's first
+        message is unique already). Sized by the calibration's slope (its intercept is the template's overhead
+        of a whole prompt, not of one message)."""
+        a = self.calibration.slope_intercept[0]
+        return self._slice(int(rng.random() * _CORPUS_WORDS), max(1, round(tokens / a)))
+
     def observe(self, prompt: Prompt, reported_tokens: int) -> None:
         """Feed the server's ``usage.prompt_tokens`` for a prompt this builder made."""
         if reported_tokens > 0:

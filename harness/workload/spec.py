@@ -7,6 +7,7 @@ from typing import Any
 
 from harness.checker import Checker
 from harness.workload.lengths import (
+    Duration,
     Empirical,
     Fixed,
     Gamma,
@@ -20,7 +21,7 @@ from harness.workload.lengths import (
 )
 from harness.workload.traces import TraceError, read_columns
 
-__all__ = ["DISTS", "joint_from_spec", "length_from_spec"]
+__all__ = ["DISTS", "DURATION_DISTS", "duration_from_spec", "joint_from_spec", "length_from_spec"]
 
 DISTS = ("fixed", "uniform", "normal", "lognormal", "gamma", "mixture", "empirical")
 _BOUNDS = ("min", "max")
@@ -150,6 +151,62 @@ def _quantiles(points: Any, path: str, check: Checker) -> Length | None:
         check.fail(path, f"values must be >= 0 and non-decreasing, got {vs}")
         return None
     return QuantileCurve([(float(q), float(v)) for q, v in points])
+
+
+DURATION_DISTS = ("fixed", "uniform", "normal", "lognormal", "gamma", "empirical")
+
+
+def duration_from_spec(node: Any, path: str, check: Checker) -> Duration | None:
+    """A ``Duration`` in seconds: a number, or ``{dist, ...}`` as for lengths but in seconds (fractions
+    allowed; ``min`` defaults to 0, ``max`` to none; ``empirical`` takes ``values`` only)."""
+    if isinstance(node, (int, float)) and not isinstance(node, bool):
+        node = {"dist": "fixed", "value": node}
+    if not isinstance(node, dict):
+        check.fail(path, f"expected seconds (a number) or a distribution such as {{dist: lognormal, median: 1.5, "
+                         f"sigma: 1.0, max: 60}}, got {node!r}")
+        return None
+    dist = check.string(node, "dist", path, choices=DURATION_DISTS)
+    if dist is None:
+        return None
+    keys = {"fixed": ("value",), "uniform": (), "normal": ("mean", "std"), "lognormal": ("median", "sigma"),
+            "gamma": ("shape", "scale"), "empirical": ("values",)}[dist]
+    if check.mapping(node, path, ("dist", *keys, *_BOUNDS)) is None:
+        return None
+    before = len(check.problems)
+    num = check.number
+    lo, hi = num(node, "min", path, 0.0, minimum=0), num(node, "max", path, float("inf"), minimum=0)
+    if lo is not None and hi is not None and lo > hi:
+        check.fail(path, f"min ({lo}) must be <= max ({hi})")
+    if dist == "fixed":
+        d: Length = Fixed(num(node, "value", path, minimum=0) or 0)
+    elif dist == "uniform":
+        if "min" not in node or "max" not in node:
+            check.fail(path, "uniform needs both min and max")
+        d = _UniformSeconds(lo or 0.0, hi if hi not in (None, float("inf")) else 0.0)
+    elif dist == "normal":
+        d = Normal(num(node, "mean", path) or 0.0, num(node, "std", path, minimum=0) or 0.0)
+    elif dist == "lognormal":
+        d = LogNormal(num(node, "median", path, above=0) or 1.0, num(node, "sigma", path, minimum=0) or 0.0)
+    elif dist == "gamma":
+        d = Gamma(num(node, "shape", path, above=0) or 1.0, num(node, "scale", path, above=0) or 1.0)
+    else:
+        values = node.get("values")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values):
+            check.fail(f"{path}.values", "expected a non-empty list of seconds >= 0")
+            return None
+        d = Empirical(values)
+    if len(check.problems) > before:
+        return None
+    return Duration(d, lo, hi)
+
+
+class _UniformSeconds(Length):
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def raw(self, rng: Any) -> float:
+        return rng.uniform(self.low, self.high)
 
 
 def joint_from_spec(node: Any, path: str, check: Checker) -> JointEmpirical | None:
