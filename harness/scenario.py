@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, level_count
-from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
+from harness.analysis.slo import LATENCY_METRICS, SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
@@ -29,6 +29,7 @@ from harness.errors import KneecapError
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.sessions import SessionSpec, sessions_from_spec
 from harness.workload.spec import joint_from_spec, length_from_spec
 from harness.workload.traces import TraceError, read_timestamps
 
@@ -37,6 +38,10 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "RETRY_AFTER", "End
            "load_scenario", "parse_scenario", "url_problem"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase")
+
+
+KNEE_METRICS = (*LATENCY_METRICS, "session_ttft")
+"""What the knee can follow: a request latency, or (sessions) each session's own TTFT p99."""
 
 
 class ScenarioError(KneecapError):
@@ -56,6 +61,8 @@ class Workload:
     shared_prefix_tokens: int = 0
     unique_prompts: bool = True
     seed: int = 0
+    sessions: SessionSpec | None = None
+    """Multi-turn sessions instead of independent requests (``harness.workload.sessions``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +177,12 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     load = _load(top.get("load", {}), check)
     slo = _slo(top.get("slo", {}), check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
+    if workload is not None and workload.sessions is None:  # session metrics exist only with sessions
+        if load.knee_metric.startswith("session_"):
+            check.fail("load.knee.metric", f"{load.knee_metric} needs workload.sessions; use ttft, tpot, itl or e2e")
+        for t in slo:
+            if t.metric.startswith("session_"):
+                check.fail(f"slo.{t.metric}", "session metrics need workload.sessions")
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
@@ -177,23 +190,32 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:
-    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed")
+    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed", "sessions")
     if check.mapping(node, "workload", keys) is None:
         return None
-    joint = None
+    joint = sessions = None
     inp = out = None
-    if "joint" in node:
+    if "sessions" in node:
+        given = [k for k in ("input_tokens", "output_tokens", "joint") if k in node]
+        if given:
+            check.fail("workload", f"sessions set their own lengths (first_input_tokens, turn_input_tokens, "
+                                   f"output_tokens): remove {', '.join(given)}")
+        if node.get("unique_prompts") is False:
+            check.fail("workload.unique_prompts", "sessions need unique first prompts (the nonce keeps sessions "
+                                                  "apart); remove unique_prompts: false")
+        sessions = sessions_from_spec(node["sessions"], "workload.sessions", check)
+    elif "joint" in node:
         if "input_tokens" in node or "output_tokens" in node:
             check.fail("workload", "give either joint or input_tokens + output_tokens, not both")
         joint = joint_from_spec(node["joint"], "workload.joint", check)
     else:
         for key in ("input_tokens", "output_tokens"):
             if key not in node:
-                check.fail("workload", f"missing required key '{key}' (or give one joint distribution)")
+                check.fail("workload", f"missing required key '{key}' (or give one joint distribution, or sessions)")
         inp = length_from_spec(node["input_tokens"], "workload.input_tokens", check) if "input_tokens" in node else None
         out = length_from_spec(node["output_tokens"], "workload.output_tokens", check) \
             if "output_tokens" in node else None
-    return Workload(input_tokens=inp, output_tokens=out, joint=joint,
+    return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions,
                     shared_prefix_tokens=check.number(node, "shared_prefix_tokens", "workload", 0, integer=True,
                                                       minimum=0),
                     unique_prompts=check.boolean(node, "unique_prompts", "workload", True),
@@ -257,7 +279,7 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     k = node.get("knee", {})
     metric, confirm = d.knee_metric, d.confirm_steps
     if check.mapping(k, "load.knee", ("metric", "confirm_steps")) is not None:
-        metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=("ttft", "tpot", "itl", "e2e"))
+        metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=KNEE_METRICS)
         confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
     return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
                     spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),

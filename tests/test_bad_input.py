@@ -147,7 +147,7 @@ CASES = [
     report("report-not-utf8", b'{"schema": "\xff"}', ["is not UTF-8 text (byte 0xff at offset 12, line 1)"]),
     report("report-truncated", json.dumps(written())[:500], ["is not valid JSON"]),
     report("report-newer-schema", break_("schema", "kneecap.summary/9"), ["schema: expected kneecap.summary/1 or "
-                                                                         "kneecap.summary/2"]),
+                                                                         "kneecap.summary/2 or kneecap.summary/3"]),
     Case("report-records-not-objects", ["report", "{d}/run"], ["run/requests.jsonl:2: expected a request record"],
          {"run/summary.json": written(), "run/requests.jsonl": '{"ok": true}\n[1, 2]\n'}, absent="run/report.html"),
     Case("report-no-summary", ["report", "{d}/run"], ["run has no summary.json: not a run folder"],

@@ -15,7 +15,8 @@ from harness.analysis.slo import Threshold
 from harness.metrics.aggregate import Bucket, ci_ranks
 from harness.metrics.sketch import Sketch
 
-__all__ = ["STATIONARY_RATIO", "evaluate_slo", "is_stationary", "miss_quantile", "miss_quantile_ci", "step_point"]
+__all__ = ["STATIONARY_RATIO", "evaluate_slo", "is_stationary", "miss_quantile", "miss_quantile_ci", "misses",
+           "step_point"]
 
 STATIONARY_RATIO = 1.25
 """A step is stationary when the median of its second half is within 1.25x of its first half's."""
@@ -45,6 +46,13 @@ def miss_quantile_ci(s: Sketch | None, q: float, failures: int, z: float = 1.96)
     return _at(s, lo, failures, True), _at(s, hi, failures, True)
 
 
+def misses(bucket: Bucket, metric: str) -> int:
+    """What ranks above every value of ``metric``: failed requests, or failed sessions for a session metric."""
+    if metric.startswith("session_"):
+        return bucket.sessions.failed if bucket.sessions is not None else 0
+    return sum(bucket.failures.values())
+
+
 def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloCheck]:
     """Each threshold on one step: the observed value (ms, tokens/s or a fraction) and pass/fail."""
     out = []
@@ -54,8 +62,9 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloC
             observed = fails / bucket.requests if bucket.requests else math.nan
         elif t.metric == "tokens_per_s_per_user":
             observed = miss_quantile(bucket.sketches.get("tokens_per_s"), t.percentile / 100, fails, high=False)
-        else:
-            v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100, fails)  # type: ignore[operator]
+        else:  # a latency, or a session metric (its misses are failed sessions)
+            v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100,  # type: ignore[operator]
+                              misses(bucket, t.metric))
             observed = v * 1000
         passed = observed == observed and t.passes(observed)
         out.append(SloCheck(threshold=t.text, observed=None if math.isnan(observed) else
@@ -75,7 +84,7 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
 
 def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float) -> StepPoint:
     """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output tokens/s."""
-    fails = sum(bucket.failures.values())
+    fails = misses(bucket, metric)
     s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
     ci = miss_quantile_ci(s, 0.99, fails)

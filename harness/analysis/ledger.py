@@ -26,6 +26,7 @@ from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
 from harness.analysis.results import FleetEvent, SloCheck, StepResult
+from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
@@ -163,6 +164,8 @@ class Ledger:
     def results(self, now: float, server: dict[int, dict] | None = None) -> list[StepResult]:
         """Every step's numbers as they stand (the running step so far), with its judgement when it has one."""
         out = []
+        first = next((i for i in self.steps if not i.fleet_changed and self.measured(i.index).requests), None)
+        baseline = self.measured(first.index) if first is not None else None  # agent stall is against it
         for info in self.steps:
             bucket = self.measured(info.index)
             r = step_result(info, bucket, self.generators.get(info.index), now=now, mode=self.mode,
@@ -172,5 +175,7 @@ class Ledger:
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
             r.server = (server or {}).get(info.index)
+            r.prefix_cache = cache_view(bucket, r.server)
+            r.sessions = session_view(bucket, baseline)
             out.append(r)
         return out

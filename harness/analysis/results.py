@@ -1,11 +1,13 @@
 """A run's results as typed values: what the master computes, the web UI shows and ``summary.json`` holds. Pure.
 
 The models are built by the master (``analysis/ledger.py``) and turned into JSON only at the edge
-(``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/2`` (docs/results.md);
+(``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/3`` (docs/results.md);
 version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric of a step (the p99 with
 failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail`` (which p99 the
 knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``workers_joined``, and per
-run ``degraded`` and ``fleet_events``. Readers of version 1 files keep working: nothing was removed or renamed.
+run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
+shares, each with its source) and, for session workloads, ``sessions`` (docs/results.md). Readers of older files
+keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
 """
@@ -20,8 +22,8 @@ from harness.analysis.knee import Knee
 __all__ = ["SCHEMA", "FleetEvent", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult",
            "Throughput", "level_key", "level_unit"]
 
-SCHEMA = "kneecap.summary/2"
-READABLE_SCHEMAS = ("kneecap.summary/1", SCHEMA)
+SCHEMA = "kneecap.summary/3"
+READABLE_SCHEMAS = ("kneecap.summary/1", "kneecap.summary/2", SCHEMA)
 
 
 def level_key(mode: str) -> str:
@@ -92,6 +94,10 @@ class StepResult:
     slo_passed: bool | None = None
     slo: list[SloCheck] = field(default_factory=list)
     server: dict | None = None
+    prefix_cache: dict | None = None
+    """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
+    sessions: dict | None = None
+    """Sessions workloads: ended sessions, their figures, TTFT by turn, agent stall (``analysis.sessions``)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
@@ -109,6 +115,10 @@ class StepResult:
                    slo=[vars(c).copy() for c in self.slo])
         if self.server is not None:
             out["server"] = self.server
+        if self.prefix_cache is not None:
+            out["prefix_cache"] = self.prefix_cache
+        if self.sessions is not None:
+            out["sessions"] = self.sessions
         return out
 
 

@@ -16,10 +16,13 @@ class ServerStep:
     running: list[float] = field(default_factory=list)
     kv: list[float] = field(default_factory=list)
     preemptions: list[float] = field(default_factory=list)
+    cache_queries: list[float] = field(default_factory=list)
+    cache_hits: list[float] = field(default_factory=list)
 
     def add(self, s: ServerSample) -> None:
         for name, values in (("waiting", self.waiting), ("running", self.running), ("kv_cache_usage", self.kv),
-                             ("preemptions", self.preemptions)):
+                             ("preemptions", self.preemptions), ("prefix_cache_queries", self.cache_queries),
+                             ("prefix_cache_hits", self.cache_hits)):
             v = getattr(s, name)
             if v is not None:
                 values.append(v)
@@ -31,10 +34,16 @@ class ServerStep:
         def mean(v: list[float]) -> float:
             return sum(v) / len(v)
 
-        return {"samples": max(len(self.waiting), len(self.running)),
-                "waiting_max": stat(self.waiting, max), "waiting_mean": stat(self.waiting, mean),
-                "running_max": stat(self.running, max), "kv_cache_usage_max": stat(self.kv, max),
-                "preemptions": round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None}
+        out: dict = {"samples": max(len(self.waiting), len(self.running)),
+                     "waiting_max": stat(self.waiting, max), "waiting_mean": stat(self.waiting, mean),
+                     "running_max": stat(self.running, max), "kv_cache_usage_max": stat(self.kv, max),
+                     "preemptions": round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None}
+        if len(self.cache_queries) >= 2 and len(self.cache_hits) == len(self.cache_queries):
+            # The step's delta between its first and last scrape (a scrape period at each end is not in it).
+            out.update(prefix_cache_queries=self.cache_queries[-1] - self.cache_queries[0],
+                       prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0],
+                       prefix_cache_source="/metrics vllm:prefix_cache_hits / vllm:prefix_cache_queries")
+        return out
 
 
 def explain(before: dict | None, after: dict | None) -> str:

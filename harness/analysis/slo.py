@@ -8,7 +8,8 @@ items)::
     OP        := "<" | "<=" | ">" | ">="
 
 Metrics: ``ttft``, ``tpot``, ``itl``, ``e2e`` (milliseconds), ``tokens_per_s_per_user`` (the speed
-floor, e.g. ``p(5)>20``: 95% of requests stream at least 20 tokens/s), ``error_rate``.
+floor, e.g. ``p(5)>20``: 95% of requests stream at least 20 tokens/s), ``error_rate``; with sessions also
+``session_ttft`` (each session's own TTFT p99, ms) and ``session_duration`` (ms, think time included).
 Example: ``{ttft: ["p(95)<500", {threshold: "p(99)<2000", abort_on_fail: true}], error_rate: "rate<0.01"}``.
 """
 
@@ -21,10 +22,13 @@ from dataclasses import dataclass
 
 from harness.metrics.record import RequestRecord
 
-__all__ = ["LATENCY_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
+__all__ = ["LATENCY_METRICS", "SESSION_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
-SLO_METRICS = (*LATENCY_METRICS, "tokens_per_s_per_user", "error_rate")
+SESSION_METRICS = ("session_ttft", "session_duration")
+"""Per session (sessions workloads): its own TTFT p99, and its duration with think time (ms); a failed session
+is a miss."""
+SLO_METRICS = (*LATENCY_METRICS, "tokens_per_s_per_user", "error_rate", *SESSION_METRICS)
 _OPS: dict[str, Callable[[float, float], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt,
                                                    ">=": operator.ge}
 _PATTERN = re.compile(r"^\s*(?:p\(\s*(\d+(?:\.\d+)?)\s*\)|(rate))\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
@@ -77,7 +81,7 @@ def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callab
     the request's mean gap, i.e. TPOT), the speed floor a per-request minimum. None when no threshold applies."""
     limits: list[tuple[str, str, float]] = []
     for t in thresholds:
-        if t.metric != "error_rate":
+        if t.metric != "error_rate" and t.metric not in SESSION_METRICS:  # those judge sessions, not requests
             limits.append((t.metric, t.op, t.value))
     if not limits:
         return None

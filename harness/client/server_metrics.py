@@ -1,6 +1,6 @@
 """The endpoint's own view: its Prometheus ``/metrics`` mapped to running/waiting requests, KV-cache use and
 preemptions. Names: vLLM (``vllm:*``), SGLang (``sglang:*``), TGI (``tgi_*``). Parsing is pure; ``scrape`` does
-one bounded HTTP GET and never raises."""
+one bounded HTTP GET and never raises. Prefix-cache counters: vLLM v1's ``vllm:prefix_cache_queries`` / ``_hits``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ _NAMES = {
     "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
     "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    # Prefix cache, in tokens (vLLM v1 counters; SGLang exposes only a hit-rate gauge, not a counter pair).
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
 }
 
 
@@ -30,6 +33,10 @@ class ServerSample:
     """0..1."""
     preemptions: float | None
     """Cumulative count."""
+    prefix_cache_queries: float | None = None
+    """Cumulative prompt tokens looked up in the prefix cache."""
+    prefix_cache_hits: float | None = None
+    """Cumulative prompt tokens found there."""
 
 
 def parse_server_metrics(text: str) -> ServerSample | None:

@@ -40,10 +40,12 @@ class Live:
     scraped server state per step and the chart history; reads the running step through ``current``."""
 
     def __init__(self, scenario: Scenario, options: Any, *, host: str | None, run_id: str, out_dir: str,
-                 current: Callable[[], StepInfo | None]) -> None:
+                 current: Callable[[], StepInfo | None], measuring: Callable[[], bool] = lambda: True) -> None:
         self.scenario = scenario
         self.run_id = run_id
         self.current = current
+        self.measuring = measuring
+        """True past the running step's warm-up: only then do scrapes count for the step's server summary."""
         self.server: dict[int, ServerStep] = {}
         self.last_sample = None
         self.metrics_url = self._metrics_url(host)
@@ -102,7 +104,8 @@ class Live:
             step = self.current()
             if sample is not None and step is not None:
                 self.last_sample = sample
-                self.server.setdefault(step.index, ServerStep()).add(sample)
+                if self.measuring():  # the same part of the step as the client's figures
+                    self.server.setdefault(step.index, ServerStep()).add(sample)
             gevent.sleep(SCRAPE_EVERY_S)
 
     def _window_loop(self) -> None:

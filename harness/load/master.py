@@ -18,6 +18,7 @@ from harness import exitcodes
 from harness.analysis.ledger import Ledger
 from harness.analysis.results import RunSummary, StepResult, level_unit
 from harness.analysis.server import explain
+from harness.analysis.sessions import explain_cache
 from harness.analysis.steps import StepInfo
 from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.context import ScenarioSource
@@ -77,8 +78,12 @@ class MasterSide:
             self.requests_file = JsonLinesWriter(self.source.option("save_requests"))
         sc = self.source.scenario
         self.live = Live(sc, self.source.options, host=self.env.host or sc.endpoint.host, run_id=self.run_id,
-                         out_dir=self.out_dir, current=lambda: self.ledger.current)
+                         out_dir=self.out_dir, current=lambda: self.ledger.current, measuring=self._measuring)
         self.live.start()
+
+    def _measuring(self) -> bool:
+        step = self.ledger.current
+        return step is not None and step.ended is None and self.clock() - step.started >= step.warmup_s
 
     def begin_step(self, level: float, level_index: int = 0) -> StepInfo:
         """Start a new step at ``level`` users (or req/s), the plan's ``level_index``-th; workers tag their
@@ -169,7 +174,7 @@ class MasterSide:
         knee = ledger.knee
         reason = knee.reason
         if knee.found:
-            why = _server_why(steps, knee.step_index)  # type: ignore[arg-type]
+            why = "; ".join(w for w in (_server_why(steps, knee.step_index), _cache_why(steps, knee.step_index)) if w)
             reason = f"{reason}; {why}" if why else reason
         slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
         code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
@@ -212,6 +217,13 @@ def _server_why(steps: list[StepResult], knee_index: int) -> str:
     at = next((s for s in steps if s.index == knee_index), None)
     after = next((s for s in steps if s.index > knee_index), None)
     return explain(at.server if at else None, after.server if after else None)
+
+
+def _cache_why(steps: list[StepResult], knee_index: int) -> str:
+    """The prefix cache's side of the knee: its hit rate at the knee step against the step after it."""
+    at = next((s for s in steps if s.index == knee_index), None)
+    after = next((s for s in steps if s.index > knee_index), None)
+    return explain_cache(at.prefix_cache if at else None, after.prefix_cache if after else None)
 
 
 class RunView:

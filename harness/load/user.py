@@ -28,9 +28,12 @@ from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, stream_request
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
+from harness.metrics.sessions import SessionRecord, nearest_rank
 from harness.scenario import DEFAULT_HOST, Endpoint
 from harness.workload.arrivals import arrival_times
+from harness.workload.prompts import Prompt
 from harness.workload.sampler import worker_rng
+from harness.workload.sessions import Call
 
 __all__ = ["LLMUser"]
 
@@ -60,7 +63,10 @@ class LLMUser(FastHttpUser):
         self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
         self.timeouts = ep.timeouts
-        self.sampler = self.kneecap.sampler()
+        self.sessions = self.kneecap.session_sampler()
+        self.sampler = None if self.sessions else self.kneecap.sampler()
+        self.spare: list[Connection] = []
+        """Connections for a session turn's parallel sub-calls (and open-loop sessions), kept for reuse."""
         self.backoff = Backoff(honor_retry_after=ep.retry_after == "honor")
 
         self.base = base
@@ -69,6 +75,8 @@ class LLMUser(FastHttpUser):
     def on_stop(self) -> None:
         self.in_flight.kill(block=False)
         self.conn.close()
+        for conn in self.spare:
+            conn.close()
 
     def wait_time(self) -> float:
         """Locust's pause after each task: the backoff the last closed-loop request asked for, else none. Locust
@@ -80,6 +88,8 @@ class LLMUser(FastHttpUser):
     def generate(self) -> None:
         if self.kneecap.open_loop:
             self._drive()
+        elif self.sessions is not None:
+            self._wait_s = self.backoff.after(self._session(self.conn))
         else:
             self._wait_s = self.backoff.after(self._request(self.conn))
 
@@ -109,32 +119,89 @@ class LLMUser(FastHttpUser):
     def _pooled(self, idle: list[Connection], due: float) -> None:
         conn = idle.pop() if idle else Connection(self.base, **self.tls_settings)
         try:
-            self._request(conn, due)
+            if self.sessions is not None:
+                self._session(conn, due)  # open loop: an arrival is a new session
+            else:
+                self._request(conn, due)
         finally:
             idle.append(conn)
 
-    def _request(self, conn: Connection, intended_start: float | None = None) -> RequestRecord:
-        """One request, recorded whatever happens in it; returns its record."""
+    def _session(self, conn: Connection, intended_start: float | None = None) -> RequestRecord:
+        """One whole session, turn by turn (see ``harness.workload.sessions``); returns its last call's record (the
+        backoff reads it). A failed call ends the session: it counts as a failed session, as a real client that
+        gives up. Think time is a sleep, so a stopping user leaves at once."""
+        session = self.sessions.new_session()  # type: ignore[union-attr]
+        started = time.perf_counter()
+        model_time, ttfts, calls, failed = 0.0, [], 0, False
+        rec = None
+        while (turn := session.next_turn()) is not None:
+            if turn[0].think_s:
+                gevent.sleep(turn[0].think_s)
+            t0 = time.perf_counter()
+            recs = self._turn(conn, session.id, turn, intended_start if session.turn == 1 else None)
+            model_time += time.perf_counter() - t0
+            calls += len(recs)
+            rec = recs[0]
+            ttfts.extend(r.ttft_s for r in recs if r.ok and r.ttft_s is not None)
+            if not all(r.ok for r in recs):
+                failed = True
+                rec = next(r for r in recs if not r.ok)
+                break
+            if session.turn == 1 and rec.prompt_tokens and session.first is not None:
+                self.sessions.builder.observe(session.first, rec.prompt_tokens)  # type: ignore[union-attr]
+            session.answer(rec.content or "", rec.prompt_tokens, rec.output_tokens)
+        self.kneecap.record_session(SessionRecord(
+            duration_s=time.perf_counter() - started, model_time_s=model_time, turns=session.turn, calls=calls,
+            ttft_p99_s=nearest_rank(ttfts, 0.99) if ttfts else None, context_tokens=session.context_tokens,
+            failed=failed, ended_full=session.ended_full, compactions=session.compactions), time.perf_counter())
+        return rec  # type: ignore[return-value]  # a session has at least one turn
+
+    def _turn(self, conn: Connection, sid: int, turn: list[Call], intended_start: float | None) -> list[RequestRecord]:
+        """A turn's calls: the main one on ``conn``, parallel sub-calls at the same time on spare connections."""
+        if len(turn) == 1:
+            return [self._request(conn, intended_start, turn[0], sid)]
+        spare = self.spare
+        subs = [(c, spare.pop() if spare else Connection(self.base, **self.tls_settings)) for c in turn[1:]]
+        jobs = [gevent.spawn(self._request, sc, None, c, sid) for c, sc in subs]
+        try:
+            first = self._request(conn, intended_start, turn[0], sid)
+            gevent.joinall(jobs)
+        finally:
+            gevent.killall(jobs, block=False)
+            spare.extend(sc for _, sc in subs)
+        return [first, *(j.value for j in jobs)]
+
+    def _request(self, conn: Connection, intended_start: float | None = None, call: Call | None = None,
+                 session: int | None = None) -> RequestRecord:
+        """One request (a session's ``call``, else the next of the sampler), recorded whatever happens in it."""
         ep = self.kneecap.scenario.endpoint
         start = time.perf_counter()
         try:
-            rec = self._exchange(ep, conn, intended_start)
+            rec = self._exchange(ep, conn, intended_start, call)
         except Exception as exc:  # a bug here must cost one failed request, not the user
             rec = self._client_error(exc, conn, start, intended_start)
+        if call is not None:
+            rec.session, rec.turn, rec.call = session, call.turn, call.call
+            rec.turn_bucket = self.sessions.bucket(call.turn)  # type: ignore[union-attr]
         self._report(ep.api, rec)
         self.kneecap.record(rec, time.perf_counter())
         return rec
 
-    def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None) -> RequestRecord:
-        plan = self.sampler.next()
-        body = build_body(ep.api, ep.model, plan.prompt, plan.max_tokens, ignore_eos=ep.ignore_eos,
-                          extra=ep.extra_body)
+    def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
+                  call: Call | None) -> RequestRecord:
+        if call is None:
+            plan = self.sampler.next()  # type: ignore[union-attr]
+            prompt, max_tokens = plan.prompt, plan.max_tokens
+        else:
+            prompt, max_tokens = Prompt(call.messages, call.text, 0, call.target_tokens), call.max_tokens
+        body = build_body(ep.api, ep.model, prompt, max_tokens, ignore_eos=ep.ignore_eos, extra=ep.extra_body)
         head = request_head("POST", self.path, conn.host_header, len(body), self.api_key)
-        rec = stream_request(conn, self.path, head, body, self.timeouts, intended_start=intended_start)
-        rec.prompt_tokens_target = plan.prompt.target_tokens
-        rec.max_tokens = plan.max_tokens
-        if rec.prompt_tokens:
-            self.sampler.prompts.observe(plan.prompt, rec.prompt_tokens)
+        rec = stream_request(conn, self.path, head, body, self.timeouts, intended_start=intended_start,
+                             keep_text=call is not None)
+        rec.prompt_tokens_target = prompt.target_tokens or None
+        rec.max_tokens = max_tokens
+        if rec.prompt_tokens and call is None:
+            self.sampler.prompts.observe(prompt, rec.prompt_tokens)  # type: ignore[union-attr]
         return rec
 
     def _client_error(self, exc: Exception, conn: Connection, start: float,

@@ -19,10 +19,12 @@ from harness.load.context import ScenarioSource
 from harness.metrics.aggregate import Recorder
 from harness.metrics.protocol import GeneratorSample, Report, StepMessage
 from harness.metrics.record import RequestRecord
+from harness.metrics.sessions import SessionRecord
 from harness.metrics.sketch import Sketch
 from harness.scenario import Scenario
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
+from harness.workload.sessions import SessionSampler
 
 __all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
 
@@ -79,13 +81,27 @@ class WorkerSide:
         if self._monitor is not None:
             self._monitor.kill(block=False)
 
+    def _builder(self) -> PromptBuilder:
+        w = self.scenario.workload
+        if self._prompts is None:
+            self._prompts = PromptBuilder(api=self.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
+                                          unique=w.unique_prompts, seed=w.seed)
+        return self._prompts
+
+    def session_sampler(self) -> SessionSampler | None:
+        """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""
+        w = self.scenario.workload
+        if w.sessions is None:
+            return None
+        self._samplers += 1
+        return SessionSampler(w.sessions, self._builder(), seed=w.seed,
+                              stream=self.worker_index * 100_000 + self._samplers)
+
     def sampler(self) -> RequestSampler:
         """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration."""
         w = self.scenario.workload
         api = self.scenario.endpoint.api
-        if self._prompts is None:
-            self._prompts = PromptBuilder(api=api, shared_prefix_tokens=w.shared_prefix_tokens,
-                                          unique=w.unique_prompts, seed=w.seed)
+        self._builder()
         self._samplers += 1
         return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint, api=api,
                               seed=w.seed, worker=self.worker_index * 100_000 + self._samplers, prompts=self._prompts)
@@ -97,6 +113,9 @@ class WorkerSide:
             d.pop("chunk_times")
             d.update(step=step, phase=phase, worker=self.worker_index)
             self.records.append(d)
+
+    def record_session(self, rec: SessionRecord, now: float) -> None:
+        self.recorder.add_session(rec, now)
 
     def arrival(self, dropped: bool) -> None:
         self.recorder.arrival(time.perf_counter(), dropped)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.metrics.record import RequestRecord
+from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
@@ -54,6 +55,11 @@ class Bucket:
     """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class (the first seen), for the console and the summary to explain failures."""
+    cache: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """Prefix cache as the client sees it: [requests whose usage gave cached_tokens, their prompt tokens, their
+    cached tokens]."""
+    sessions: SessionStats | None = None
+    """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -63,6 +69,13 @@ class Bucket:
 
     def add(self, rec: RequestRecord, good: Callable[[RequestRecord], bool] | None = None) -> None:
         self.requests += 1
+        if rec.turn_bucket is not None:
+            if self.sessions is None:
+                self.sessions = SessionStats()
+            self.sessions.add_call(rec.turn_bucket, rec.ok, rec.prompt_tokens, rec.cached_tokens, rec.ttft_s,
+                                   rec.e2e_s, rec.output_tokens)
+            if rec.ok and rec.ttft_s is not None:
+                self._sk(turn_sketch(rec.turn_bucket)).add(rec.ttft_s)
         lag = rec.send_lag_s
         if lag is not None:
             self._sk("send_lag").add(max(lag, 0.0))
@@ -104,9 +117,26 @@ class Bucket:
             self.counted_outputs += rec.output_tokens_counted
         if rec.prompt_tokens:
             self.input_tokens += rec.prompt_tokens
+            if rec.cached_tokens is not None:
+                c = self.cache
+                c[0] += 1
+                c[1] += rec.prompt_tokens
+                c[2] += rec.cached_tokens
             if rec.prompt_tokens_target:
                 self.prompt_error_sum += abs(rec.prompt_tokens - rec.prompt_tokens_target) / rec.prompt_tokens_target
                 self.prompt_error_n += 1
+
+    def add_session(self, rec: SessionRecord) -> None:
+        """One ended session: its counts, and its duration, model time, TTFT p99 and final context as sketches."""
+        if self.sessions is None:
+            self.sessions = SessionStats()
+        self.sessions.add_session(rec)
+        sk = self._sk
+        sk("session_duration").add(rec.duration_s)
+        sk("session_model_time").add(rec.model_time_s)
+        sk("session_context").add(rec.context_tokens)
+        if rec.ttft_p99_s is not None and not rec.failed:
+            sk("session_ttft").add(rec.ttft_p99_s)
 
     def merge(self, other: Bucket) -> None:
         for name, s in other.sketches.items():
@@ -125,6 +155,12 @@ class Bucket:
         self.prompt_error_n += other.prompt_error_n
         self.arrivals += other.arrivals
         self.dropped += other.dropped
+        for i, v in enumerate(other.cache):
+            self.cache[i] += v
+        if other.sessions is not None:
+            if self.sessions is None:
+                self.sessions = SessionStats()
+            self.sessions.merge(other.sessions)
 
     def to_wire(self) -> dict:
         out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
@@ -132,14 +168,22 @@ class Bucket:
         out["fail"] = dict(self.failures)  # a copy: the payload must not change with the bucket
         if self.failure_samples:  # only then: payloads without failure details keep their bytes
             out["why"] = dict(self.failure_samples)
+        if self.cache[0]:  # likewise for the prefix cache and sessions
+            out["cache"] = list(self.cache)
+        if self.sessions is not None:
+            out["sess"] = self.sessions.to_wire()
         return out
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
+        cache = [int(x) for x in d.get("cache", (0, 0, 0))]
+        if len(cache) != 3:
+            raise ValueError("cache has 3 counters")
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
-                   failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, **fields)
+                   failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
+                   sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None, **fields)
 
 
 Delta = tuple[int, str, Bucket]
@@ -175,6 +219,10 @@ class Recorder:
         key, b = self._bucket(now)
         b.add(rec, self.good)
         return key
+
+    def add_session(self, rec: SessionRecord, now: float) -> None:
+        """An ended session goes to the bucket of the step and phase it ended in."""
+        self._bucket(now)[1].add_session(rec)
 
     def arrival(self, now: float, dropped: bool) -> None:
         """Open loop: one scheduled arrival, sent or dropped."""

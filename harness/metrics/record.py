@@ -64,6 +64,8 @@ class RequestRecord:
     """Sessions: the session this call belongs to (unique per worker), its 1-based ``turn`` and ``call`` (0 for the
     turn's main call, 1.. for parallel sub-calls)."""
     turn: int | None = None
+    turn_bucket: str | None = None
+    """The turn's bucket label ("1", "2-4", ...): session metrics are split by it."""
     call: int = 0
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""

@@ -1,7 +1,7 @@
 """Is this ``summary.json`` one kneecap wrote? Every problem with its key path, before a report reads it. Pure.
 
 ``summary_problems(data)`` checks a parsed summary against the schemas kneecap reads
-(``kneecap.summary/1`` and ``/2``, docs/results.md) and returns every problem, in document order::
+(``kneecap.summary/1``, ``/2`` and ``/3``, docs/results.md) and returns every problem, in document order::
 
     steps[2].latency_ms: expected a mapping, got a list
     knee.found: missing required key

@@ -146,7 +146,7 @@ class Fleet:
 def test_staircase_in_process_finds_the_knee_and_counts_every_request(locust, tmp_path):
     fleet = Fleet(locust, tmp_path)
     summary = fleet.run()
-    assert summary["schema"] == "kneecap.summary/2"
+    assert summary["schema"] == "kneecap.summary/3"
     knee = summary["knee"]
     assert knee["found"] and knee["confirmed"] and knee["users"] == SLOTS, knee
     assert knee["tail"] == "p99_slo" and knee["reason"].startswith("ttft p99_slo rose")

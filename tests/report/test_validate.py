@@ -132,9 +132,11 @@ BROKEN = [
     (break_("mode", "sideways"), "mode: expected one of closed, open, got a string 'sideways'"),
     (break_("slo.thresholds", "ttft: p(95)<500"), "slo.thresholds: expected a list, got a string"),
     (break_("fleet_events.0.kind", "died"), "fleet_events[0].kind: expected one of joined, lost, got a string"),
-    (break_("schema", "kneecap.summary/3"), "schema: expected kneecap.summary/1 or kneecap.summary/2, got a string "
-                                            "'kneecap.summary/3' (written by a newer kneecap?"),
-    ({}, "schema: missing required key (expected kneecap.summary/1 or kneecap.summary/2): not a kneecap summary"),
+    (break_("schema", "kneecap.summary/9"), "schema: expected kneecap.summary/1 or kneecap.summary/2 or "
+                                            "kneecap.summary/3, got a string 'kneecap.summary/9' "
+                                            "(written by a newer kneecap?"),
+    ({}, "schema: missing required key (expected kneecap.summary/1 or kneecap.summary/2 or kneecap.summary/3): "
+     "not a kneecap summary"),
     ([], "(top level): expected a mapping (a kneecap summary), got a list"),
 ]
 

@@ -1,0 +1,120 @@
+"""A step's sessions and prefix cache, as reported in summary.json, InfluxDB and the report. Pure.
+
+Prefix cache, measured two ways, each with its source named:
+
+- client: ``usage.prompt_tokens_details.cached_tokens`` summed over the requests whose usage carries it,
+  as a share of their prompt tokens (overall and by turn bucket);
+- server: the step's delta of ``/metrics`` prefix-cache counters (vLLM's ``prefix_cache_hits`` /
+  ``prefix_cache_queries``, in tokens), see ``analysis.server``.
+
+Where neither exists the summary says "not reported by the endpoint" instead of a number.
+
+Agent stall (mean, per session): how long a session waited on the endpoint beyond what the same calls took at
+the run's first (lowest-load) step — per call, its TTFT beyond the first step's mean TTFT for that turn bucket,
+plus its decode time beyond the first step's mean time per output token; summed over the step's calls and
+divided by its sessions (calls per session × the extra per call). It is 0 at the first step by construction,
+and it says how much one slow call delays every step after it.
+"""
+
+from __future__ import annotations
+
+from harness.metrics.aggregate import Bucket, summarize_sketch
+from harness.metrics.sessions import SessionStats, turn_sketch
+
+__all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "agent_stall", "cache_view", "explain_cache", "session_view"]
+
+CLIENT_SOURCE = "usage.prompt_tokens_details.cached_tokens"
+NOT_REPORTED = "not reported by the endpoint"
+
+
+def _share(prompt: int, cached: int) -> float | None:
+    return round(cached / prompt, 4) if prompt else None
+
+
+def cache_view(bucket: Bucket, server: dict | None) -> dict:
+    """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources."""
+    n, prompt, cached = bucket.cache
+    client: dict = {"source": CLIENT_SOURCE}
+    if n:
+        client.update(requests=n, prompt_tokens=prompt, cached_tokens=cached, cached_share=_share(prompt, cached))
+        if bucket.sessions is not None:
+            client["by_turn"] = {label: _share(t[3], t[4]) for label, t in
+                                 sorted(bucket.sessions.turns.items(), key=lambda kv: _first_turn(kv[0])) if t[2]}
+    else:
+        client["note"] = NOT_REPORTED
+    hits = (server or {}).get("prefix_cache_hits")
+    queries = (server or {}).get("prefix_cache_queries")
+    srv: dict = {"source": (server or {}).get("prefix_cache_source") or "/metrics"}
+    if queries:
+        srv.update(queries=queries, hits=hits, hit_rate=round(hits / queries, 4))
+    else:
+        srv["note"] = NOT_REPORTED
+    return {"client": client, "server": srv}
+
+
+def agent_stall(step: Bucket, baseline: Bucket) -> float | None:
+    """Mean seconds per session beyond the baseline step's speed (see the module docstring); None without data."""
+    s, b = step.sessions, baseline.sessions
+    if s is None or b is None or not s.ended or not b.decode_tokens:
+        return None
+    extra = 0.0
+    calls = 0
+    for label in s.turns:
+        mine, base = step.sketches.get(turn_sketch(label)), baseline.sketches.get(turn_sketch(label))
+        if mine is None or base is None or not mine.count or not base.count:
+            continue
+        extra += mine.sum - mine.count * base.mean
+        calls += mine.count
+    if not calls:
+        return None
+    extra += s.decode_s - s.decode_tokens * (b.decode_s / b.decode_tokens)
+    return round(extra / calls * (s.call_sum / s.ended), 4)
+
+
+def _ms(bucket: Bucket, name: str) -> dict:
+    sk = bucket.sketches.get(name)
+    return summarize_sketch(sk) if sk is not None else {"count": 0}
+
+
+def session_view(bucket: Bucket, baseline: Bucket | None) -> dict | None:
+    """``sessions`` of a step: ended sessions and their figures, TTFT by turn bucket, agent stall."""
+    s: SessionStats | None = bucket.sessions
+    if s is None:
+        return None
+    ctx = bucket.sketches.get("session_context")
+    stall = agent_stall(bucket, baseline) if baseline is not None else None
+    return {
+        "ended": s.ended, "failed": s.failed, "ended_full": s.ended_full, "compactions": s.compactions,
+        "turns_mean": round(s.turn_sum / s.ended, 2) if s.ended else None,
+        "calls_mean": round(s.call_sum / s.ended, 2) if s.ended else None,
+        "duration_ms": _ms(bucket, "session_duration"), "model_time_ms": _ms(bucket, "session_model_time"),
+        "session_ttft_ms": _ms(bucket, "session_ttft"),
+        "context_tokens": summarize_sketch(ctx, scale=1.0) if ctx is not None else {"count": 0},
+        "agent_stall_s": stall,
+        "by_turn": {label: {"calls": t[0], "ok": t[1], "ttft_ms": _ms(bucket, turn_sketch(label))}
+                    for label, t in sorted(s.turns.items(), key=lambda kv: _first_turn(kv[0]))},
+    }
+
+
+def _first_turn(label: str) -> int:
+    """``"2-4"`` -> 2, ``"17+"`` -> 17: turn buckets in turn order."""
+    return int(label.split("-")[0].rstrip("+"))
+
+
+def _hit(view: dict | None) -> tuple[float, str] | None:
+    if not view:
+        return None
+    client, server = view.get("client", {}), view.get("server", {})
+    if client.get("cached_share") is not None:
+        return client["cached_share"], "client"
+    if server.get("hit_rate") is not None:
+        return server["hit_rate"], "server"
+    return None
+
+
+def explain_cache(before: dict | None, after: dict | None) -> str:
+    """The prefix cache's part of the knee's reason when its hit rate fell, e.g. "prefix cache hit 92% -> 41%"."""
+    a, b = _hit(before), _hit(after)
+    if a is None or b is None or b[0] >= a[0] - 0.05:
+        return ""
+    return f"prefix cache hit {100 * a[0]:.0f}% -> {100 * b[0]:.0f}% ({a[1]} side)"
