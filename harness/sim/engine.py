@@ -12,7 +12,20 @@ One iteration (vLLM's scheduler step, simplified):
 2. Sequences still in prefill take chunks of at most ``max_num_batched_tokens`` per iteration in
    total (chunked prefill). A sequence whose prefill completes emits its first token.
 3. Waiting sequences are admitted FCFS while a slot (``max_num_seqs``) is free and the KV cache can
-   hold their whole prompt; the head of the queue blocks the rest (no skipping).
+   hold their whole prompt; the head of the queue blocks the rest (no skipping). With the prefix
+   cache on, the prompt's leading blocks found in the cache are hits: ``cached_tokens`` = hit blocks
+   × ``block_size`` (at most ``prompt_tokens - 1``, in whole blocks), and only the rest is prefilled,
+   so hits cost no prefill time. A preempted sequence's recompute looks up the cache the same way.
+
+Prefix cache (``prefix_cache="on"``, the default; ``kv.py`` has the block accounting): a sequence
+carries ``block_hashes``, one key per full block of prompt + planned output (the API layer computes
+them, ``prefix.py``); a sequence without keys caches nothing. Blocks are cached once computed
+(prompt blocks when prefill completes, the rest when the sequence leaves the batch); blocks of
+finished requests stay cached but count as free, and are evicted least recently used when an
+allocation needs the room. Blocks shared by running sequences are counted once. Counters, in
+tokens as vLLM v1: ``prefix_cache_queries_total`` (prompt tokens looked up at first admission) and
+``prefix_cache_hits_total`` (the sum of ``cached_tokens``). With ``prefix_cache="off"`` nothing is
+looked up or cached and the engine behaves exactly as it did without one.
 
 Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences
 + ``iter_per_kv_ktoken_ms`` × (context tokens of decoding sequences / 1000)
@@ -29,6 +42,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.sim.kv import BlockPool
 
 __all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence"]
 
@@ -54,6 +69,9 @@ class EngineConfig:
     tokens_per_chunk: int = _opt(1, "Tokens each decoding sequence emits per iteration (>1: speculative decoding).")
     jitter: float = _opt(0.0, "Relative standard deviation of the iteration time (0 = deterministic).")
     seed: int = _opt(0, "Seed of the jitter.")
+    prefix_cache: str | None = _opt("on", "Prefix cache (vLLM's automatic prefix caching): on or off.")
+    """``"on"`` or ``"off"``. Annotated ``str | None`` because ``harness/cli.py`` maps annotations to click types and
+    knows that one; None is not a valid value."""
 
     def problems(self) -> list[str]:
         """Everything wrong with this configuration, as readable sentences (empty when valid)."""
@@ -67,6 +85,8 @@ class EngineConfig:
                 out.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.iter_base_ms + self.iter_per_seq_ms <= 0:
             out.append("iter_base_ms + iter_per_seq_ms must be > 0, or iterations would take no time")
+        if self.prefix_cache not in ("on", "off"):
+            out.append(f"prefix_cache must be 'on' or 'off', got {self.prefix_cache!r}")
         if self.kv_cache_tokens < self.max_model_len:
             out.append(f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one full context "
                        f"(max_model_len={self.max_model_len})")
@@ -87,6 +107,13 @@ class Sequence:
     prefill_target: int = 0
     """Tokens to prefill: the prompt, plus generated tokens after a preemption (recompute)."""
     blocks: int = 0
+    """KV blocks held (cached shared ones first, then private ones)."""
+    block_hashes: list[int] = field(default_factory=list)
+    """Prefix-cache key of each full block of prompt + planned output, in order (empty: nothing cacheable)."""
+    shared: int = 0
+    """How many of the leading ``blocks`` are cached blocks, shared by reference."""
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache at first admission (what ``usage`` reports)."""
     admitted_at: float | None = None
     preemptions: int = 0
     running: bool = False
@@ -133,7 +160,7 @@ class Engine:
             raise ValueError("invalid engine configuration: " + "; ".join(bad))
         self.config = config
         self.total_blocks = config.kv_cache_tokens // config.block_size
-        self.used_blocks = 0
+        self.kv = BlockPool(self.total_blocks, config.block_size, config.prefix_cache == "on")
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._rng = random.Random(config.seed)
@@ -141,6 +168,8 @@ class Engine:
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.prefix_cache_queries_total = 0
+        self.prefix_cache_hits_total = 0
 
     # -- queue management -------------------------------------------------------------------
     @property
@@ -148,8 +177,17 @@ class Engine:
         return not self.running and not self.waiting
 
     @property
+    def prefix_caching(self) -> bool:
+        return self.kv.caching
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks held by running sequences; cached blocks nobody holds are free."""
+        return self.kv.used
+
+    @property
     def kv_usage(self) -> float:
-        return self.used_blocks / self.total_blocks
+        return self.kv.used / self.total_blocks
 
     def add(self, seq: Sequence) -> None:
         """Queue a request. The API layer has already checked it fits the context window."""
@@ -181,7 +219,7 @@ class Engine:
             if not seq.running or seq.prefilled < seq.prefill_target or budget <= 0:
                 continue
             k = min(cfg.tokens_per_chunk, seq.output_tokens - seq.generated, budget)
-            while not self._grow(seq, seq.context + k):
+            while not self.kv.grow(seq, seq.context + k):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted.append(victim)
@@ -205,15 +243,24 @@ class Engine:
                 prefill_tokens += chunk
                 seq.prefilled += chunk
                 if seq.prefilled == seq.prefill_target:
-                    seq.generated += 1
-                    emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
+                    self._prefill_done(seq, emissions)
 
-        # 3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain.
+        # 3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain; prefix-cache hits
+        #    are not prefilled.
         admitted: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
-            if not self._grow(seq, seq.prefill_target + 1):
+            hits = self.kv.hits(seq, seq.context)
+            if not self.kv.allocate(seq, seq.context + 1, hits):
                 break
+            cached = hits * cfg.block_size
+            seq.prefill_target = seq.context - cached
+            if seq.preemptions == 0:
+                seq.cached_tokens = cached
+                self.prompt_tokens_total += seq.prompt_tokens
+                if self.kv.caching:
+                    self.prefix_cache_queries_total += seq.prompt_tokens
+                    self.prefix_cache_hits_total += cached
             self.waiting.popleft()
             seq.running = True
             if seq.admitted_at is None:
@@ -225,10 +272,7 @@ class Engine:
             prefill_tokens += chunk
             seq.prefilled = chunk
             if seq.prefilled == seq.prefill_target:
-                seq.generated += 1
-                emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
-            if seq.preemptions == 0:
-                self.prompt_tokens_total += seq.prompt_tokens
+                self._prefill_done(seq, emissions)
 
         finished = False
         for e in emissions:
@@ -247,21 +291,22 @@ class Engine:
             ms *= max(0.1, self._rng.gauss(1.0, cfg.jitter))
         return Iteration(ms / 1000, emissions, decode_seqs, prefill_tokens, admitted, preempted)
 
-    # -- KV blocks --------------------------------------------------------------------------
-    def _grow(self, seq: Sequence, tokens: int) -> bool:
-        """Make ``seq`` own enough blocks for ``tokens``; False when the cache cannot."""
-        need = -(-tokens // self.config.block_size) - seq.blocks
-        if need <= 0:
-            return True
-        if self.used_blocks + need > self.total_blocks:
-            return False
-        seq.blocks += need
-        self.used_blocks += need
-        return True
+    def _prefill_done(self, seq: Sequence, emissions: list[Emission]) -> None:
+        """Prefill complete: its blocks are computed, so cached, and it emits its first token."""
+        self.kv.cache(seq, seq.context)
+        seq.generated += 1
+        emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
 
+    # -- KV blocks --------------------------------------------------------------------------
     def _free(self, seq: Sequence) -> None:
-        self.used_blocks -= seq.blocks
-        seq.blocks = 0
+        """Release ``seq``'s blocks, caching first those it computed: all but the last sampled token once
+        prefill is done (that token's KV would be computed next iteration), else the prefill so far."""
+        if seq.prefilled >= seq.prefill_target:
+            computed = seq.context - 1
+        else:
+            computed = seq.context - seq.prefill_target + seq.prefilled
+        self.kv.cache(seq, computed)
+        self.kv.release(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

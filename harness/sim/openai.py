@@ -11,6 +11,10 @@ Output length: ``max_tokens`` (or ``max_completion_tokens``) caps it; with ``ign
 request generates exactly that many. Otherwise the "model" stops by itself after a natural length
 drawn from a lognormal (``eos_median``, ``eos_sigma``; seeded), never below ``min_tokens``.
 Without ``max_tokens`` the cap is the rest of the context window, as in vLLM.
+
+Prefix cache: given ``block_size``, ``parse_request`` also returns the request's KV block keys (the
+prompt's units as ``prefix.py`` defines them, then the planned output's words), and responses carry
+``usage.prompt_tokens_details.cached_tokens`` when a cached-token count is passed in.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["ApiError", "GenRequest", "OutputPolicy", "StreamFormat", "error_body", "full_response", "parse_request",
-           "plain_text", "token_text"]
+from harness.sim import prefix
+
+__all__ = ["ApiError", "GenRequest", "OutputPolicy", "StreamFormat", "error_body", "full_response", "output_words",
+           "parse_request", "plain_text", "token_text"]
 
 
 class ApiError(Exception):
@@ -70,13 +76,17 @@ class GenRequest:
     """Tokens the engine will generate for this request."""
     finish_reason: str
     """"length" when ``output_tokens`` reached the cap, "stop" when the model stopped by itself."""
+    block_keys: list[int] = field(default_factory=list)
+    """Prefix-cache key of each full KV block (prompt, then planned output); empty without ``block_size``."""
+    messages: list[tuple[str, str]] | None = None
+    """Chat: (role, content text) of each message, for the trace's message hashes; None for completions."""
 
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 
 
-def _words(text: str, per_word: float) -> int:
-    return math.ceil(len(text.split()) * per_word)
+def _count(words: int, per_word: float) -> int:
+    return math.ceil(words * per_word)
 
 
 def _content_text(content: object, where: str) -> str:
@@ -96,12 +106,22 @@ def _content_text(content: object, where: str) -> str:
                    param=where)
 
 
-def _prompt_tokens(kind: str, body: dict, per_word: float) -> int:
+@dataclass
+class _Prompt:
+    tokens: int
+    units: list | None
+    """The prefix cache's units (``prefix.py``), when asked for."""
+    messages: list[tuple[str, str]] | None = None
+
+
+def _prompt(kind: str, body: dict, per_word: float, want_units: bool) -> _Prompt:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "'messages' is required and must be a non-empty list", param="messages")
         total = 3
+        texts: list[tuple[str, str]] = []
+        rendered: list[tuple[str, list[str]]] = []
         for i, msg in enumerate(messages):
             if not isinstance(msg, dict):
                 raise ApiError(400, f"messages[{i}] must be an object", param="messages")
@@ -109,15 +129,21 @@ def _prompt_tokens(kind: str, body: dict, per_word: float) -> int:
             if role not in _ROLES:
                 raise ApiError(400, f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}",
                                param="messages")
-            total += 4 + _words(_content_text(msg.get("content"), f"messages[{i}].content"), per_word)
-        return total
+            text = _content_text(msg.get("content"), f"messages[{i}].content")
+            words = text.split()
+            total += 4 + _count(len(words), per_word)
+            texts.append((role, text))
+            if want_units:
+                rendered.append((role, words))
+        return _Prompt(total, prefix.chat_units(rendered) if want_units else None, texts)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return max(1, _words(prompt, per_word))
+        words = prompt.split()
+        return _Prompt(max(1, _count(len(words), per_word)), words if want_units else None)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt)
+        return _Prompt(len(prompt), prompt if want_units else None)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError(400, "the simulator serves one prompt per request; send a string, not a batch", param="prompt")
     raise ApiError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
@@ -142,8 +168,9 @@ def _opt_bool(body: dict, key: str) -> bool:
 
 
 def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: int, policy: OutputPolicy,
-                  rng: random.Random) -> GenRequest:
-    """Validate one completions/chat request body; raise ``ApiError`` naming the bad field."""
+                  rng: random.Random, block_size: int | None = None) -> GenRequest:
+    """Validate one completions/chat request body; raise ``ApiError`` naming the bad field. With ``block_size``
+    (the prefix cache is on) the result carries the request's KV block keys."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -167,7 +194,8 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
         raise ApiError(400, "Stream options can only be defined when `stream=True`.", param="stream_options")
     include_usage = _opt_bool(options or {}, "include_usage")
     ignore_eos = _opt_bool(body, "ignore_eos")
-    prompt_tokens = _prompt_tokens(kind, body, policy.tokens_per_word)
+    parsed = _prompt(kind, body, policy.tokens_per_word, block_size is not None)
+    prompt_tokens = parsed.tokens
 
     cap = _opt_int(body, "max_completion_tokens", 1)
     if cap is None:
@@ -188,7 +216,10 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
     else:
         natural = max(1, round(policy.eos_median * math.exp(policy.eos_sigma * rng.gauss(0.0, 1.0))))
     output = min(cap, max(natural, min_tokens, 1))
-    return GenRequest(kind, model, stream, include_usage, prompt_tokens, output, "length" if output >= cap else "stop")
+    keys = [] if parsed.units is None or block_size is None else \
+        prefix.block_keys(parsed.units, prompt_tokens, output_words(output), block_size)
+    return GenRequest(kind, model, stream, include_usage, prompt_tokens, output, "length" if output >= cap else "stop",
+                      keys, parsed.messages)
 
 
 # -- response bytes ---------------------------------------------------------------------------
@@ -215,6 +246,11 @@ def token_text(index: int, count: int = 1) -> bytes:
 def plain_text(count: int) -> str:
     """The text of the first ``count`` output tokens (the non-streaming response's content)."""
     return "".join(" " + _VOCAB[i % len(_VOCAB)] for i in range(count))
+
+
+def output_words(count: int) -> list[str]:
+    """``plain_text(count).split()``, fast: the output's units for the prefix cache."""
+    return list(_VOCAB * (count // len(_VOCAB)) + _VOCAB[:count % len(_VOCAB)])
 
 
 class StreamFormat:
@@ -250,15 +286,17 @@ class StreamFormat:
             tail = b'"' + finish_reason.encode() + b'","stop_reason":null}]}\n\n'
         return self._open + text_json + self._mid + tail
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+        """The usage chunk; ``prompt_tokens_details`` only when ``cached_tokens`` is given (prefix cache on)."""
+        details = "" if cached_tokens is None else f',"prompt_tokens_details":{{"cached_tokens":{cached_tokens}}}'
         return self._head + (f'[],"usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":'
-                             f'{prompt_tokens + completion_tokens},"completion_tokens":{completion_tokens}}}}}\n\n'
-                             ).encode()
+                             f'{prompt_tokens + completion_tokens},"completion_tokens":{completion_tokens}'
+                             f'{details}}}}}\n\n').encode()
 
 
 def full_response(kind: str, request_id: str, created: int, model: str, text: str, finish_reason: str,
-                  prompt_tokens: int, completion_tokens: int) -> bytes:
-    """The non-streaming response body with ``usage``."""
+                  prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+    """The non-streaming response body with ``usage`` (``prompt_tokens_details`` only with ``cached_tokens``)."""
     if kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": finish_reason, "stop_reason": None}
@@ -266,6 +304,9 @@ def full_response(kind: str, request_id: str, created: int, model: str, text: st
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
         obj = "text_completion"
+    usage: dict = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                   "completion_tokens": completion_tokens}
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return json.dumps({"id": request_id, "object": obj, "created": created, "model": model, "choices": [choice],
-                       "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                                 "completion_tokens": completion_tokens}}, separators=(",", ":")).encode()
+                       "usage": usage}, separators=(",", ":")).encode()
