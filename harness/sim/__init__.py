@@ -1,6 +1,7 @@
 """The built-in OpenAI-compatible LLM server simulator (``kneecap sim``).
 
-Layers, bottom up: ``engine`` (pure batching/capacity model), ``openai`` (request validation and
+Layers, bottom up: ``kv`` (KV blocks and the prefix cache over them), ``engine`` (pure batching/capacity
+model), ``prefix`` (prompt units and block hashes), ``openai`` (request validation and
 vLLM-exact response bytes), ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
 server), ``metrics`` (Prometheus, vLLM names), ``server`` (the real-time loop tying them together).
 """
@@ -25,7 +26,7 @@ def _describe(config: SimConfig) -> str:
     e = config.engine
     return (f"{config.model}: {e.max_num_seqs} slots, KV {e.kv_cache_tokens} tokens, context {e.max_model_len}, "
             f"iteration {e.iter_base_ms} ms + {e.iter_per_seq_ms} ms/seq, "
-            f"prefill {e.prefill_per_ktoken_ms} ms/1k tokens")
+            f"prefill {e.prefill_per_ktoken_ms} ms/1k tokens, prefix cache {e.prefix_cache}")
 
 
 def run_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -1,7 +1,9 @@
 """The simulator's Prometheus ``/metrics``, with vLLM's metric names so scrapers built for vLLM work.
 
 Gauges and counters are read from the engine at scrape time (nothing on the hot path); the three
-latency histograms are observed as tokens are sent, with vLLM's bucket bounds.
+latency histograms are observed as tokens are sent, with vLLM's bucket bounds. With the prefix cache
+on, vLLM v1's ``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (in tokens:
+prompt tokens looked up, and those found) are there too.
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ class _EngineCollector:
             c = CounterMetricFamily(name, doc, labels=["model_name"])
             c.add_metric(labels, value)
             yield c
+        if e.prefix_caching:
+            for name, doc, value in (
+                ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                 e.prefix_cache_queries_total),
+                ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                 e.prefix_cache_hits_total),
+            ):
+                c = CounterMetricFamily(name, doc, labels=["model_name"])
+                c.add_metric(labels, value)
+                yield c
 
 
 class SimMetrics:

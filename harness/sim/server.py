@@ -3,6 +3,9 @@
 One asyncio loop runs everything. The engine loop plans each iteration on a schedule that does not
 drift (the next iteration starts when the previous one was *planned* to end) and records how late
 each delivery was, which ``GET /sim/stats`` reports next to the CPU cost per token.
+
+With the prefix cache on, each request's KV block keys are computed when it arrives (``prefix.py``)
+and ``usage`` carries ``prompt_tokens_details.cached_tokens``; with it off that field is left out.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from harness.sim.openai import (
     plain_text,
     token_text,
 )
+from harness.sim.prefix import message_hash
 
 __all__ = ["SimConfig", "SimServer"]
 
@@ -170,7 +174,8 @@ class SimServer:
         kind = "chat" if req.path.rstrip("/").endswith("chat/completions") else "completions"
         cfg = self.config
         gen = parse_request(kind, req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
-                            policy=cfg.policy, rng=self._rng)
+                            policy=cfg.policy, rng=self._rng,
+                            block_size=cfg.engine.block_size if self.engine.prefix_caching else None)
         try:
             fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
         except ValueError as exc:
@@ -184,7 +189,7 @@ class SimServer:
                            headers={"retry-after": str(cfg.faults.retry_after_s)})
         now = req.received_at or time.monotonic()  # arrival = first bytes, not when we got to parse them
         self._next_id += 1
-        seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now)
+        seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now, block_hashes=gen.block_keys)
         job = _Job(gen, conn, seq, now, fault)
         self._jobs[seq.id] = job
         conn.on_lost = lambda: self._abort(job, "client_gone")
@@ -197,6 +202,10 @@ class SimServer:
         self.engine.abort(job.seq)
         self._finish(job, status)
 
+    def _cached_tokens(self, job: _Job) -> int | None:
+        """What ``usage.prompt_tokens_details.cached_tokens`` says; None (left out) with the prefix cache off."""
+        return job.seq.cached_tokens if self.engine.prefix_caching else None
+
     def _finish(self, job: _Job, status: str) -> None:
         if self._jobs.pop(job.seq.id, None) is None:
             return
@@ -208,12 +217,15 @@ class SimServer:
             w = self._wall_offset
             self._trace.write(json.dumps({
                 "id": job.id, "status": status, "fault": job.fault, "kind": job.gen.kind, "stream": job.gen.stream,
-                "prompt_tokens": job.gen.prompt_tokens, "output_tokens": job.emitted,
+                "prompt_tokens": job.gen.prompt_tokens, "cached_tokens": self._cached_tokens(job),
+                "output_tokens": job.emitted,
                 "finish_reason": job.gen.finish_reason if status == "ok" else None,
                 "preemptions": job.seq.preemptions,
                 "arrival": job.arrival, "admitted": job.seq.admitted_at, "first_token": job.first,
                 "finished": now, "token_times": job.times, "arrival_wall": job.arrival + w,
-                "finished_wall": now + w}) + "\n")
+                "finished_wall": now + w,
+                "message_hashes": None if job.gen.messages is None else
+                [message_hash(role, text) for role, text in job.gen.messages]}) + "\n")
 
     async def _engine_loop(self) -> None:
         planned = time.monotonic()
@@ -265,13 +277,13 @@ class SimServer:
                     g = job.gen
                     job.conn.respond(200, full_response(g.kind, job.id, int(t + self._wall_offset), g.model,
                                                         plain_text(job.emitted), g.finish_reason, g.prompt_tokens,
-                                                        job.emitted))
+                                                        job.emitted, self._cached_tokens(job)))
                     self._finish(job, "ok")
                 continue
             out.append(job.fmt.token_chunk(token_text(index, e.tokens), job.gen.finish_reason if e.finished else None))
             if e.finished:
                 if job.gen.include_usage:
-                    out.append(job.fmt.usage_chunk(job.gen.prompt_tokens, job.emitted))
+                    out.append(job.fmt.usage_chunk(job.gen.prompt_tokens, job.emitted, self._cached_tokens(job)))
                 out.append(StreamFormat.DONE)
             self._send(job, out, e.finished)
 

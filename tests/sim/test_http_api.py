@@ -50,7 +50,9 @@ def test_chat_stream_framing_is_byte_for_byte_vllm(sim):
         head + '[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}',
         head + '[{"index":0,"delta":{"content":" of"},"logprobs":null,"finish_reason":null}]}',
         head + '[{"index":0,"delta":{"content":" and"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}',
-        head + '[],"usage":{"prompt_tokens":11,"total_tokens":14,"completion_tokens":3}}',
+        # vLLM with prompt token details on; without a prefix cache the details are left out (test_prefix_cache_http)
+        head + '[],"usage":{"prompt_tokens":11,"total_tokens":14,"completion_tokens":3,'
+               '"prompt_tokens_details":{"cached_tokens":0}}}',
         "data: [DONE]",
     ]
     assert [e.decode() for e in got] == expected
