@@ -71,6 +71,36 @@ def _step_table(s: dict) -> str:
               "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge.</p>")
 
 
+def _share(v: object) -> str:
+    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else "not reported"
+
+
+def _sessions_table(s: dict) -> str:
+    """Per step: sessions and the prefix cache (client and server side, each with its source)."""
+    key = level_key(s.get("mode", "closed"))
+    steps = s["steps"]
+    labels = sorted({lb for st in steps for lb in ((st.get("sessions") or {}).get("by_turn") or {})},
+                    key=lambda lb: int(lb.split("-")[0].rstrip("+")))
+    head = [key, "sessions", "failed", "turns", "session TTFT p99", "duration p50", "agent stall s",
+            "cached (client)", "hit rate (server)", *(f"TTFT p50 turn {lb}" for lb in labels)]
+    rows = []
+    for st in steps:
+        v = st.get("sessions") or {}
+        cache = st.get("prefix_cache") or {}
+        by_turn = v.get("by_turn") or {}
+        rows.append([st[key], v.get("ended"), v.get("failed"), v.get("turns_mean"),
+                     (v.get("session_ttft_ms") or {}).get("p99"), (v.get("duration_ms") or {}).get("p50"),
+                     v.get("agent_stall_s"), _share((cache.get("client") or {}).get("cached_share")),
+                     _share((cache.get("server") or {}).get("hit_rate")),
+                     *((by_turn.get(lb) or {}).get("ttft_ms", {}).get("p50") for lb in labels)])
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + "<p>Sessions counted in the step they ended in; session TTFT p99 = each session's own TTFT p99 "
+              "(its worst below 100 turns), its p99 over sessions; duration includes think time; agent stall = "
+              "mean wait per session beyond the first step's speed. Cached (client): usage.prompt_tokens_details."
+              "cached_tokens / prompt tokens; hit rate (server): /metrics prefix-cache hits / queries.</p>")
+
+
 def _counts(records: list[dict], key: str) -> list[int | float]:
     """The positive numbers under ``key`` (a hand-edited or foreign record with text there is skipped)."""
     return [v for r in records if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool) and v > 0]
@@ -101,6 +131,9 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
                   f"<h2>Throughput</h2>{charts.throughput_vs_load(s)}",
                   f"<h2>Errors</h2>{charts.errors_vs_load(s)}",
                   "<h2>Steps</h2>" + _step_table(s)]
+        if any(st.get("sessions") for st in steps) or any(
+                ((st.get("prefix_cache") or {}).get("client") or {}).get("cached_share") is not None for st in steps):
+            parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
         if any(st.get("server") for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st["generator"]["lag_p99_ms"] is not None for st in steps):

@@ -46,10 +46,22 @@ def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, s
     return _lines(out)
 
 
+def _session_stats(step: StepResult) -> list[tuple[str, dict]]:
+    """Session sketches of a step as (metric, stats): whole sessions, then TTFT by turn bucket."""
+    v = step.sessions
+    if not v:
+        return []
+    out = [(name, v[key]) for name, key in (("session_duration", "duration_ms"), ("session_model_time",
+                                                                                   "model_time_ms"),
+                                            ("session_ttft", "session_ttft_ms"))]
+    return out + [(f"ttft_turn_{label}", t["ttft_ms"]) for label, t in v["by_turn"].items()]
+
+
 def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
-    """A judged step's summary.json numbers, one point per metric."""
+    """A judged step's summary.json numbers, one point per metric; the prefix cache and sessions when known."""
     out = []
-    for metric, stats in step.latency_ms.items():
+    st = {**tags, "step": str(step.index)}
+    for metric, stats in [*step.latency_ms.items(), *_session_stats(step)]:
         if not stats.get("count"):
             continue
         p = _point("kneecap_step", {**tags, "metric": metric, "step": str(step.index)}, ts_ms)
@@ -58,6 +70,22 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if stats.get("p99_ci"):
             p = p.field("p99_ci_lo", stats["p99_ci"][0]).field("p99_ci_hi", stats["p99_ci"][1])
         out.append(p.field("load", float(step.level)))
+    cache = step.prefix_cache or {}
+    client, server = cache.get("client", {}), cache.get("server", {})
+    if client.get("cached_share") is not None or server.get("hit_rate") is not None:
+        p = _point("kneecap_step_cache", st, ts_ms).field("load", float(step.level))
+        if client.get("cached_share") is not None:
+            p = p.field("client_cached_share", float(client["cached_share"]))
+        if server.get("hit_rate") is not None:
+            p = p.field("server_hit_rate", float(server["hit_rate"]))
+        out.append(p)
+    if step.sessions and step.sessions["ended"]:
+        v = step.sessions
+        p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v["ended"]).field("failed", v["failed"]) \
+            .field("turns_mean", float(v["turns_mean"])).field("load", float(step.level))
+        if v["agent_stall_s"] is not None:
+            p = p.field("agent_stall_s", float(v["agent_stall_s"]))
+        out.append(p)
     return _lines(out)
 
 
@@ -69,7 +97,7 @@ def generator_point(worker: str, lag_p99_ms: float, lag_max_ms: float, cpu: floa
 
 def server_point(s: ServerSample, *, tags: dict[str, str], ts_ms: int, window: int, step: int) -> str:
     p = _point("kneecap_server", {**tags, "step": str(step)}, ts_ms)
-    for name in ("running", "waiting", "kv_cache_usage", "preemptions"):
+    for name in ("running", "waiting", "kv_cache_usage", "preemptions", "prefix_cache_queries", "prefix_cache_hits"):
         value = getattr(s, name)
         if value is not None:
             p = p.field(name, float(value))

@@ -29,9 +29,21 @@ MEASUREMENTS: dict[str, dict] = {
         "fields": ("count", "window"),
     },
     "kneecap_step": {
-        "doc": "per judged step: the summary.json numbers of one metric (p99_ci_lo/hi included)",
+        "doc": "per judged step: the summary.json numbers of one metric (p99_ci_lo/hi included); sessions add "
+               "session_duration, session_model_time, session_ttft and ttft_turn_<bucket> (e.g. ttft_turn_2-4)",
         "tags": ("metric", "step"),
         "fields": (*PERCENTILE_FIELDS, "p99_ci_lo", "p99_ci_hi", "load"),
+    },
+    "kneecap_step_cache": {
+        "doc": "per judged step, when the endpoint reports it: prefix-cache hit share from the client's usage "
+               "(cached_tokens / prompt_tokens) and from the server's /metrics counters",
+        "tags": ("step",),
+        "fields": ("client_cached_share", "server_hit_rate", "load"),
+    },
+    "kneecap_step_sessions": {
+        "doc": "per judged step of a sessions workload: sessions ended and failed, mean turns, agent stall (s)",
+        "tags": ("step",),
+        "fields": ("ended", "failed", "turns_mean", "agent_stall_s", "load"),
     },
     "kneecap_generator": {
         "doc": "per window and worker: load-generator health",
@@ -41,7 +53,8 @@ MEASUREMENTS: dict[str, dict] = {
     "kneecap_server": {
         "doc": "per window: the endpoint's own /metrics (vLLM names, SGLang/TGI where mapped)",
         "tags": ("step",),
-        "fields": ("running", "waiting", "kv_cache_usage", "preemptions", "window"),
+        "fields": ("running", "waiting", "kv_cache_usage", "preemptions", "prefix_cache_queries", "prefix_cache_hits",
+                   "window"),
     },
     "kneecap_event": {
         "doc": "annotations: run start/end, step changes, the knee",
