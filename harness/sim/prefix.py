@@ -28,8 +28,8 @@ its last token, mixed with j. Cached tokens are then the proportional share of t
 whole KV blocks; a turn whose P/U ratio differs from the last (messages of other sizes round up
 differently) may miss a block or two at the boundary. Approximate by design: units are words there.
 
-Cost: one ``hash`` per unit (strings fresh from ``str.split``) and one per block: a 100k-token prompt
-hashes in about 2 ms on top of the split that counting its tokens already does.
+Cost: one ``hash`` per unit (strings fresh from ``str.split``) and one per block: a 100k-token chat prompt
+adds about 2.5 ms to parsing it (CPython 3.11), on top of the split that counting its tokens already does.
 """
 
 from __future__ import annotations
