@@ -105,7 +105,8 @@ class Sequence:
     generated: int = 0
     prefilled: int = 0
     prefill_target: int = 0
-    """Tokens to prefill: the prompt, plus generated tokens after a preemption (recompute)."""
+    """Tokens to prefill: the prompt, plus generated tokens after a preemption (recompute), less the tokens
+    found in the prefix cache on admission."""
     blocks: int = 0
     """KV blocks held (cached shared ones first, then private ones)."""
     block_hashes: list[int] = field(default_factory=list)
