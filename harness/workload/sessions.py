@@ -227,9 +227,9 @@ _DRAWN = ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens", "
 def sessions_from_spec(node: Any, path: str, check: Checker) -> SessionSpec | None:
     """``workload.sessions``: distributions (``turns``, ``first_input_tokens``, ``turn_input_tokens``,
     ``output_tokens`` required) or ``log`` (a session log to replay), plus the shared keys."""
+    before = len(check.problems)
     if check.mapping(node, path, _SESSION_KEYS) is None:
         return None
-    before = len(check.problems)
     kw: dict[str, Any] = {}
     if "log" in node:
         extra = [k for k in _DRAWN if k in node]
