@@ -252,3 +252,40 @@ def test_with_the_cache_off_nothing_is_cached_and_iteration_times_are_unchanged(
 def test_prefix_cache_setting_is_checked():
     with pytest.raises(ValueError, match="prefix_cache must be 'on' or 'off', got 'maybe'"):
         Engine(EngineConfig(prefix_cache="maybe"))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_block_accounting_holds_under_random_load_with_preemption_and_aborts(seed):
+    """Shared prefixes, multi-turn growth, a small KV cache (preemption, eviction) and random aborts: after every
+    iteration used + empty + evictable = total and used = private blocks + referenced cached ones."""
+    rng = random.Random(seed)
+    cfg = EngineConfig(max_num_seqs=12, kv_cache_tokens=2048, block_size=16, max_num_batched_tokens=512,
+                       max_model_len=2048, iter_base_ms=1.0, iter_per_seq_ms=0.1, prefill_per_ktoken_ms=1.0)
+    engine = Engine(cfg)
+    history = {u: words(f"sys{u % 3}", 64) for u in range(10)}
+    live: list[Sequence] = []
+    owner: dict[int, int] = {}
+    now, next_id = 0.0, 0
+    for _ in range(400):
+        if len(live) < 20 and rng.random() < 0.7:
+            u = rng.randrange(10)
+            if len(history[u]) > 1200:
+                history[u] = words(f"sys{u % 3}", 64)
+            history[u] = history[u] + words(f"t{next_id}-", rng.randrange(1, 40))
+            next_id += 1
+            s = seq(next_id, history[u], output=rng.randrange(1, 400))
+            owner[s.id] = u
+            engine.add(s)
+            live.append(s)
+        if live and rng.random() < 0.05:
+            engine.abort(live.pop(rng.randrange(len(live))))
+        it = engine.step(now)
+        now += it.duration_s
+        check_blocks(engine)
+        for e in it.emissions:
+            if e.finished and e.seq in live:
+                live.remove(e.seq)
+                history[owner[e.seq.id]] += output_words(e.seq.output_tokens)
+    run(engine, now=now)
+    assert engine.used_blocks == 0 and engine.prefix_cache_hits_total > 0
+    assert engine.preemptions_total > 0 and engine.kv.evictions > 0
