@@ -172,11 +172,18 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--input", "input_col", default=None, help="Prompt-token column [guessed from common names].")
 @click.option("--output", "output_col", default=None, help="Output-token column [guessed from common names].")
+@click.option("--input-mode", type=click.Choice(["auto", "whole", "new"]), default="auto", show_default=True,
+              help="Session logs: the input column is each request's whole prompt, or only the tokens the turn "
+                   "adds (auto: decided from the data, see docs/sessions-log.md).")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Also write the workload block to this file.")
-def fit(log: str, input_col: str | None, output_col: str | None, out_file: str | None) -> None:
-    """Summarise a production log (CSV or JSONL) and fit length distributions to it."""
-    from harness.workload.fit import fit_log, workload_yaml
+def fit(log: str, input_col: str | None, output_col: str | None, input_mode: str, out_file: str | None) -> None:
+    """Summarise a production log (CSV or JSONL) and fit length distributions to it.
+
+    A log with a session id column (session_id, conversation_id, session) also gets its sessions fitted:
+    turns, first and later input tokens, output tokens and think time, as a workload: sessions: block."""
+    from harness.workload.fit import fit_log, fit_sessions, sessions_yaml, workload_yaml
+    from harness.workload.session_log import load_session_log, session_column
     from harness.workload.traces import TraceError, guess_columns, read_columns, read_header
 
     try:
@@ -188,6 +195,8 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
                 raise click.UsageError(f"cannot tell which column of {log} to use for {flag}; columns are "
                                        f"{', '.join(header) or '(none)'}. Pass {flag} COLUMN.")
         cols = read_columns(log, [input_col, output_col])
+        sessions = load_session_log(log, input_mode=input_mode, input_col=input_col, output_col=output_col) \
+            if session_column(header) else None
     except TraceError as exc:  # the log, not the command, is wrong: exit 2 like any bad input
         raise InputError(str(exc)) from None
     try:
@@ -201,7 +210,25 @@ def fit(log: str, input_col: str | None, output_col: str | None, out_file: str |
         click.echo(f"  KS distance on held-out rows (lower is better): {ks}")
     click.echo(f"correlation {input_col} vs {output_col}: Pearson(log) {result.pearson_log:+.3f}, "
                f"Spearman {result.spearman:+.3f}\n")
-    block = workload_yaml(result, log)
+    if sessions is not None and any(len(s) > 1 for s in sessions.scripts):
+        sfit = fit_sessions(sessions)
+        click.echo(f"sessions: {sfit.sessions} by {sessions.columns['session']}, {sfit.turns_total} turns, "
+                   f"input_mode {sfit.input_mode}, {sfit.compactions} compactions, largest context "
+                   f"{sfit.max_context_tokens} tokens")
+        for q in (sfit.turns, sfit.first_input_tokens, sfit.turn_input_tokens, sfit.output_tokens,
+                  sfit.think_time_s):
+            if q is not None:
+                qs = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in q.quantiles.items())
+                click.echo(f"  {q.name}: n={q.count} lognormal median={q.median:.4g} sigma={q.sigma:.3f} "
+                           f"(KS {q.ks:.3f})  {qs}")
+        for note in sfit.notes:
+            click.echo(f"  note: {note}")
+        click.echo()
+        block = sessions_yaml(sfit, log)
+    else:
+        if sessions is not None:
+            click.echo(f"sessions: every session of {log} has one turn: fitted as single requests\n")
+        block = workload_yaml(result, log)
     click.echo(block, nl=False)
     if out_file:
         try:

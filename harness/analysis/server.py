@@ -41,8 +41,7 @@ class ServerStep:
         if len(self.cache_queries) >= 2 and len(self.cache_hits) == len(self.cache_queries):
             # The step's delta between its first and last scrape (a scrape period at each end is not in it).
             out.update(prefix_cache_queries=self.cache_queries[-1] - self.cache_queries[0],
-                       prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0],
-                       prefix_cache_source="/metrics vllm:prefix_cache_hits / vllm:prefix_cache_queries")
+                       prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0])
         return out
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 from harness.metrics.aggregate import Bucket, summarize_sketch
 from harness.metrics.sessions import SessionStats, turn_sketch
 
-__all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "agent_stall", "cache_view", "explain_cache", "session_view"]
+__all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cache_view", "explain_cache",
+           "session_view"]
 
 CLIENT_SOURCE = "usage.prompt_tokens_details.cached_tokens"
+SERVER_SOURCE = "/metrics prefix_cache_hits / prefix_cache_queries (vLLM), the step's delta"
 NOT_REPORTED = "not reported by the endpoint"
 
 
@@ -44,7 +46,7 @@ def cache_view(bucket: Bucket, server: dict | None) -> dict:
         client["note"] = NOT_REPORTED
     hits = (server or {}).get("prefix_cache_hits")
     queries = (server or {}).get("prefix_cache_queries")
-    srv: dict = {"source": (server or {}).get("prefix_cache_source") or "/metrics"}
+    srv: dict = {"source": SERVER_SOURCE}
     if queries:
         srv.update(queries=queries, hits=hits, hit_rate=round(hits / queries, 4))
     else:
@@ -68,7 +70,7 @@ def agent_stall(step: Bucket, baseline: Bucket) -> float | None:
     if not calls:
         return None
     extra += s.decode_s - s.decode_tokens * (b.decode_s / b.decode_tokens)
-    return round(extra / calls * (s.call_sum / s.ended), 4)
+    return round(extra / calls * (s.call_sum / s.ended), 4) + 0.0  # + 0.0: no "-0.0" in the summary
 
 
 def _ms(bucket: Bucket, name: str) -> dict:

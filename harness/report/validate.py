@@ -48,7 +48,7 @@ _STEP = {
     "fleet_changed?": bool, "workers_lost?": [str], "workers_joined?": [str],
     "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
-    "server?": {"*": _NUM},
+    "server?": {"*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
 }
 
 SUMMARY: dict[str, Any] = {

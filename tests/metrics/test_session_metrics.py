@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 from harness.analysis.judge import evaluate_slo, misses, step_point
-from harness.analysis.sessions import NOT_REPORTED, agent_stall, cache_view, explain_cache, session_view
+from harness.analysis.sessions import NOT_REPORTED, SERVER_SOURCE, agent_stall, cache_view, explain_cache, session_view
 from harness.analysis.slo import parse_threshold, request_meets
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
@@ -50,9 +50,9 @@ def test_cache_view_names_its_sources_and_says_when_nothing_is_reported():
     v = cache_view(b, None)
     assert v["client"]["note"] == NOT_REPORTED and v["server"]["note"] == NOT_REPORTED
     b.add(_call("1", 0.1, 0.2, prompt=1000, cached=250))
-    v = cache_view(b, {"prefix_cache_queries": 4000.0, "prefix_cache_hits": 1000.0, "prefix_cache_source": "x"})
+    v = cache_view(b, {"prefix_cache_queries": 4000.0, "prefix_cache_hits": 1000.0})
     assert v["client"]["cached_share"] == 0.25 and v["client"]["by_turn"] == {"1": 0.25}
-    assert v["server"] == {"source": "x", "queries": 4000.0, "hits": 1000.0, "hit_rate": 0.25}
+    assert v["server"] == {"source": SERVER_SOURCE, "queries": 4000.0, "hits": 1000.0, "hit_rate": 0.25}
 
 
 def test_agent_stall_is_zero_at_the_baseline_and_counts_the_extra_wait():
