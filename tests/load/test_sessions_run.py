@@ -1,0 +1,123 @@
+"""Sessions end to end: real simulator, master and worker processes; the simulator's trace is the ground truth."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from statistics import mean
+
+import pytest
+
+from harness.analysis.sessions import NOT_REPORTED
+from harness.sim.openai import plain_text
+from harness.sim.prefix import message_hash
+from tests.conftest import start_sim
+
+pytestmark = pytest.mark.integration
+
+THINK_S = 0.3
+SCENARIO = f"""
+    name: sessions-test
+    endpoint: {{api: chat, model: sim-tiny}}
+    workload:
+      seed: 5
+      sessions:
+        turns: 4
+        first_input_tokens: 600
+        turn_input_tokens: 100
+        output_tokens: 20
+        think_time_s: {THINK_S}
+        max_context_tokens: 900
+        compaction: {{keep_tokens: 300}}
+    load:
+      mode: staircase
+      users: {{start: 2, step: 2, max: 2}}
+      step: {{warmup_s: 0.5, min_duration_s: 5, min_requests: 1, max_duration_s: 6}}
+"""
+
+
+def _run(tmp_path, *sim_args: str) -> tuple[dict, list[dict], dict[str, dict], str]:
+    trace = tmp_path / "trace.jsonl"
+    # Prefill at 100 ms per 1k tokens: a 600-token first prompt costs ~60 ms, a cached turn a few.
+    with start_sim("--preset", "tiny", "--prefill-per-ktoken-ms", "100", "--trace-file", str(trace),
+                   *sim_args) as sim:
+        path = tmp_path / "s.yaml"
+        path.write_text(textwrap.dedent(SCENARIO))
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--host", sim.url,
+                               "--workers", "1", "--out", str(out), "--save-requests"],
+                              capture_output=True, text=True, timeout=120)
+        with urllib.request.urlopen(sim.url + "/metrics", timeout=5) as resp:
+            metrics = resp.read().decode()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
+    return summary, records, served, metrics
+
+
+def _sessions(records: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in records:
+        out.setdefault(r["session"], []).append(r)
+    return {sid: sorted(rs, key=lambda r: r["turn"]) for sid, rs in out.items()}
+
+
+def _counter(metrics: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", metrics, re.M))
+
+
+def test_sessions_reuse_the_prefix_cache_exactly_as_a_client_would(tmp_path):
+    summary, records, served, metrics = _run(tmp_path)
+    assert all(r["ok"] for r in records)
+    sessions = [rs for rs in _sessions(records).values() if len(rs) == 4]
+    assert len(sessions) >= 4
+    for rs in sessions:
+        rows = [served[r["response_id"]] for r in rs]
+        # Each turn's prompt is the previous prompt, the answer as the server streamed it, and a new message.
+        for k in (0, 1):
+            prev, cur = rows[k]["message_hashes"], rows[k + 1]["message_hashes"]
+            assert cur[:len(prev)] == prev
+            assert cur[len(prev)] == message_hash("assistant", plain_text(rows[k]["output_tokens"]))
+            assert len(cur) == len(prev) + 2
+        # Turn 4 would pass max_context_tokens: compacted to a fresh ~300-token summary, a cache miss.
+        assert rows[3]["message_hashes"][0] != rows[2]["message_hashes"][0]
+        assert rows[3]["prompt_tokens"] == pytest.approx(300 + 100, abs=30)
+        assert rows[3]["cached_tokens"] < 16 and rows[1]["cached_tokens"] > 500
+        # Think time between a response's end and the next turn's start.
+        for a, b in itertools.pairwise(rs):
+            assert b["start"] - (a["start"] + a["e2e_s"]) == pytest.approx(THINK_S, abs=0.010)
+    # The client's cached tokens are the server's ground truth, request by request.
+    assert all(r["cached_tokens"] == served[r["response_id"]]["cached_tokens"] for r in records)
+    step = summary["steps"][0]
+    measured = [r for r in records if r["phase"] == "measure"]
+    truth = sum(served[r["response_id"]]["cached_tokens"] for r in measured) / \
+        sum(served[r["response_id"]]["prompt_tokens"] for r in measured)
+    client, server = step["prefix_cache"]["client"], step["prefix_cache"]["server"]
+    assert client["cached_share"] == pytest.approx(truth, abs=0.01)
+    # The server's counters: exactly the trace's totals at the end; the step's scraped share close to the client's.
+    assert _counter(metrics, "vllm:prefix_cache_hits_total") == sum(row["cached_tokens"] for row in served.values())
+    assert _counter(metrics, "vllm:prefix_cache_queries_total") == sum(row["prompt_tokens"] for row in served.values())
+    assert server["hit_rate"] == pytest.approx(truth, abs=0.05)
+    # With the cache, later turns start much sooner than the first.
+    first = mean(r["ttft_s"] for r in records if r["turn"] == 1)
+    later = mean(r["ttft_s"] for r in records if r["turn"] in (2, 3))
+    assert later < 0.5 * first, (first, later)
+    s = step["sessions"]
+    assert s["ended"] >= 4 and s["failed"] == 0 and s["compactions"] >= 4 and s["turns_mean"] == 4
+    assert s["duration_ms"]["p50"] >= 3 * THINK_S * 1000
+
+
+def test_without_a_prefix_cache_later_turns_are_not_faster_and_nothing_is_reported(tmp_path):
+    summary, records, _served, _ = _run(tmp_path, "--prefix-cache", "off")
+    assert all(r["ok"] and r["cached_tokens"] is None for r in records)
+    first = mean(r["ttft_s"] for r in records if r["turn"] == 1)
+    later = mean(r["ttft_s"] for r in records if r["turn"] in (2, 3))
+    assert later > 0.9 * first, (first, later)  # longer prompts, all prefilled again
+    cache = summary["steps"][0]["prefix_cache"]
+    assert cache["client"]["note"] == NOT_REPORTED and cache["server"]["note"] == NOT_REPORTED
