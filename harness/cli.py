@@ -194,9 +194,10 @@ def fit(log: str, input_col: str | None, output_col: str | None, input_mode: str
             if col is None:
                 raise click.UsageError(f"cannot tell which column of {log} to use for {flag}; columns are "
                                        f"{', '.join(header) or '(none)'}. Pass {flag} COLUMN.")
-        cols = read_columns(log, [input_col, output_col])
+        # a session log first: its reader's messages name the session and turn
         sessions = load_session_log(log, input_mode=input_mode, input_col=input_col, output_col=output_col) \
             if session_column(header) else None
+        cols = read_columns(log, [input_col, output_col])
     except TraceError as exc:  # the log, not the command, is wrong: exit 2 like any bad input
         raise InputError(str(exc)) from None
     try:
