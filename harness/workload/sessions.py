@@ -114,6 +114,7 @@ class Session:
         self._pending: Call | None = None
         self.compactions = 0
         self.ended_full = False
+        self._reset = False  # a scripted compaction happened before the current turn
         """The session stopped early: its context was full and compaction is off."""
 
     @property
@@ -124,6 +125,9 @@ class Session:
         spec, rng = self.spec, self._rng
         if self._script:
             t = self._script[self.turn]
+            if t.reset_tokens and self.turn:  # the logged agent compacted here: a fresh history this long
+                self._compact(t.reset_tokens)
+                self._reset = True
             return t.input_tokens, t.output_tokens, t.think_s if self.turn else 0.0
         new = (spec.first_input_tokens if self.turn == 0 else spec.turn_input_tokens).sample(rng)
         think = spec.think_time_s.sample(rng) if self.turn else 0.0
@@ -137,10 +141,11 @@ class Session:
         self.turn += 1
         if self.turn == 1:
             return [self._first(new, out)]
-        cap, compacted = self.spec.max_context_tokens, False
+        cap, compacted = self.spec.max_context_tokens, self._reset
+        self._reset = False
         if cap is not None and self.context_tokens + new + out > cap:
             if self.spec.compaction_keep_tokens:
-                self._compact()
+                self._compact(self.spec.compaction_keep_tokens)
                 compacted = True
             room = cap - self.context_tokens - new
             if room < 1:  # the context is full and nothing compacts it: the conversation cannot go on
@@ -173,13 +178,13 @@ class Session:
         self._pending = call
         return call
 
-    def _compact(self) -> None:
-        """The history becomes a fresh summary of ``keep_tokens`` (new text: a cache miss but for the shared
+    def _compact(self, keep: int) -> None:
+        """The history becomes a fresh summary of ``keep`` tokens (new text: a cache miss but for the shared
         system prompt), as an agent's compaction replaces its transcript."""
-        prompt = self._builder.build(self.spec.compaction_keep_tokens, self._rng)
+        prompt = self._builder.build(keep, self._rng)
         self.history = list(prompt.messages) if prompt.messages is not None else []
         self.text = prompt.text or ""
-        self.context_tokens = self.spec.compaction_keep_tokens
+        self.context_tokens = keep
         self.compactions += 1
 
     def answer(self, content: str, prompt_tokens: int | None, output_tokens: int | None) -> None:
@@ -220,7 +225,7 @@ class SessionSampler:
 
 
 _SESSION_KEYS = ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens", "think_time_s",
-                 "max_context_tokens", "compaction", "parallel_calls", "turn_buckets", "log")
+                 "max_context_tokens", "compaction", "parallel_calls", "turn_buckets", "log", "input_mode")
 _DRAWN = ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens", "think_time_s", "parallel_calls")
 
 
@@ -231,14 +236,17 @@ def sessions_from_spec(node: Any, path: str, check: Checker) -> SessionSpec | No
     if check.mapping(node, path, _SESSION_KEYS) is None:
         return None
     kw: dict[str, Any] = {}
+    if "input_mode" in node and "log" not in node:
+        check.fail(f"{path}.input_mode", "input_mode says how to read a session log: give it with log")
     if "log" in node:
         extra = [k for k in _DRAWN if k in node]
         if extra:
             check.fail(path, f"give either log or distributions, not both (remove {', '.join(extra)})")
         file = check.file(node, "log", path)
-        if file is not None:
+        mode = check.string(node, "input_mode", path, "auto", choices=("auto", "whole", "new"))
+        if file is not None and mode is not None:
             try:
-                kw["scripts"] = tuple(read_session_log(file))
+                kw["scripts"] = tuple(read_session_log(file, input_mode=mode))
             except TraceError as exc:
                 check.fail(f"{path}.log", str(exc))
     else:

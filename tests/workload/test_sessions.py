@@ -151,3 +151,14 @@ def test_think_time_distribution_in_seconds():
     rng = random.Random(1)
     draws = sorted(spec.think_time_s.sample(rng) for _ in range(2001))
     assert draws[1000] == pytest.approx(0.5, rel=0.1) and max(draws) <= 2.5 and min(draws) > 0
+
+
+def test_a_logged_compaction_replaces_the_history():
+    b = PromptBuilder(api="chat", seed=1)
+    script = (ScriptedTurn(500, 10), ScriptedTurn(80, 12, 0.5), ScriptedTurn(40, 5, 0.5, reset_tokens=200))
+    s = SessionSampler(SessionSpec(scripts=(script,)), b, seed=1, stream=1).new_session()
+    sent = _run(s)
+    third = sent[2][0]
+    assert third.compacted and not sent[1][0].compacted and s.compactions == 1
+    assert third.messages[0] != sent[1][0].messages[0]  # a fresh summary, not the old history
+    assert sum(len(m["content"].split()) for m in third.messages) == pytest.approx(200 + 40, abs=3)
