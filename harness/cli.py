@@ -41,7 +41,8 @@ def _engine_options(func: F) -> F:
     for f in reversed(dataclasses.fields(EngineConfig)):
         if f.name == "seed":  # one --seed drives the whole simulator
             continue
-        func = click.option(f"--{f.name.replace('_', '-')}", f.name, type=_TYPES[str(f.type)], default=None,
+        kind = click.Choice(["on", "off"]) if f.name == "prefix_cache" else _TYPES[str(f.type)]
+        func = click.option(f"--{f.name.replace('_', '-')}", f.name, type=kind, default=None,
                             help=f"{f.metadata['help']} [preset]")(func)
     return func
 
