@@ -2,8 +2,9 @@
 
 Prefix cache, measured two ways, each with its source named:
 
-- client: ``usage.prompt_tokens_details.cached_tokens`` summed over the requests whose usage carries it,
-  as a share of their prompt tokens (overall and by turn bucket);
+- client: ``usage.prompt_tokens_details.cached_tokens`` (vLLM, SGLang, OpenAI; llama.cpp's ``timings.cache_n``
+  where usage lacks it) summed over the requests that report it, as a share of their prompt tokens (overall and
+  by turn bucket);
 - server: the step's delta of ``/metrics`` prefix-cache counters (vLLM's ``prefix_cache_hits`` /
   ``prefix_cache_queries``, in tokens), see ``analysis.server``.
 
@@ -25,6 +26,7 @@ __all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cac
            "session_view"]
 
 CLIENT_SOURCE = "usage.prompt_tokens_details.cached_tokens"
+TIMINGS_SOURCE = "timings.cache_n (llama.cpp)"
 SERVER_SOURCE = "/metrics prefix_cache_hits / prefix_cache_queries (vLLM), the step's delta"
 NOT_REPORTED = "not reported by the endpoint"
 
@@ -35,8 +37,10 @@ def _share(prompt: int, cached: int) -> float | None:
 
 def cache_view(bucket: Bucket, server: dict | None) -> dict:
     """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources."""
-    n, prompt, cached = bucket.cache
-    client: dict = {"source": CLIENT_SOURCE}
+    n, prompt, cached, from_timings = bucket.cache
+    source = CLIENT_SOURCE if not from_timings else TIMINGS_SOURCE if from_timings == n else \
+        f"{CLIENT_SOURCE} and {TIMINGS_SOURCE}"
+    client: dict = {"source": source}
     if n:
         client.update(requests=n, prompt_tokens=prompt, cached_tokens=cached, cached_share=_share(prompt, cached))
         if bucket.sessions is not None:

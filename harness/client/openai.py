@@ -62,8 +62,8 @@ def request_head(method: str, path: str, host: str, body_len: int, api_key: str 
 class StreamTracker:
     """Accumulates one stream's chunks: content arrival times, usage, finish reason, id."""
 
-    __slots__ = ("cached_tokens", "chunk_times", "completion_tokens", "finish_reason", "finish_t", "prompt_tokens",
-                 "response_id", "start", "text")
+    __slots__ = ("cached_source", "cached_tokens", "chunk_times", "completion_tokens", "finish_reason", "finish_t",
+                 "prompt_tokens", "response_id", "start", "text")
 
     def __init__(self, start: float, *, keep_text: bool = False) -> None:
         self.start = start
@@ -72,7 +72,10 @@ class StreamTracker:
         """The answer's content pieces as streamed (sessions send it back as the next turn's history); None
         unless ``keep_text``. Reasoning and tool-call deltas are not content and are not kept."""
         self.cached_tokens: int | None = None
-        """``usage.prompt_tokens_details.cached_tokens``: prompt tokens the server's prefix cache served."""
+        """Prompt tokens the server's prefix cache served: ``usage.prompt_tokens_details.cached_tokens``, else
+        llama.cpp's ``timings.cache_n`` on the final chunk; ``cached_source`` says which: "usage" or
+        "timings.cache_n"."""
+        self.cached_source: str | None = None
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.finish_reason: str | None = None
@@ -106,6 +109,7 @@ class StreamTracker:
             raise StreamProtocolError("stream_error", f"server error in stream: {str(msg)[:200]}")
         choices = obj.get("choices")
         usage = obj.get("usage")
+        cached = None
         if usage:
             completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
             details = usage.get("prompt_tokens_details")
@@ -126,6 +130,10 @@ class StreamTracker:
                     raise TypeError
                 self.finish_reason = finish
                 self.finish_t = t
+                timings = obj.get("timings")  # llama.cpp's server: per-request timings on the final chunk
+                if timings.__class__ is dict and cached is None and _count(n := timings.get("cache_n")) \
+                        and n is not None:
+                    self.cached_tokens, self.cached_source = n, "timings.cache_n"
             if has:
                 self.chunk_times.append(t - self.start)
                 text = self.text
@@ -137,7 +145,7 @@ class StreamTracker:
             self.completion_tokens = completion
             self.prompt_tokens = prompt
             if cached is not None:
-                self.cached_tokens = cached
+                self.cached_tokens, self.cached_source = cached, "usage"
         if self.response_id is None:
             self.response_id = obj.get("id")
 

@@ -247,7 +247,7 @@ class ResponseReader:
         rec.finish_reason = tracker.finish_reason
         rec.response_id = tracker.response_id
         rec.prompt_tokens = tracker.prompt_tokens
-        rec.cached_tokens = tracker.cached_tokens
+        rec.cached_tokens, rec.cached_source = tracker.cached_tokens, tracker.cached_source
         if tracker.text is not None:
             rec.content = "".join(tracker.text)
         if tracker.completion_tokens is not None:

@@ -55,9 +55,9 @@ class Bucket:
     """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class (the first seen), for the console and the summary to explain failures."""
-    cache: list[int] = field(default_factory=lambda: [0, 0, 0])
-    """Prefix cache as the client sees it: [requests whose usage gave cached_tokens, their prompt tokens, their
-    cached tokens]."""
+    cache: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    """Prefix cache as the client sees it: [requests that reported cached tokens, their prompt tokens, their
+    cached tokens, how many of them reported it only in llama.cpp's timings.cache_n]."""
     sessions: SessionStats | None = None
     """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
 
@@ -122,6 +122,7 @@ class Bucket:
                 c[0] += 1
                 c[1] += rec.prompt_tokens
                 c[2] += rec.cached_tokens
+                c[3] += rec.cached_source == "timings.cache_n"
             if rec.prompt_tokens_target:
                 self.prompt_error_sum += abs(rec.prompt_tokens - rec.prompt_tokens_target) / rec.prompt_tokens_target
                 self.prompt_error_n += 1
@@ -178,9 +179,9 @@ class Bucket:
     def from_wire(cls, d: dict) -> Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
-        cache = [int(x) for x in d.get("cache", (0, 0, 0))]
-        if len(cache) != 3:
-            raise ValueError("cache has 3 counters")
+        cache = [int(x) for x in d.get("cache", (0, 0, 0, 0))]
+        if len(cache) != 4:
+            raise ValueError("cache has 4 counters")
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None, **fields)

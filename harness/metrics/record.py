@@ -59,7 +59,9 @@ class RequestRecord:
     response_id: str | None = None
     cached_tokens: int | None = None
     """Prompt tokens served from the server's prefix cache (``usage.prompt_tokens_details.cached_tokens``);
-    None when the server does not say."""
+    None when the server does not say. llama.cpp's ``timings.cache_n`` stands in where usage lacks it."""
+    cached_source: str | None = None
+    """Where ``cached_tokens`` came from: "usage" or "timings.cache_n"."""
     session: int | None = None
     """Sessions: the session this call belongs to (unique per worker), its 1-based ``turn`` and ``call`` (0 for the
     turn's main call, 1.. for parallel sub-calls)."""

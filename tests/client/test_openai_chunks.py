@@ -128,3 +128,40 @@ def test_build_body_asks_for_usage_and_exact_lengths():
                     "messages": p.messages, "ignore_eos": True, "min_tokens": 50, "temperature": 0}
     q = Prompt(messages=None, text="hi", words=1, target_tokens=1)
     assert "ignore_eos" not in json.loads(build_body("completions", "m", q, 5, ignore_eos=False))
+
+
+def test_session_text_and_cached_tokens_from_usage():
+    t = StreamTracker(start=0.0, keep_text=True)
+    t.on_event(1.0, chunk({"role": "assistant", "content": ""}))
+    t.on_event(1.1, chunk({"reasoning_content": "thinking"}))  # reasoning is not part of the answer's content
+    t.on_event(1.2, chunk({"content": " Hello"}))
+    t.on_event(1.3, chunk({"content": " world"}, finish="stop"))
+    t.on_event(1.4, chunk(usage={"prompt_tokens": 90, "completion_tokens": 2,
+                                 "prompt_tokens_details": {"cached_tokens": 64}}))
+    assert "".join(t.text) == " Hello world"
+    assert (t.cached_tokens, t.cached_source) == (64, "usage")
+    plain = StreamTracker(start=0.0)
+    plain.on_event(1.0, chunk({"content": "x"}))
+    assert plain.text is None and plain.cached_tokens is None  # no text kept for single requests
+
+
+def test_cached_tokens_from_llama_cpp_timings():
+    # llama.cpp's /v1/completions: usage and timings ride on the finish_reason chunk (DESIGN.md 5b).
+    t = StreamTracker(start=0.0)
+    t.on_event(1.0, json.dumps({"id": "c", "choices": [{"index": 0, "text": " a", "finish_reason": "length"}],
+                                "usage": {"prompt_tokens": 120, "completion_tokens": 8},
+                                "timings": {"prompt_n": 24, "cache_n": 96, "prompt_ms": 3.1}}))
+    assert (t.cached_tokens, t.cached_source, t.prompt_tokens) == (96, "timings.cache_n", 120)
+
+
+@pytest.mark.parametrize("details, words", [
+    ('"many"', "usage.prompt_tokens_details is 'many', expected an object"),
+    ('{"cached_tokens": "12"}', "usage.prompt_tokens_details.cached_tokens is '12', expected an integer >= 0"),
+    ('{"cached_tokens": -1}', "cached_tokens is -1, expected an integer >= 0"),
+])
+def test_bad_cached_tokens_are_bad_responses(details, words):
+    data = '{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": ' \
+        + details + "}}"
+    with pytest.raises(StreamProtocolError) as err:
+        StreamTracker(0.0).on_event(1.0, data)
+    assert err.value.kind == "bad_response" and words in err.value.detail

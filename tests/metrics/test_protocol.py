@@ -69,7 +69,7 @@ def test_every_bucket_field_survives_the_wire_by_name():
               if f.name not in ("sketches", "failures", "failure_samples", "cache", "sessions")]
     sessions = SessionStats({"1": [31, 32, 33, 34, 35], "2-4": [41, 42, 43, 44, 45]}, 0.5, 51, 52, 53, 54, 55, 56, 57)
     b = Bucket(**{name: i + 2 for i, name in enumerate(fields)}, failures={"reset": 99},
-               failure_samples={"reset": "connection reset by peer after 3 chunks"}, cache=[21, 22, 23],
+               failure_samples={"reset": "connection reset by peer after 3 chunks"}, cache=[21, 22, 23, 24],
                sessions=sessions)
     b.prompt_error_sum = 0.125
     back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
