@@ -121,3 +121,42 @@ def test_without_a_prefix_cache_later_turns_are_not_faster_and_nothing_is_report
     assert later > 0.9 * first, (first, later)  # longer prompts, all prefilled again
     cache = summary["steps"][0]["prefix_cache"]
     assert cache["client"]["note"] == NOT_REPORTED and cache["server"]["note"] == NOT_REPORTED
+
+
+KV_BOUND = """
+    name: kv-bound-sessions
+    endpoint: {api: chat, model: sim-tiny}
+    workload:
+      seed: 2
+      sessions:
+        turns: 8
+        first_input_tokens: 2500
+        turn_input_tokens: 100
+        output_tokens: 30
+        think_time_s: 1.0
+    load:
+      mode: staircase
+      users: {start: 4, step: 3, max: 16}
+      step: {warmup_s: 2, min_duration_s: 8, min_requests: 50, max_duration_s: 15}
+"""
+
+
+def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sessions(tmp_path):
+    """64 slots but a KV cache of 32k tokens: ~9 sessions' histories (2.5-3.5k tokens each) fit. Past that, the
+    histories of sessions in their think time are evicted, later turns miss and prefill everything again."""
+    path = tmp_path / "kv.yaml"
+    path.write_text(textwrap.dedent(KV_BOUND))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "1", "--out", str(out),
+                           "--sim-arg=--preset=tiny", "--sim-arg=--max-num-seqs=64",
+                           "--sim-arg=--kv-cache-tokens=32768", "--sim-arg=--prefill-per-ktoken-ms=100"],
+                          capture_output=True, text=True, timeout=240)
+    summary = json.loads((out / "summary.json").read_text())
+    knee = summary["knee"]
+    assert knee["found"], proc.stdout + proc.stderr
+    assert 7 <= knee["users"] <= 13
+    assert "prefix cache hit" in knee["reason"], knee["reason"]
+    shares = {s["users"]: s["prefix_cache"]["client"].get("cached_share") for s in summary["steps"]}
+    after = next(s["users"] for s in summary["steps"] if s["users"] > knee["users"])
+    assert shares[4] > 0.8 and shares[after] < shares[4] - 0.2, shares
+    assert knee["reason"] in proc.stdout  # the console says it too
