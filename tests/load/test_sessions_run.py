@@ -160,3 +160,28 @@ def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sess
     after = next(s["users"] for s in summary["steps"] if s["users"] > knee["users"])
     assert shares[4] > 0.8 and shares[after] < shares[4] - 0.2, shares
     assert knee["reason"] in proc.stdout  # the console says it too
+
+
+def test_open_loop_rate_is_new_sessions_per_second(tmp_path):
+    path = tmp_path / "open.yaml"
+    path.write_text(textwrap.dedent("""
+        name: sessions-open
+        endpoint: {api: chat, model: sim-tiny}
+        workload:
+          sessions: {turns: 3, first_input_tokens: 300, turn_input_tokens: 30, output_tokens: 10,
+                     think_time_s: 0.1, parallel_calls: 2}
+        load:
+          mode: open_staircase
+          rate: {start: 4, step: 4, max: 4}
+          arrival: {process: constant}
+          step: {warmup_s: 1, min_duration_s: 5, min_requests: 1, max_duration_s: 5}
+    """))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "2", "--out", str(out),
+                           "--sim-arg=--preset=tiny"], capture_output=True, text=True, timeout=120)
+    step = json.loads((out / "summary.json").read_text())["steps"][0]
+    assert step["arrivals_per_s"] == pytest.approx(4, rel=0.02), proc.stdout + proc.stderr
+    s = step["sessions"]
+    assert s["calls_mean"] == 5  # turn 1, then two turns of two parallel calls
+    assert s["ended"] == pytest.approx(4 * step["duration_s"], abs=3)  # each arrival is a session
+    assert step["requests"] == pytest.approx(5 * s["ended"], abs=12)
