@@ -1,5 +1,10 @@
 """``LLMUser``: a closed-loop Locust user that streams OpenAI requests and times every chunk.
 
+With ``workload.sessions`` each task is one whole session (``harness.workload.sessions``): turn by turn, the
+think time slept between turns, parallel sub-calls on spare connections; the calls keep their streamed text
+(``keep_text``) so the next turn resends it; the ended session goes to the recorder. Open loop: each arrival
+starts a session (``max_in_flight`` caps live sessions).
+
 The HTTP request shows once in Locust's stats with response_time = E2E (so request counts and RPS are
 real); TTFT/TPOT/ITL appear as ``LLM`` entries logged straight into their stats entries, which
 does not touch the Aggregated row. They are a convenience view (Locust keeps ~2 significant
