@@ -59,7 +59,20 @@ def compare(name: str, other: object, expect: list[str]) -> Case:
                 {"a/summary.json": written(), "b/summary.json": other}, absent="cmp.html")
 
 
+SESSIONS = "name: s\nworkload:\n  sessions: "
+
 CASES = [
+    # sessions: every problem at once, with its key path
+    scenario("sessions-bad-keys", SESSIONS + "{turns: 0.5, first_input_tokens: 100, output_tokens: 5, think_tim_s: 1}",
+             ["workload.sessions: missing required key 'turn_input_tokens'", "did you mean 'think_time_s'",
+              "workload.sessions.turns: expected a distribution"]),
+    scenario("sessions-with-lengths", "name: s\nworkload: {input_tokens: 5, sessions: {log: log.jsonl}}",
+             ["sessions set their own lengths", "remove input_tokens"],
+             **{"log.jsonl": '{"session_id": "a", "turn": 1, "input_tokens": 10, "output_tokens": 2}\n'}),
+    scenario("sessions-log-garbage", SESSIONS + "{log: log.jsonl}", ["workload.sessions.log", "log.jsonl:2"],
+             **{"log.jsonl": '{"session_id": "a", "turn": 1, "input_tokens": 10, "output_tokens": 2}\n{oops\n'}),
+    scenario("session-knee-without-sessions", GOOD + "load: {knee: {metric: session_ttft}}",
+             ["load.knee.metric: session_ttft needs workload.sessions"]),
     # huge plans: refused by the limit, before a level list could be built
     scenario("users-max-float", GOOD + "load: {users: {max: 1.0e+20}}",
              ["load.users.max: must be <= 1,000,000, got 1e+20", "a typo"]),
