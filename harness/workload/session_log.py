@@ -47,7 +47,6 @@ Every problem is a ``TraceError`` naming ``file:line``, the column, the value an
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import statistics
 from collections.abc import Iterator, Sequence
@@ -134,18 +133,7 @@ def _is_json(path: str, text: str) -> bool:
 
 def _records(path: str, text: str) -> Iterator[tuple[int, dict]]:
     """``traces._rows``, but JSON lines are recognised by content too (a ``.log`` of JSON objects)."""
-    if not _is_json(path, text) or _is_jsonl(path):
-        yield from _rows(path, text)
-        return
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise TraceError(f"{path}:{n}: invalid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise TraceError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            yield n, row
+    return _rows(path, text, json_lines=_is_json(path, text))
 
 
 def _blank(value: object) -> bool:

@@ -69,8 +69,9 @@ def guess_columns(header: Sequence[str]) -> tuple[str | None, str | None]:
     return pick(INPUT_NAMES), pick(OUTPUT_NAMES)
 
 
-def _rows(path: str, text: str) -> Iterator[tuple[int, dict]]:
-    if _is_jsonl(path):
+def _rows(path: str, text: str, json_lines: bool | None = None) -> Iterator[tuple[int, dict]]:
+    """(line, row) of a CSV or JSON-lines log; ``json_lines`` None: decided by the file name."""
+    if _is_jsonl(path) if json_lines is None else json_lines:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
