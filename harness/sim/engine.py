@@ -69,9 +69,8 @@ class EngineConfig:
     tokens_per_chunk: int = _opt(1, "Tokens each decoding sequence emits per iteration (>1: speculative decoding).")
     jitter: float = _opt(0.0, "Relative standard deviation of the iteration time (0 = deterministic).")
     seed: int = _opt(0, "Seed of the jitter.")
-    prefix_cache: str | None = _opt("on", "Prefix cache (vLLM's automatic prefix caching): on or off.")
-    """``"on"`` or ``"off"``. Annotated ``str | None`` because ``harness/cli.py`` maps annotations to click types and
-    knows that one; None is not a valid value."""
+    prefix_cache: str = _opt("on", "Prefix cache (vLLM's automatic prefix caching): on or off.")
+    """``"on"`` or ``"off"`` (the CLI offers exactly these)."""
 
     def problems(self) -> list[str]:
         """Everything wrong with this configuration, as readable sentences (empty when valid)."""

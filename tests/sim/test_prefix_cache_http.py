@@ -98,4 +98,4 @@ def test_with_the_cache_off_usage_has_no_details_and_metrics_no_prefix_counters(
 
 def test_a_bad_prefix_cache_value_is_a_usage_error():
     result = CliRunner().invoke(main, ["sim", "--prefix-cache", "maybe"], prog_name="kneecap")
-    assert result.exit_code == 2 and "prefix_cache must be 'on' or 'off', got 'maybe'" in result.output
+    assert result.exit_code == 2 and "'maybe' is not one of 'on', 'off'" in result.output
