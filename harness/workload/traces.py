@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 
@@ -114,6 +115,10 @@ def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:
     return out
 
 
+_ISO = re.compile(r"(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?)(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?",
+                  re.IGNORECASE)
+
+
 def _seconds(value: object) -> float:
     """A timestamp as seconds: a number, or an ISO date-time with any number of fractional digits."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -123,10 +128,17 @@ def _seconds(value: object) -> float:
         return float(text)
     except ValueError:
         pass
-    head, _, frac = text.partition(".")
-    stamp = datetime.fromisoformat(head.replace("Z", "")).replace(tzinfo=timezone.utc).timestamp()
-    digits = "".join(ch for ch in frac if ch.isdigit())
-    return stamp + (int(digits) / 10 ** len(digits) if digits else 0.0)
+    # The fraction and the UTC offset apart (fromisoformat before 3.11 takes neither 7+ digits nor "Z");
+    # a time without an offset is UTC.
+    m = _ISO.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a timestamp: {text!r}")
+    head, frac, tz = m.groups()
+    stamp = datetime.fromisoformat(head.replace(" ", "T")).replace(tzinfo=timezone.utc).timestamp()
+    if tz and tz.upper() != "Z":
+        digits = tz[1:].replace(":", "")
+        stamp -= (1 if tz[0] == "+" else -1) * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return stamp + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 def read_timestamps(path: str, column: str) -> list[float]:
