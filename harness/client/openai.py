@@ -17,28 +17,20 @@ from __future__ import annotations
 
 import json
 
-from harness.errors import KneecapError
+from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
 from harness.workload.prompts import Prompt
 
-__all__ = ["StreamProtocolError", "StreamTracker", "build_body", "request_head"]
-
-_raw_decode = json.JSONDecoder().raw_decode
-
-
-class StreamProtocolError(KneecapError):
-    """The stream broke the protocol; ``kind`` is an error class of ``metrics.record``."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
+__all__ = ["StreamProtocolError", "StreamTracker", "build_body", "parse_body", "request_head"]
 
 
 def build_body(api: str, model: str, prompt: Prompt, max_tokens: int, *, ignore_eos: bool,
-               extra: dict | None = None) -> bytes:
-    """The JSON body: streaming with usage; exact output length via ignore_eos/min_tokens when asked."""
-    body: dict = {"model": model, "stream": True, "stream_options": {"include_usage": True},
-                  "max_tokens": max_tokens}
+               extra: dict | None = None, stream: bool = True, continuous_usage: bool = False) -> bytes:
+    """The JSON body: streaming with usage (``continuous_usage``: on every chunk, vLLM's
+    ``continuous_usage_stats``), or not streaming; exact output length via ignore_eos/min_tokens when asked."""
+    body: dict = {"model": model, "stream": stream, "max_tokens": max_tokens}
+    if stream:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True} if continuous_usage \
+            else {"include_usage": True}
     if api == "chat":
         body["messages"] = prompt.messages
     else:
@@ -59,44 +51,19 @@ def request_head(method: str, path: str, host: str, body_len: int, api_key: str 
             f"content-length: {body_len}\r\n\r\n").encode()
 
 
-class StreamTracker:
-    """Accumulates one stream's chunks: content arrival times, usage, finish reason, id."""
+class StreamTracker(OutputTracker):
+    """One chat/completions stream (fields: ``stream.OutputTracker``). Chat deltas: ``content`` is the answer,
+    ``reasoning_content`` / ``reasoning`` is reasoning, ``tool_calls`` a tool call; completions: ``text``."""
 
-    __slots__ = ("cached_source", "cached_tokens", "chunk_times", "completion_tokens", "finish_reason", "finish_t",
-                 "prompt_tokens", "response_id", "start", "text")
-
-    def __init__(self, start: float, *, keep_text: bool = False) -> None:
-        self.start = start
-        self.chunk_times: list[float] = []
-        self.text: list[str] | None = [] if keep_text else None
-        """The answer's content pieces as streamed (sessions send it back as the next turn's history); None
-        unless ``keep_text``. Reasoning and tool-call deltas are not content and are not kept."""
-        self.cached_tokens: int | None = None
-        """Prompt tokens the server's prefix cache served: ``usage.prompt_tokens_details.cached_tokens``, else
-        llama.cpp's ``timings.cache_n`` on the final chunk; ``cached_source`` says which: "usage" or
-        "timings.cache_n"."""
-        self.cached_source: str | None = None
-        self.completion_tokens: int | None = None
-        self.prompt_tokens: int | None = None
-        self.finish_reason: str | None = None
-        self.finish_t: float | None = None
-        self.response_id: str | None = None
+    __slots__ = ()
 
     def on_event(self, t: float, data: str) -> bool:
         """Take one SSE event's data; True at ``[DONE]``. Raises ``StreamProtocolError``."""
         if data == "[DONE]":
             return True
+        obj = decode_json(data)
         try:
-            obj, end = _raw_decode(data)  # json.loads less its two whitespace scans: ~0.6 of its ~1.8 µs
-        except (ValueError, RecursionError):
-            end = -1
-        if end != len(data):  # not exactly one JSON value (whitespace around it, garbage): json.loads decides
-            try:
-                obj = json.loads(data)
-            except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's stack
-                raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
-        try:
-            self._take(t, obj)
+            self._take(t, obj)  # type: ignore[arg-type]
         except (AttributeError, TypeError, KeyError, IndexError):
             raise StreamProtocolError("bad_response", f"{_shape_problem(obj)}: {data[:120]!r}") from None
         return False
@@ -109,21 +76,31 @@ class StreamTracker:
             raise StreamProtocolError("stream_error", f"server error in stream: {str(msg)[:200]}")
         choices = obj.get("choices")
         usage = obj.get("usage")
-        cached = None
+        cached = reasoning = None
         if usage:
             completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
             details = usage.get("prompt_tokens_details")
             cached = details.get("cached_tokens") if details else None
-            if not (_count(completion) and _count(prompt) and _count(cached)):
+            out_details = usage.get("completion_tokens_details")
+            reasoning = out_details.get("reasoning_tokens") if out_details else None
+            if not (_count(completion) and _count(prompt) and _count(cached) and _count(reasoning)):
                 raise TypeError
+        kind = piece = None
         if choices:
             c = choices[0]
             delta = c.get("delta")
             if delta is not None:
-                has = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
-                    or delta.get("tool_calls")
+                piece = delta.get("content")
+                if piece:
+                    kind = "content"
+                elif delta.get("reasoning_content") or delta.get("reasoning"):
+                    kind = "reasoning"
+                elif delta.get("tool_calls"):
+                    kind = "tool"
             else:
-                has = c.get("text")
+                piece = c.get("text")
+                if piece:
+                    kind = "content"
             finish = c.get("finish_reason")
             if finish:
                 if finish.__class__ is not str:
@@ -134,35 +111,48 @@ class StreamTracker:
                 if timings.__class__ is dict and cached is None and _count(n := timings.get("cache_n")) \
                         and n is not None:
                     self.cached_tokens, self.cached_source = n, "timings.cache_n"
-            if has:
-                self.chunk_times.append(t - self.start)
-                text = self.text
-                if text is not None:
-                    piece = delta.get("content") if delta is not None else c.get("text")
-                    if piece.__class__ is str:
-                        text.append(piece)
+        if kind is not None:
+            self.output(t, kind, piece, completion if usage else None)
         if usage:
+            if kind is None and completion is not None:
+                self.usage_seen(completion)
             self.completion_tokens = completion
             self.prompt_tokens = prompt
             if cached is not None:
                 self.cached_tokens, self.cached_source = cached, "usage"
+            if reasoning is not None:
+                self.reasoning_tokens = reasoning
         if self.response_id is None:
             self.response_id = obj.get("id")
 
 
-def _count(v: object) -> bool:
-    """A token count as usage carries it: absent (None) or an integer >= 0 (a bool is not a count)."""
-    return v is None or (v.__class__ is int and v >= 0)  # type: ignore[operator]
+_count, _json_kind = count_ok, json_kind
 
 
-def _json_kind(v: object) -> str:
-    if isinstance(v, dict):
-        return "an object"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, str):
-        return repr(v[:40])
-    return json.dumps(v)  # null, true, 7, 2.5
+def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:
+    """A non-streaming chat/completions answer into ``tracker``: usage, finish reason, id, the answer's text."""
+    try:
+        choice = obj["choices"][0]  # type: ignore[index]
+        usage = obj.get("usage") or {}  # type: ignore[union-attr]
+        completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        message = choice.get("message")
+        text = message.get("content") if message is not None else choice.get("text")
+        finish = choice.get("finish_reason")
+        ok = all(map(_count, (completion, prompt, cached, reasoning))) and (finish is None or finish.__class__ is str)
+    except (AttributeError, TypeError, KeyError, IndexError):
+        ok = False
+    if not ok:
+        raise StreamProtocolError("bad_response", f"answer is not a chat/completions response with choices and "
+                                                  f"integer usage counts: {json.dumps(obj)[:160]}")
+    tracker.completion_tokens, tracker.prompt_tokens, tracker.reasoning_tokens = completion, prompt, reasoning
+    if cached is not None:
+        tracker.cached_tokens, tracker.cached_source = cached, "usage"
+    tracker.finish_reason, tracker.finish_t = finish or "stop", t
+    tracker.response_id = obj.get("id")  # type: ignore[union-attr]
+    if tracker.text is not None and text.__class__ is str:
+        tracker.text.append(text)
 
 
 def _shape_problem(obj: object) -> str:
@@ -195,4 +185,10 @@ def _shape_problem(obj: object) -> str:
         if details and not _count(details.get("cached_tokens")):
             return (f"server chunk's usage.prompt_tokens_details.cached_tokens is "
                     f"{_json_kind(details.get('cached_tokens'))}, expected an integer >= 0")
+        out = usage.get("completion_tokens_details")
+        if out and not isinstance(out, dict):
+            return f"server chunk's usage.completion_tokens_details is {_json_kind(out)}, expected an object"
+        if out and not _count(out.get("reasoning_tokens")):
+            return (f"server chunk's usage.completion_tokens_details.reasoning_tokens is "
+                    f"{_json_kind(out.get('reasoning_tokens'))}, expected an integer >= 0")
     return "server chunk has fields of unexpected types"

@@ -33,18 +33,25 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 import httptools
 
-from harness.client.openai import StreamProtocolError, StreamTracker
+from harness.client.openai import StreamTracker
 from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
+from harness.client.stream import OutputTracker, StreamProtocolError
 from harness.metrics.record import RequestRecord
 
-__all__ = ["MAX_ERROR_BODY", "ResponseReader"]
+__all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "BodyParser", "ResponseReader"]
 
 MAX_ERROR_BODY = 65536
 """Bytes of a non-stream reply kept for its error message; past this the reply is judged as it stands."""
+MAX_JSON_BODY = 64 << 20
+"""Largest non-streaming answer read (an embeddings batch of a few thousand vectors fits)."""
+
+BodyParser = Callable[[OutputTracker, float, object], None]
+"""Reads a non-streaming JSON answer into a tracker; raises ``StreamProtocolError`` on a wrong shape."""
 
 
 class ResponseReader:
@@ -60,21 +67,26 @@ class ResponseReader:
         rec = reader.record
     """
 
-    __slots__ = ("_body", "_decoder", "_error_body", "_error_len", "_parser", "_t", "bytes_in", "chunk_times",
-                 "complete", "done_seen", "headers", "headers_done", "keep_alive", "over", "record", "sse",
-                 "start", "tracker", "wall_start")
+    __slots__ = ("_body", "_decoder", "_error_body", "_error_len", "_json", "_parser", "_t", "body_parser",
+                 "bytes_in", "chunk_times", "complete", "done_seen", "headers", "headers_done", "keep_alive", "over",
+                 "record", "sse", "start", "tracker", "wall_start")
 
     def __init__(self, start: float, *, max_line_bytes: int = DEFAULT_MAX_LINE,
                  intended_start: float | None = None, wall_start: float | None = None,
-                 keep_text: bool = False) -> None:
+                 keep_text: bool = False, tracker: OutputTracker | None = None,
+                 body_parser: BodyParser | None = None) -> None:
         self.start = start
         """When the request was initiated (``time.perf_counter``); every duration is from here."""
         self.wall_start = wall_start
         """``time.time()`` at ``start``, if known: turns a Retry-After date into seconds when there is no Date."""
         self.record = RequestRecord(start=start, intended_start=intended_start)
         """The outcome; complete once ``over``."""
-        self.tracker = StreamTracker(start, keep_text=keep_text)
-        """``keep_text``: the record's ``content`` gets the answer's text (sessions send it back)."""
+        self.tracker = tracker if tracker is not None else StreamTracker(start, keep_text=keep_text)
+        """The API's stream tracker (``client/stream.py``; chat/completions by default). ``keep_text``: the record's
+        ``content`` gets the answer's text (sessions send it back)."""
+        self.body_parser = body_parser
+        """Non-streaming requests: reads a 200 JSON body into the tracker (``parser(tracker, t, obj)``)."""
+        self._json: list[bytes] | None = None
         self.chunk_times = self.tracker.chunk_times
         """Arrival of each content chunk so far (the tracker's list: the transport watches it for the TTFT)."""
         self.bytes_in = 0
@@ -135,6 +147,11 @@ class ResponseReader:
                     return self._fail(e.kind, e.detail, t)
                 except OversizedLine as e:
                     return self._fail("oversized_line", str(e), t)
+            elif self._json is not None:
+                self._json.extend(body)
+                self._error_len += sum(map(len, body))
+                if self._error_len > MAX_JSON_BODY:
+                    return self._fail("bad_response", f"JSON response over {MAX_JSON_BODY >> 20} MiB", t)
             else:
                 self._error_body.extend(body)
                 self._error_len += sum(map(len, body))
@@ -172,7 +189,10 @@ class ResponseReader:
         rec = self.record
         rec.headers_s = self._t - self.start
         rec.status = self._parser.get_status_code()  # type: ignore[union-attr]
-        self.sse = rec.status == 200 and self.headers.get("content-type", "").startswith("text/event-stream")
+        kind = self.headers.get("content-type", "")
+        self.sse = rec.status == 200 and kind.startswith("text/event-stream")
+        if rec.status == 200 and not self.sse and self.body_parser is not None and "json" in kind:
+            self._json = []  # a non-streaming answer
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -185,6 +205,8 @@ class ResponseReader:
     # -- outcomes ------------------------------------------------------------------------------------------
 
     def _message_end(self) -> bool:
+        if self._json is not None:
+            return self._json_end()
         if not self.sse:
             return self._http_failure()
         if not self.done_seen:
@@ -193,6 +215,20 @@ class ResponseReader:
                 return self._fail("truncated", f"stream ended without finish_reason or [DONE] after "
                                                f"{len(self.chunk_times)} content chunks", self._t)
             self.record.e2e_s = tracker.finish_t - self.start  # type: ignore[operator]
+        return self._finish()
+
+    def _json_end(self) -> bool:
+        """A non-streaming answer: E2E at its last byte, tokens from its usage; no TTFT (nothing streamed)."""
+        data = b"".join(self._json or ())
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):
+            return self._fail("bad_response", f"response body is not JSON: {data[:120]!r}", self._t)
+        try:
+            self.body_parser(self.tracker, self._t, obj)  # type: ignore[misc]
+        except StreamProtocolError as e:
+            return self._fail(e.kind, e.detail, self._t)
+        self.record.e2e_s = self._t - self.start
         return self._finish()
 
     def _http_failure(self) -> bool:
@@ -248,6 +284,15 @@ class ResponseReader:
         rec.response_id = tracker.response_id
         rec.prompt_tokens = tracker.prompt_tokens
         rec.cached_tokens, rec.cached_source = tracker.cached_tokens, tracker.cached_source
+        rec.chunk_tokens = tracker.chunk_tokens
+        rec.ttfo_s, rec.reasoning_start_s = tracker.content_t, tracker.reasoning_t
+        rec.tool_call_s, rec.tool_call_chunks = tracker.tool_t, tracker.tool_chunks
+        if tracker.reasoning_tokens is not None:
+            rec.reasoning_tokens = tracker.reasoning_tokens
+        elif tracker.reasoning_chunks:  # exact from per-chunk counts, else one token per reasoning chunk, flagged
+            exact = tracker.chunk_tokens is not None
+            rec.reasoning_tokens = tracker.reasoning_chunk_tokens if exact else tracker.reasoning_chunks
+            rec.reasoning_tokens_counted = not exact
         if tracker.text is not None:
             rec.content = "".join(tracker.text)
         if tracker.completion_tokens is not None:

@@ -35,8 +35,9 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from harness.client.reader import ResponseReader
+from harness.client.reader import BodyParser, ResponseReader
 from harness.client.sse import DEFAULT_MAX_LINE
+from harness.client.stream import OutputTracker
 from harness.client.timeouts import Timeouts
 from harness.client.watchdog import Deadline, watchdog
 from harness.metrics.record import RequestRecord
@@ -114,15 +115,19 @@ class Connection:
 
 def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeouts: Timeouts, *,
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None,
-                   keep_text: bool = False) -> RequestRecord:
+                   keep_text: bool = False, tracker: OutputTracker | None = None,
+                   body_parser: BodyParser | None = None) -> RequestRecord:
     """Send one streaming request and read it to the end; never raises for network or protocol trouble.
 
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
     """
     start = time.perf_counter()
     real_minus_perf = time.time() - start
+    if tracker is not None:
+        tracker.start = start  # the API's tracker, made by the caller: times count from here
     reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start,
-                            wall_start=start + real_minus_perf, keep_text=keep_text)
+                            wall_start=start + real_minus_perf, keep_text=keep_text, tracker=tracker,
+                            body_parser=body_parser)
     payload = head + body
     while True:
         reused = conn.sock is not None

@@ -111,6 +111,7 @@ class WorkerSide:
         if self.source.option("save_requests"):
             d = rec.to_dict()
             d.pop("chunk_times")
+            d.pop("chunk_tokens")
             d.update(step=step, phase=phase, worker=self.worker_index)
             self.records.append(d)
 

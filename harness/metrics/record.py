@@ -47,7 +47,21 @@ class RequestRecord:
     e2e_s: float | None = None
     """End of stream for successes; for failures, when the failure was noticed."""
     chunk_times: list[float] = field(default_factory=list)
-    """Arrival of each content-carrying chunk (the first is the TTFT)."""
+    """Arrival of each chunk carrying output of any kind: answer, reasoning, tool call (the first is the TTFT)."""
+    chunk_tokens: list[int] | None = None
+    """Output tokens in each of ``chunk_times`` when the server says so exactly (continuous usage), else None."""
+    ttfo_s: float | None = None
+    """Time to first output token: the first answer (content) chunk; reasoning and tool calls excluded."""
+    reasoning_start_s: float | None = None
+    """The first reasoning chunk; reasoning time = ``ttfo_s`` − this."""
+    reasoning_tokens: int | None = None
+    reasoning_tokens_counted: bool = False
+    """True when ``reasoning_tokens`` counts reasoning chunks (the server's usage did not say)."""
+    tool_call_s: float | None = None
+    """The first tool-call delta."""
+    tool_call_chunks: int = 0
+    inputs: int | None = None
+    """Embeddings: inputs in the request's batch."""
     output_tokens: int | None = None
     output_tokens_counted: bool = False
     """True when the server sent no usage and ``output_tokens`` counts content chunks instead."""
@@ -89,6 +103,21 @@ class RequestRecord:
         return (self.e2e_s - self.ttft_s) / (n - 1)
 
     @property
+    def reasoning_s(self) -> float | None:
+        """First reasoning chunk → first answer chunk; None without both."""
+        if self.reasoning_start_s is None or self.ttfo_s is None or not self.ok:
+            return None
+        return self.ttfo_s - self.reasoning_start_s
+
+    @property
+    def tpot_content_s(self) -> float | None:
+        """TPOT over the answer only: (E2E − TTFO) / (n − reasoning tokens − 1); None without an answer of 2+."""
+        n = (self.output_tokens or 0) - (self.reasoning_tokens or 0)
+        if not self.ok or n <= 1 or self.ttfo_s is None or self.e2e_s is None:
+            return None
+        return (self.e2e_s - self.ttfo_s) / (n - 1)
+
+    @property
     def tokens_per_s(self) -> float | None:
         """The user's streaming speed, (n − 1) / (E2E − TTFT)."""
         n = self.output_tokens
@@ -104,7 +133,10 @@ class RequestRecord:
 
     @property
     def one_token_per_chunk(self) -> bool:
-        """Known only from server usage equal to the chunk count; then chunk gaps are token gaps."""
+        """Known from exact per-chunk counts, or from server usage equal to the chunk count; then chunk gaps are
+        token gaps."""
+        if self.chunk_tokens is not None:
+            return all(k == 1 for k in self.chunk_tokens)
         return not self.output_tokens_counted and self.output_tokens == len(self.chunk_times)
 
     def itl_tokens(self) -> list[float] | None:
@@ -114,5 +146,6 @@ class RequestRecord:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["content"]
-        d.update(ok=self.ok, tpot_s=self.tpot_s, tokens_per_s=self.tokens_per_s)
+        d.update(ok=self.ok, tpot_s=self.tpot_s, tokens_per_s=self.tokens_per_s, reasoning_s=self.reasoning_s,
+                 tpot_content_s=self.tpot_content_s)
         return d

@@ -1,0 +1,144 @@
+"""What every API's stream tracker keeps, and how it reports a broken stream. Pure.
+
+A tracker takes one SSE event at a time (``on_event(t, data)``, ``t`` the arrival of the bytes that completed
+it) and returns True at the stream's final event (OpenAI ``[DONE]``, Responses ``response.completed``,
+Anthropic ``message_stop``). ``harness.client.reader`` owns the HTTP side and turns a tracker into a
+``RequestRecord``. One tracker per API: ``openai.StreamTracker`` (chat, completions), ``responses.ResponsesTracker``,
+``anthropic.MessagesTracker``. They share these fields, every time relative to ``start``:
+
+- ``chunk_times``: every event that carried output of any kind — answer text, reasoning, tool-call arguments.
+  The first is the TTFT.
+- ``content_t`` (first answer text: TTFO), ``reasoning_t`` (first reasoning), ``tool_t`` (first tool-call delta);
+  ``reasoning_chunks``, ``tool_chunks`` count those events.
+- ``chunk_tokens``: the output tokens each of ``chunk_times`` carried, when the server says so exactly (vLLM's
+  ``continuous_usage_stats``: cumulative usage on every chunk); else None. ``reasoning_chunk_tokens`` likewise.
+- usage: ``completion_tokens``, ``prompt_tokens``, ``cached_tokens`` (+ ``cached_source``), ``reasoning_tokens``.
+- ``finish_reason`` and ``finish_t`` (absolute), ``response_id``, ``text`` (the answer's pieces, only with
+  ``keep_text``: sessions send it back).
+
+A stream that breaks the protocol raises ``StreamProtocolError`` with an error class of ``metrics.record``:
+``malformed_chunk`` (not JSON), ``bad_response`` (JSON of the wrong shape; the detail names the field),
+``stream_error`` (the server's error event).
+"""
+
+from __future__ import annotations
+
+import json
+
+from harness.errors import KneecapError
+
+__all__ = ["OutputTracker", "StreamProtocolError", "count_ok", "decode_json", "json_kind"]
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+class StreamProtocolError(KneecapError):
+    """The stream broke the protocol; ``kind`` is an error class of ``metrics.record``."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def decode_json(data: str) -> object:
+    """One event's JSON (``json.loads`` less its two whitespace scans when the data is exactly one value)."""
+    try:
+        obj, end = _raw_decode(data)
+    except (ValueError, RecursionError):
+        end = -1
+    if end != len(data):  # not exactly one JSON value (whitespace around it, garbage): json.loads decides
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the interpreter's stack
+            raise StreamProtocolError("malformed_chunk", f"chunk is not JSON: {data[:120]!r}") from None
+    return obj
+
+
+def count_ok(v: object) -> bool:
+    """A token count as usage carries it: absent (None) or an integer >= 0 (a bool is not a count)."""
+    return v is None or (v.__class__ is int and v >= 0)  # type: ignore[operator]
+
+
+def json_kind(v: object) -> str:
+    """A JSON value in words, for error details: "an object", "'fifty'", "null"."""
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return repr(v[:40])
+    return json.dumps(v)  # null, true, 7, 2.5
+
+
+class OutputTracker:
+    """The fields every tracker fills (see the module docstring); subclasses implement ``on_event``."""
+
+    __slots__ = ("_cum", "cached_source", "cached_tokens", "chunk_times", "chunk_tokens", "completion_tokens",
+                 "content_t", "finish_reason", "finish_t", "prompt_tokens", "reasoning_chunk_tokens",
+                 "reasoning_chunks", "reasoning_t", "reasoning_tokens", "response_id", "start", "text",
+                 "tool_chunks", "tool_t")
+
+    def __init__(self, start: float, *, keep_text: bool = False) -> None:
+        self.start = start
+        self.chunk_times: list[float] = []
+        self.chunk_tokens: list[int] | None = None
+        self.content_t: float | None = None
+        self.reasoning_t: float | None = None
+        self.tool_t: float | None = None
+        self.reasoning_chunks = 0
+        self.reasoning_chunk_tokens = 0
+        self.tool_chunks = 0
+        self.text: list[str] | None = [] if keep_text else None
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.cached_source: str | None = None
+        self.reasoning_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.finish_t: float | None = None
+        self.response_id: str | None = None
+        self._cum: int | None = None  # cumulative completion tokens of the last chunk that carried usage
+
+    def on_event(self, t: float, data: str) -> bool:
+        raise NotImplementedError  # each API's tracker defines it
+
+    # -- for subclasses: one output event of a kind ("content" | "reasoning" | "tool") at t --------------------
+    def output(self, t: float, kind: str, piece: object = None, cumulative: int | None = None) -> None:
+        rel = t - self.start
+        self.chunk_times.append(rel)
+        if kind == "content":
+            if self.content_t is None:
+                self.content_t = rel
+            text = self.text
+            if text is not None and piece.__class__ is str:
+                text.append(piece)  # type: ignore[arg-type]
+        elif kind == "reasoning":
+            self.reasoning_chunks += 1
+            if self.reasoning_t is None:
+                self.reasoning_t = rel
+        else:
+            self.tool_chunks += 1
+            if self.tool_t is None:
+                self.tool_t = rel
+        if cumulative is not None:
+            self.exact_tokens(cumulative, kind)
+        elif self.chunk_tokens is not None:  # a chunk without its count: the counts no longer line up
+            self.chunk_tokens = None
+
+    def exact_tokens(self, cumulative: int, kind: str) -> None:
+        """The output chunk just recorded brought the cumulative completion count to ``cumulative``."""
+        tokens = self.chunk_tokens
+        if tokens is None:
+            if len(self.chunk_times) != 1:  # exact counts began mid-stream: they cannot be aligned
+                return
+            tokens = self.chunk_tokens = []
+        n = cumulative - (self._cum or 0)
+        tokens.append(n)
+        self._cum = cumulative
+        if kind == "reasoning":
+            self.reasoning_chunk_tokens += n
+
+    def usage_seen(self, cumulative: int) -> None:
+        """A chunk without output carried cumulative usage (a role chunk): later chunks count from here."""
+        self._cum = cumulative
