@@ -6,7 +6,8 @@ version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric o
 failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail`` (which p99 the
 knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``workers_joined``, and per
 run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
-shares, each with its source) and, for session workloads, ``sessions`` (docs/results.md). Readers of older files
+shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
+metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md). Readers of older files
 keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
@@ -98,6 +99,10 @@ class StepResult:
     """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
     sessions: dict | None = None
     """Sessions workloads: ended sessions, their figures, TTFT by turn, agent stall (``analysis.sessions``)."""
+    stream: dict | None = None
+    """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
+    requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
+    from chunks, embeddings inputs/s (``analysis.steps``)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
@@ -119,6 +124,8 @@ class StepResult:
             out["prefix_cache"] = self.prefix_cache
         if self.sessions is not None:
             out["sessions"] = self.sessions
+        if self.stream is not None:
+            out["stream"] = self.stream
         return out
 
 

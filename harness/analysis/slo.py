@@ -7,7 +7,8 @@ items)::
                | "rate" OP NUMBER                     error_rate, a fraction in [0, 1]
     OP        := "<" | "<=" | ">" | ">="
 
-Metrics: ``ttft``, ``tpot``, ``itl``, ``e2e`` (milliseconds), ``tokens_per_s_per_user`` (the speed
+Metrics: ``ttft``, ``tpot``, ``itl``, ``e2e``, ``ttfo`` (first answer token), ``reasoning_time``
+(milliseconds), ``tokens_per_s_per_user`` (the speed
 floor, e.g. ``p(5)>20``: 95% of requests stream at least 20 tokens/s), ``error_rate``; with sessions also
 ``session_ttft`` (each session's own TTFT p99, ms) and ``session_duration`` (ms, think time included).
 Example: ``{ttft: ["p(95)<500", {threshold: "p(99)<2000", abort_on_fail: true}], error_rate: "rate<0.01"}``.
@@ -24,7 +25,7 @@ from harness.metrics.record import RequestRecord
 
 __all__ = ["LATENCY_METRICS", "SESSION_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
 
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time")
 SESSION_METRICS = ("session_ttft", "session_duration")
 """Per session (sessions workloads): its own TTFT p99, and its duration with think time (ms); a failed session
 is a miss."""
@@ -91,7 +92,8 @@ def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callab
             if metric == "tokens_per_s_per_user":
                 observed = rec.tokens_per_s
             else:
-                seconds = {"ttft": rec.ttft_s, "e2e": rec.e2e_s}.get(metric, rec.tpot_s)
+                seconds = {"ttft": rec.ttft_s, "e2e": rec.e2e_s, "ttfo": rec.ttfo_s,
+                           "reasoning_time": rec.reasoning_s}.get(metric, rec.tpot_s)
                 observed = None if seconds is None else seconds * 1000
             if observed is not None and not _OPS[op](observed, value):
                 return False

@@ -107,4 +107,20 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
         generator=(generator or Generator()).health(), fleet_changed=info.fleet_changed,
-        workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined))
+        workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
+        stream=_stream(bucket, duration))
+
+
+def _stream(bucket: Bucket, duration: float) -> dict | None:
+    """What the streams said about themselves, when it applies: exact tokens per chunk, what was inferred."""
+    x = bucket.extra
+    tpc = bucket.sketches.get("tokens_per_chunk")
+    if not x and tpc is None:
+        return None
+    out: dict = {"exact_chunk_counts": x.get("exact_chunks", 0), "itl_token_unknown": x.get("itl_token_unknown", 0),
+                 "reasoning_tokens_counted": x.get("reasoning_counted", 0)}
+    if tpc is not None:
+        out["tokens_per_chunk"] = summarize_sketch(tpc, scale=1.0)
+    if x.get("inputs"):
+        out["inputs_per_s"] = round(x["inputs"] / duration, 3)
+    return out

@@ -22,9 +22,11 @@ __all__ = ["LATENCIES", "METRICS", "Bucket", "Delta", "Fleet", "Recorder", "ci_r
            "summarize_sketch"]
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
-           "e2e_intended")
+           "e2e_intended", "ttfo", "reasoning_time", "tpot_content", "tool_call")
 """ttft/tpot/itl (per chunk)/itl_token/e2e/headers in s; tokens_per_s per user; send_lag and the *_intended
-latencies (from the arrival schedule's intended start) in open-loop mode only."""
+latencies (from the arrival schedule's intended start) in open-loop mode only; ttfo (first answer token),
+reasoning_time, tpot_content (answer tokens only) and tool_call (first tool-call delta) where the stream has
+them. ``tokens_per_chunk`` (a count) is a sketch too, when the server gives exact per-chunk counts."""
 LATENCIES = tuple(m for m in METRICS if m != "tokens_per_s")
 """The metrics that are durations (seconds in sketches, milliseconds in summaries)."""
 
@@ -60,6 +62,10 @@ class Bucket:
     cached tokens, how many of them reported it only in llama.cpp's timings.cache_n]."""
     sessions: SessionStats | None = None
     """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
+    extra: dict[str, int] = field(default_factory=dict)
+    """Counters that apply to some endpoints only: ``exact_chunks`` (requests with exact per-chunk token counts),
+    ``itl_token_unknown`` (several-token chunks without exact counts: no per-token ITL), ``reasoning_counted``
+    (reasoning tokens counted from chunks, usage silent), ``inputs`` (embeddings inputs)."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -108,10 +114,38 @@ class Bucket:
             itl = sk("itl")
             for g in gaps:
                 itl.add(g)
-            if rec.one_token_per_chunk:
+            per_chunk = rec.chunk_tokens
+            if per_chunk is not None:  # exact: a gap is shared by the tokens of the chunk that ends it
+                itl_token = sk("itl_token")
+                for g, k in zip(gaps, per_chunk[1:], strict=False):
+                    if k > 0:
+                        itl_token.add(g / k, k)
+            elif rec.one_token_per_chunk:
                 itl_token = sk("itl_token")
                 for g in gaps:
                     itl_token.add(g)
+            else:
+                self._count("itl_token_unknown")
+        if rec.chunk_tokens is not None:
+            self._count("exact_chunks")
+            tpc = sk("tokens_per_chunk")
+            for k in rec.chunk_tokens:
+                if k > 0:
+                    tpc.add(k)
+        if rec.ttfo_s is not None:
+            sk("ttfo").add(rec.ttfo_s)
+            tpot_content = rec.tpot_content_s
+            if tpot_content is not None:
+                sk("tpot_content").add(tpot_content)
+        reasoning = rec.reasoning_s
+        if reasoning is not None:
+            sk("reasoning_time").add(reasoning)
+        if rec.tool_call_s is not None:
+            sk("tool_call").add(rec.tool_call_s)
+        if rec.reasoning_tokens_counted:
+            self._count("reasoning_counted")
+        if rec.inputs:
+            self._count("inputs", rec.inputs)
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted
@@ -126,6 +160,9 @@ class Bucket:
             if rec.prompt_tokens_target:
                 self.prompt_error_sum += abs(rec.prompt_tokens - rec.prompt_tokens_target) / rec.prompt_tokens_target
                 self.prompt_error_n += 1
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.extra[key] = self.extra.get(key, 0) + n
 
     def add_session(self, rec: SessionRecord) -> None:
         """One ended session: its counts, and its duration, model time, TTFT p99 and final context as sketches."""
@@ -158,6 +195,8 @@ class Bucket:
         self.dropped += other.dropped
         for i, v in enumerate(other.cache):
             self.cache[i] += v
+        for k, v in other.extra.items():
+            self.extra[k] = self.extra.get(k, 0) + v
         if other.sessions is not None:
             if self.sessions is None:
                 self.sessions = SessionStats()
@@ -173,6 +212,8 @@ class Bucket:
             out["cache"] = list(self.cache)
         if self.sessions is not None:
             out["sess"] = self.sessions.to_wire()
+        if self.extra:
+            out["x"] = dict(self.extra)
         return out
 
     @classmethod
@@ -184,7 +225,8 @@ class Bucket:
             raise ValueError("cache has 4 counters")
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
-                   sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None, **fields)
+                   sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
+                   extra={str(k): int(v) for k, v in d.get("x", {}).items()}, **fields)
 
 
 Delta = tuple[int, str, Bucket]

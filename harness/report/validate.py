@@ -49,6 +49,7 @@ _STEP = {
     "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
     "server?": {"*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
+    "stream?": dict,
 }
 
 SUMMARY: dict[str, Any] = {
