@@ -6,6 +6,7 @@ Part of the scenario (``harness/scenario.py`` parses the rest); the schema is in
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,9 +14,13 @@ from urllib.parse import urlsplit
 from harness.checker import Checker
 from harness.client.timeouts import Timeouts
 
-__all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "Endpoint", "Tls", "parse_endpoint", "url_problem"]
+__all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "USAGE_PER_CHUNK", "Endpoint", "Tls", "header_values",
+           "parse_endpoint", "url_problem"]
 
-APIS = ("chat", "completions")
+APIS = ("chat", "completions", "responses", "messages", "embeddings")
+"""chat (/v1/chat/completions), completions (/v1/completions), responses (OpenAI Responses, /v1/responses),
+messages (Anthropic Messages, /v1/messages), embeddings (/v1/embeddings)."""
+USAGE_PER_CHUNK = ("auto", "on", "off")
 RETRY_AFTER = ("honor", "ignore")
 
 DEFAULT_HOST = "http://127.0.0.1:8000"
@@ -80,12 +85,27 @@ class Endpoint:
     tls: Tls = field(default_factory=Tls)
     retry_after: str = "honor"
     """A 429's ``Retry-After``: "honor" (that user waits that long before its next request) or "ignore"."""
+    stream: bool = True
+    """False: classic request/response (E2E and time to headers only, tokens from usage); embeddings never stream."""
+    continuous_usage: str = "auto"
+    """chat/completions streams: ask for usage on every chunk (``stream_options.continuous_usage_stats``, vLLM and
+    SGLang) so each chunk's token count is exact. "auto": ask, and stop asking when the server refuses it."""
+    headers: dict[str, str | dict] = field(default_factory=dict)
+    """Extra request headers (gateways); values given as ``{env: NAME}`` are read from the environment at start."""
+    anthropic_version: str = "2023-06-01"
+    """``messages``: the ``anthropic-version`` header."""
+
+    @property
+    def path(self) -> str:
+        """The API's path below the base URL."""
+        return {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses",
+                "messages": "/v1/messages", "embeddings": "/v1/embeddings"}[self.api]
 
 
 def parse_endpoint(node: Any, check: Checker) -> Endpoint:
     """The scenario's ``endpoint`` section, every problem reported to ``check``."""
     keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics", "tls",
-            "retry_after")
+            "retry_after", "stream", "continuous_usage", "headers", "anthropic_version")
     d = Endpoint()
     if check.mapping(node, "endpoint", keys) is None:
         return d
@@ -106,7 +126,53 @@ def parse_endpoint(node: Any, check: Checker) -> Endpoint:
                     ignore_eos=check.boolean(node, "ignore_eos", "endpoint", d.ignore_eos),
                     extra_body=extra if isinstance(extra, dict) else {}, timeouts=timeouts,
                     metrics=_metrics(node, check), tls=_tls(node.get("tls", {}), check),
-                    retry_after=check.string(node, "retry_after", "endpoint", d.retry_after, choices=RETRY_AFTER))
+                    retry_after=check.string(node, "retry_after", "endpoint", d.retry_after, choices=RETRY_AFTER),
+                    stream=check.boolean(node, "stream", "endpoint", d.stream),
+                    continuous_usage=check.string(node, "continuous_usage", "endpoint", d.continuous_usage,
+                                                  choices=USAGE_PER_CHUNK),
+                    headers=_headers(node.get("headers", {}), check),
+                    anthropic_version=check.string(node, "anthropic_version", "endpoint", d.anthropic_version))
+
+
+_TOKEN = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _headers(node: Any, check: Checker) -> dict[str, str | dict]:
+    """``{Name: value}`` or ``{Name: {env: VAR}}`` (a secret: read from the environment when the run starts)."""
+    if not isinstance(node, dict):
+        check.fail("endpoint.headers", "expected a mapping of header names to values or {env: VARIABLE}")
+        return {}
+    out: dict[str, str | dict] = {}
+    for name, value in node.items():
+        where = f"endpoint.headers.{name}"
+        if not isinstance(name, str) or not name or not set(name) <= _TOKEN:
+            check.fail("endpoint.headers", f"{name!r} is not an HTTP header name (letters, digits, - and _)")
+            continue
+        if name.lower() in ("host", "content-length", "content-type", "transfer-encoding", "connection"):
+            check.fail(where, "kneecap sets this header itself; remove it")
+            continue
+        if isinstance(value, dict):
+            if check.mapping(value, where, ("env",), ("env",)) is None or not isinstance(value.get("env"), str):
+                continue
+            out[name] = {"env": value["env"]}  # resolved by ``header_values`` when the run starts
+        elif isinstance(value, (str, int, float)) and not isinstance(value, bool) and "\n" not in str(value) \
+                and "\r" not in str(value):
+            out[name] = str(value)
+        else:
+            check.fail(where, f"expected a value (one line) or {{env: VARIABLE}}, got {value!r}")
+    return out
+
+
+def header_values(headers: dict[str, str | dict], environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers to send: ``{env: VAR}`` values from ``environ`` (a missing variable sends no header)."""
+    out = {}
+    for name, value in headers.items():
+        if isinstance(value, dict):
+            if value["env"] in environ:
+                out[name] = environ[value["env"]]
+        else:
+            out[name] = value
+    return out
 
 
 def _metrics(node: dict, check: Checker) -> str:

@@ -79,7 +79,12 @@ MALFORMED = [
     (GOOD + "load: {users: {max: 1.0e+7}}", "load.users.max: must be <= 1,000,000, got 10000000.0"),
     (GOOD + "load: {users: {start: 1, step: 1, max: 20000}}", "load.users.step: the staircase 1, 2, ... up to "
                                                              "20,000 has 20,000 levels, more than the 10,000"),
-    (GOOD + "endpoint: {api: responses}", "endpoint.api: must be one of chat, completions; got 'responses'"),
+    (GOOD + "endpoint: {api: response}", "endpoint.api: must be one of chat, completions, responses, messages, "
+                                          "embeddings; got 'response'"),
+    (GOOD + "endpoint: {headers: {Host: x}}", "endpoint.headers.Host: kneecap sets this header itself"),
+    (GOOD + "endpoint: {headers: {'X Bad': x}}", "'X Bad' is not an HTTP header name"),
+    (GOOD + "endpoint: {headers: {X-Key: {envv: K}}}", "endpoint.headers.X-Key: unknown key 'envv'"),
+    (GOOD + "endpoint: {continuous_usage: always}", "endpoint.continuous_usage: must be one of auto, on, off"),
     (GOOD + "endpoint: {timeouts: {ttft_s: 0}}", "endpoint.timeouts.ttft_s: must be > 0, got 0"),
     (GOOD + "load: {mode: ramp}", "load.mode: must be one of staircase, constant, open_staircase; got 'ramp'"),
     (GOOD + "load: {users: {start: 64, step: 4, max: 8}}", "load.users: start (64) must be <= max (8)"),
