@@ -63,6 +63,8 @@ class Workload:
     seed: int = 0
     sessions: SessionSpec | None = None
     """Multi-turn sessions instead of independent requests (``harness.workload.sessions``)."""
+    batch: Length | None = None
+    """``api: embeddings``: inputs per request (each of ``input_tokens``); None: one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +179,10 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     load = _load(top.get("load", {}), check)
     slo = _slo(top.get("slo", {}), check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
+    if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
+        check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")
+    if workload is not None and workload.sessions is not None and endpoint.api == "embeddings":
+        check.fail("workload.sessions", "embeddings have no conversations: use input_tokens (and batch)")
     if workload is not None and workload.sessions is None:  # session metrics exist only with sessions
         if load.knee_metric.startswith("session_"):
             check.fail("load.knee.metric", f"{load.knee_metric} needs workload.sessions; use ttft, tpot, itl or e2e")
@@ -190,7 +196,8 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:
-    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed", "sessions")
+    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed", "sessions",
+            "batch")
     if check.mapping(node, "workload", keys) is None:
         return None
     joint = sessions = None
@@ -215,7 +222,8 @@ def _workload(node: Any, check: Checker) -> Workload | None:
         inp = length_from_spec(node["input_tokens"], "workload.input_tokens", check) if "input_tokens" in node else None
         out = length_from_spec(node["output_tokens"], "workload.output_tokens", check) \
             if "output_tokens" in node else None
-    return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions,
+    batch = length_from_spec(node["batch"], "workload.batch", check) if "batch" in node else None
+    return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions, batch=batch,
                     shared_prefix_tokens=check.number(node, "shared_prefix_tokens", "workload", 0, integer=True,
                                                       minimum=0),
                     unique_prompts=check.boolean(node, "unique_prompts", "workload", True),

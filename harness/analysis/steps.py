@@ -119,6 +119,8 @@ def _stream(bucket: Bucket, duration: float) -> dict | None:
         return None
     out: dict = {"exact_chunk_counts": x.get("exact_chunks", 0), "itl_token_unknown": x.get("itl_token_unknown", 0),
                  "reasoning_tokens_counted": x.get("reasoning_counted", 0)}
+    if x.get("continuous_usage_refused"):
+        out["continuous_usage_refused"] = x["continuous_usage_refused"]
     if tpc is not None:
         out["tokens_per_chunk"] = summarize_sketch(tpc, scale=1.0)
     if x.get("inputs"):

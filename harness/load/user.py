@@ -28,9 +28,11 @@ import gevent
 from gevent.pool import Group
 from locust import FastHttpUser, task
 
+from harness.client.apis import exchange
 from harness.client.backoff import Backoff
-from harness.client.openai import build_body, request_head
+from harness.client.openai import request_head
 from harness.client.transport import Connection, stream_request
+from harness.endpoint import header_values
 from harness.errors import KneecapError
 from harness.metrics.record import ERROR_CLASSES, RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
@@ -65,8 +67,9 @@ class LLMUser(FastHttpUser):
         insecure = bool(self.kneecap.source.option("insecure"))  # kneecap run's or Locust's --insecure
         self.tls_settings = {"ca_file": ep.tls.ca_file, "verify": ep.tls.verify and not insecure}
         self.conn = Connection(base, **self.tls_settings)
-        self.path = f"{self.conn.base_path}/v1/{'chat/completions' if ep.api == 'chat' else 'completions'}"
+        self.path = f"{self.conn.base_path}{ep.path}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        self.headers = header_values(ep.headers, os.environ)
         self.timeouts = ep.timeouts
         self.sessions = self.kneecap.session_sampler()
         self.sampler = None if self.sessions else self.kneecap.sampler()
@@ -196,17 +199,31 @@ class LLMUser(FastHttpUser):
                   call: Call | None) -> RequestRecord:
         if call is None:
             plan = self.sampler.next()  # type: ignore[union-attr]
-            prompt, max_tokens = plan.prompt, plan.max_tokens
+            prompts, max_tokens = [plan.prompt], plan.max_tokens
+            batch = self.kneecap.scenario.workload.batch
+            if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
+                extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
+                prompts += [self.sampler.next().prompt for _ in range(extra)]  # type: ignore[union-attr]
         else:
-            prompt, max_tokens = Prompt(call.messages, call.text, 0, call.target_tokens), call.max_tokens
-        body = build_body(ep.api, ep.model, prompt, max_tokens, ignore_eos=ep.ignore_eos, extra=ep.extra_body)
-        head = request_head("POST", self.path, conn.host_header, len(body), self.api_key)
-        rec = stream_request(conn, self.path, head, body, self.timeouts, intended_start=intended_start,
-                             keep_text=call is not None)
-        rec.prompt_tokens_target = prompt.target_tokens or None
+            prompts, max_tokens = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens
+        k = self.kneecap
+        while True:
+            asked = k.continuous_usage
+            ex = exchange(ep, prompts, max_tokens, continuous_usage=asked, keep_text=call is not None,
+                          api_key=self.api_key)
+            head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
+                                {**ex.headers, **self.headers}, bearer=ex.bearer)
+            rec = stream_request(conn, self.path, head, ex.body, self.timeouts, intended_start=intended_start,
+                                 tracker=ex.tracker, body_parser=ex.parser)
+            if not (asked and k.refused_continuous_usage(rec)):
+                break  # else once more without it: the refusal was our question, not the endpoint's failure
+        rec.prompt_tokens_target = prompts[0].target_tokens or None
         rec.max_tokens = max_tokens
+        if len(prompts) > 1 or ep.api == "embeddings":
+            rec.inputs = len(prompts)
         if rec.prompt_tokens and call is None:
-            self.sampler.prompts.observe(prompt, rec.prompt_tokens)  # type: ignore[union-attr]
+            words = sum(p.words for p in prompts)
+            self.sampler.prompts.observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
         return rec
 
     def _client_error(self, exc: Exception, conn: Connection, start: float,

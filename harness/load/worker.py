@@ -8,6 +8,7 @@ validity signal for the generator (Locust's 90% CPU warning comes too late).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from harness.scenario import Scenario
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
 from harness.workload.sessions import SessionSampler
+
+log = logging.getLogger("kneecap")
 
 __all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
 
@@ -54,6 +57,7 @@ class WorkerSide:
         self.logged_errors: set[type] = set()
         """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None
+        self._usage_refused = False
         self._samplers = 0
         self._monitor: gevent.Greenlet | None = None
 
@@ -105,6 +109,28 @@ class WorkerSide:
         self._samplers += 1
         return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint, api=api,
                               seed=w.seed, worker=self.worker_index * 100_000 + self._samplers, prompts=self._prompts)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """Ask chat/completions streams for usage on every chunk (exact tokens per chunk) — until refused."""
+        ep = self.scenario.endpoint
+        return ep.continuous_usage != "off" and ep.stream and ep.api in ("chat", "completions") \
+            and not self._usage_refused
+
+    def refused_continuous_usage(self, rec: RequestRecord) -> bool:
+        """``rec`` is the endpoint refusing ``stream_options`` (HTTP 400 naming it) while continuous usage is "auto":
+        stop asking, say so once and in the results; True means "send this request again without it"."""
+        detail = rec.error_detail.lower()
+        if self.scenario.endpoint.continuous_usage != "auto" or rec.error != "http_4xx" or rec.status != 400 \
+                or not ("continuous_usage" in detail or "stream_options" in detail):
+            return False
+        if not self._usage_refused:
+            self._usage_refused = True
+            log.warning("kneecap: the endpoint refused stream_options.continuous_usage_stats (%s); asking without it "
+                        "from now on: tokens per chunk are inferred, not exact (endpoint.continuous_usage: off "
+                        "skips the question)", rec.error_detail[:200])
+        self.recorder.note("continuous_usage_refused", time.perf_counter())
+        return True
 
     def record(self, rec: RequestRecord, now: float) -> None:
         step, phase = self.recorder.add(rec, now)

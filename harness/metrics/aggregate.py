@@ -65,7 +65,8 @@ class Bucket:
     extra: dict[str, int] = field(default_factory=dict)
     """Counters that apply to some endpoints only: ``exact_chunks`` (requests with exact per-chunk token counts),
     ``itl_token_unknown`` (several-token chunks without exact counts: no per-token ITL), ``reasoning_counted``
-    (reasoning tokens counted from chunks, usage silent), ``inputs`` (embeddings inputs)."""
+    (reasoning tokens counted from chunks, usage silent), ``inputs`` (embeddings inputs),
+    ``continuous_usage_refused`` (the endpoint refused per-chunk usage: asked no more, those requests re-sent)."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -262,6 +263,10 @@ class Recorder:
         key, b = self._bucket(now)
         b.add(rec, self.good)
         return key
+
+    def note(self, key: str, now: float) -> None:
+        """Count one event of ``key`` (``Bucket.extra``) in the current step and phase."""
+        self._bucket(now)[1]._count(key)
 
     def add_session(self, rec: SessionRecord, now: float) -> None:
         """An ended session goes to the bucket of the step and phase it ended in."""

@@ -49,6 +49,10 @@ class RequestSampler:
             return self._joint.sample(self._lengths)
         return self._input.sample(self._lengths), self._output.sample(self._lengths)  # type: ignore[union-attr]
 
+    def batch(self, size: Length) -> int:
+        """Inputs in the next embeddings request (from this user's own length stream)."""
+        return max(1, size.sample(self._lengths))
+
     def next(self) -> PlannedRequest:
         n_in, n_out = self.lengths()
         if self.max_context is not None and n_in + n_out > self.max_context:
