@@ -312,3 +312,63 @@ def test_the_transport_s_failures_keep_what_arrived_and_the_first_word_wins():
     assert (rec.error, rec.e2e_s, rec.chunk_times, rec.ttft_s) == ("idle_timeout", pytest.approx(0.3),
                                                                    pytest.approx([0.01]), pytest.approx(0.01))
     assert rec.error_detail == "idle timeout after 0.300 s (1 content chunks)"
+
+
+# -- reasoning, tool calls, exact tokens per chunk, non-streaming answers ---------------------------------------
+
+def test_reasoning_then_answer_ttft_ttfo_reasoning_time_and_tokens():
+    r = read((0.010, wire(ROLE)[:-len(END)]), (0.020, chunked(event({"reasoning_content": "hm"}))),
+             (0.030, chunked(event({"reasoning": " so"}))), (0.050, chunked(A)), (0.060, chunked(LAST)),
+             (0.070, chunked(event(usage={"prompt_tokens": 9, "completion_tokens": 4,
+                                          "completion_tokens_details": {"reasoning_tokens": 2}})) + chunked(DONE)),
+             (0.080, END))
+    rec = r.record
+    assert rec.ok and rec.ttft_s == pytest.approx(0.020)  # the first token of any kind
+    assert rec.ttfo_s == pytest.approx(0.050) and rec.reasoning_s == pytest.approx(0.030)
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_counted, rec.output_tokens) == (2, False, 4)
+    assert rec.tpot_s == pytest.approx((0.070 - 0.020) / 3)          # over all tokens
+    assert rec.tpot_content_s == pytest.approx((0.070 - 0.050) / 1)  # over the 2 answer tokens
+
+
+def test_reasoning_tokens_counted_from_chunks_when_usage_is_silent():
+    r = read((0.0, wire(event({"reasoning_content": "a"}), event({"reasoning_content": "b"}), A, LAST, USAGE,
+                        DONE)))
+    assert (r.record.reasoning_tokens, r.record.reasoning_tokens_counted) == (2, True)
+
+
+def test_a_tool_call_is_a_success_with_its_own_time():
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    r = read((0.0, SSE_HEAD), (0.015, chunked(event({"tool_calls": [call]}))),
+             (0.025, chunked(event({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
+                                   finish="tool_calls")) + chunked(USAGE) + chunked(DONE) + END))
+    rec = r.record
+    assert rec.ok and rec.finish_reason == "tool_calls" and rec.ttft_s == pytest.approx(0.015)
+    assert rec.tool_call_s == pytest.approx(0.015) and rec.tool_call_chunks == 2 and rec.ttfo_s is None
+
+
+def test_continuous_usage_gives_exact_tokens_per_chunk():
+    def ev(content, total, finish=None):
+        return event({"content": content}, finish=finish) [:-2].replace(
+            b'"choices"', b'"usage":{"prompt_tokens":9,"completion_tokens":%d},"choices"' % total, 1) + b"\n\n"
+    role = ROLE[:-2].replace(b'"choices"', b'"usage":{"prompt_tokens":9,"completion_tokens":0},"choices"', 1) + b"\n\n"
+    r = read((0.0, SSE_HEAD), (0.01, chunked(role)), (0.02, chunked(ev("a", 1))), (0.06, chunked(ev("bcde", 5))),
+             (0.10, chunked(ev("fghi", 9, "length")) + chunked(DONE) + END))
+    rec = r.record
+    assert rec.ok and rec.chunk_tokens == [1, 4, 4] and rec.output_tokens == 9
+    assert not rec.one_token_per_chunk
+
+
+def test_a_non_streaming_answer_gives_e2e_and_usage_but_no_ttft():
+    from harness.client.openai import parse_body
+    body = json.dumps({"id": "x1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                                "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 7, "completion_tokens": 2}}).encode()
+    raw = reply("200 OK", body, "content-type: application/json")
+    r = read((0.005, raw[:40]), (0.050, raw[40:]), body_parser=parse_body)
+    rec = r.record
+    assert rec.ok and r.reusable and rec.ttft_s is None and rec.e2e_s == pytest.approx(0.050)
+    assert (rec.output_tokens, rec.prompt_tokens, rec.finish_reason, rec.response_id) == (2, 7, "stop", "x1")
+    bad = read((0.01, reply("200 OK", b'{"choices": "no"}', "content-type: application/json")), body_parser=parse_body)
+    assert bad.record.error == "bad_response" and "chat/completions response" in bad.record.error_detail
+    garbage = read((0.01, reply("200 OK", b"{nope", "content-type: application/json")), body_parser=parse_body)
+    assert garbage.record.error == "bad_response" and "not JSON" in garbage.record.error_detail
