@@ -43,11 +43,14 @@ def build_body(api: str, model: str, prompt: Prompt, max_tokens: int, *, ignore_
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def request_head(method: str, path: str, host: str, body_len: int, api_key: str | None) -> bytes:
-    """Request line and headers. ``Accept-Encoding: identity``: a compressed stream would be buffered."""
-    auth = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+def request_head(method: str, path: str, host: str, body_len: int, api_key: str | None,
+                 headers: dict[str, str] | None = None, *, bearer: bool = True) -> bytes:
+    """Request line and headers. ``Accept-Encoding: identity``: a compressed stream would be buffered. ``headers``:
+    more lines (an API's own, the endpoint's); ``bearer`` False leaves the key to them (Anthropic's x-api-key)."""
+    auth = f"authorization: Bearer {api_key}\r\n" if api_key and bearer else ""
+    more = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     return (f"{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-            f"accept: text/event-stream\r\naccept-encoding: identity\r\nuser-agent: kneecap\r\n{auth}"
+            f"accept: text/event-stream\r\naccept-encoding: identity\r\nuser-agent: kneecap\r\n{auth}{more}"
             f"content-length: {body_len}\r\n\r\n").encode()
 
 
