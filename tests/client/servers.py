@@ -60,6 +60,8 @@ class CannedServer:
         self.answer = answer if callable(answer) else (lambda _n: answer)
         self.tls = tls
         self.requests = 0
+        self.received: list[tuple[bytes, bytes]] = []
+        """(head, body) of every request, in arrival order."""
         self.handshake_errors: list[str] = []
         self._lock = threading.Lock()
         outer = self
@@ -99,10 +101,11 @@ class CannedServer:
                 if not data:
                     return
                 buf += data
-            buf = buf[length:]
+            body, buf = buf[:length], buf[length:]
             with self._lock:
                 self.requests += 1
                 n = self.requests
+                self.received.append((head, body))
             sock.sendall(self.answer(n))
 
     def __enter__(self) -> CannedServer:

@@ -172,3 +172,30 @@ def test_kneecap_run_trusts_the_server_with_ca_file_or_insecure(tmp_path, https,
     step = summary["steps"][0]
     assert step["ok"] > 20 and not step["failures"], output
     assert code == 0 and "Traceback" not in output
+
+
+_REFUSED = json.dumps({"error": {"message": "Unrecognized request argument supplied: continuous_usage_stats",
+                                 "type": "invalid_request_error", "param": "stream_options.continuous_usage_stats"}}
+                      ).encode()
+REFUSES_USAGE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                 % (len(_REFUSED), _REFUSED))
+
+
+def test_an_endpoint_refusing_per_chunk_usage_is_asked_once_and_the_run_goes_on(tmp_path, monkeypatch):
+    """Issue 13: continuous_usage auto asks for usage on every chunk; a server that refuses it (400 naming the
+    field, as strict OpenAI-compatible gateways do) gets the request again without it, and no more asks. The
+    endpoint's own headers (a value, a secret from the environment) go with every request."""
+    def answer(n: int) -> bytes:
+        _head, body = srv.received[n - 1]
+        return REFUSES_USAGE if b"continuous_usage_stats" in body else sse_reply()
+
+    monkeypatch.setenv("KNEECAP_TEST_GATEWAY", "s3cret")
+    with CannedServer(answer) as srv:
+        records, output = locust(tmp_path, srv.url, users=1, seconds=3, overrides={
+            "endpoint.headers": {"X-Team": "perf", "X-Gateway-Key": {"env": "KNEECAP_TEST_GATEWAY"}}})
+    asked = [b"continuous_usage_stats" in body for _, body in srv.received]
+    assert asked[0] and not any(asked[1:]) and len(asked) >= 3, asked  # asked once, then never again
+    assert records and all(r["ok"] for r in records), output[-2000:]  # the refusal was not the endpoint failing
+    assert "refused stream_options.continuous_usage_stats" in output
+    heads = [head.decode().lower() for head, _ in srv.received]
+    assert all("x-team: perf" in h and "x-gateway-key: s3cret" in h for h in heads)
