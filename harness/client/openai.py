@@ -114,7 +114,10 @@ class StreamTracker(OutputTracker):
                 if timings.__class__ is dict and cached is None and _count(n := timings.get("cache_n")) \
                         and n is not None:
                     self.cached_tokens, self.cached_source = n, "timings.cache_n"
-        if kind is not None:
+        if kind == "content" and self.content_t is not None and not usage and self.text is None \
+                and self.chunk_tokens is None:
+            self.chunk_times.append(t - self.start)  # the per-token common case, inline
+        elif kind is not None:
             self.output(t, kind, piece, completion if usage else None)
         if usage:
             if kind is None and completion is not None:
