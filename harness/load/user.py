@@ -31,6 +31,7 @@ from locust import FastHttpUser, task
 from harness.client.apis import exchange
 from harness.client.backoff import Backoff
 from harness.client.openai import request_head
+from harness.client.timeouts import Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import header_values
 from harness.errors import KneecapError
@@ -70,7 +71,10 @@ class LLMUser(FastHttpUser):
         self.path = f"{self.conn.base_path}{ep.path}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
         self.headers = header_values(ep.headers, os.environ)
-        self.timeouts = ep.timeouts
+        t = ep.timeouts
+        # A non-streaming answer sends nothing until it is whole: only the connect and total deadlines apply.
+        self.timeouts = t if ep.stream and ep.api != "embeddings" else \
+            Timeouts(connect_s=t.connect_s, ttft_s=t.total_s, idle_s=t.total_s, total_s=t.total_s)
         self.sessions = self.kneecap.session_sampler()
         self.sampler = None if self.sessions else self.kneecap.sampler()
         self.spare: list[Connection] = []
