@@ -13,6 +13,7 @@ The schema, key by key, is in ``scenarios/README.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -179,6 +180,20 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     load = _load(top.get("load", {}), check)
     slo = _slo(top.get("slo", {}), check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
+    streams = endpoint.stream and endpoint.api != "embeddings"
+    knee_given = isinstance(top.get("load"), dict) and isinstance(top["load"].get("knee"), dict) \
+        and "metric" in top["load"]["knee"]
+    if not streams and load.knee_metric != "e2e":
+        if knee_given:
+            check.fail("load.knee.metric", f"{load.knee_metric} needs a streamed answer; without streaming "
+                                           "(stream: false, embeddings) the knee follows e2e")
+        else:
+            load = dataclasses.replace(load, knee_metric="e2e")  # the one latency a whole answer has
+    if not streams:
+        for t in slo:
+            if t.metric not in ("e2e", "error_rate"):
+                check.fail(f"slo.{t.metric}", "needs a streamed answer; without streaming (stream: false, "
+                                              "embeddings) use e2e and error_rate")
     if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
         check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")
     if workload is not None and workload.sessions is not None and endpoint.api == "embeddings":
