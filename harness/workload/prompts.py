@@ -15,7 +15,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["Calibration", "Prompt", "PromptBuilder"]
+__all__ = ["CHAT_APIS", "Calibration", "Prompt", "PromptBuilder"]
+
+CHAT_APIS = ("chat", "responses", "messages")
+"""The APIs whose prompts are messages."""
 
 _WORDS = ("time year people way day man thing woman life child world school state family student group country "
           "problem hand part place case week company system program question work government number night point "
@@ -81,6 +84,8 @@ class PromptBuilder:
 
     def __init__(self, *, api: str, shared_prefix_tokens: int = 0, unique: bool = True, seed: int = 0) -> None:
         self.api = api
+        self.chat = api in CHAT_APIS
+        """Prompts as messages (a system prompt, then the user's); else one text (completions, embeddings)."""
         self.unique = unique
         self.calibration = Calibration()
         corpus_rng = random.Random(f"kneecap-corpus:{seed}")
@@ -116,7 +121,7 @@ class PromptBuilder:
         own = max(1, total_words - prefix_words - (1 if nonce else 0))
         body = nonce + self._slice(int(rng.random() * _CORPUS_WORDS), own)
         words = own + prefix_words + (1 if nonce else 0)
-        if self.api == "chat":
+        if self.chat:
             messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
             messages.append({"role": "user", "content": body})
             return Prompt(messages, None, words, target_tokens)

@@ -137,7 +137,7 @@ class Session:
         if self.done:
             return None
         new, out, think = self._lengths()
-        chat = self._builder.api == "chat"
+        chat = self._builder.chat
         self.turn += 1
         if self.turn == 1:
             return [self._first(new, out)]
