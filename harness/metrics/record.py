@@ -75,7 +75,8 @@ class RequestRecord:
     """Prompt tokens served from the server's prefix cache (``usage.prompt_tokens_details.cached_tokens``);
     None when the server does not say. llama.cpp's ``timings.cache_n`` stands in where usage lacks it."""
     cached_source: str | None = None
-    """Where ``cached_tokens`` came from: "usage" or "timings.cache_n"."""
+    """Where ``cached_tokens`` came from: "usage", "timings.cache_n" (llama.cpp), or the API's usage field
+    ("usage.input_tokens_details.cached_tokens", "usage.cache_read_input_tokens")."""
     session: int | None = None
     """Sessions: the session this call belongs to (unique per worker), its 1-based ``turn`` and ``call`` (0 for the
     turn's main call, 1.. for parallel sub-calls)."""
