@@ -175,7 +175,7 @@ class Ledger:
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
             r.server = (server or {}).get(info.index)
-            r.prefix_cache = cache_view(bucket, r.server)
+            r.prefix_cache = cache_view(bucket, r.server, self.scenario.endpoint.api)
             r.sessions = session_view(bucket, baseline)
             out.append(r)
         return out

@@ -26,6 +26,8 @@ __all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cac
            "session_view"]
 
 CLIENT_SOURCE = "usage.prompt_tokens_details.cached_tokens"
+CLIENT_SOURCES = {"responses": "usage.input_tokens_details.cached_tokens", "messages": "usage.cache_read_input_tokens"}
+"""The usage field each API reports cached prompt tokens in (chat and completions: ``CLIENT_SOURCE``)."""
 TIMINGS_SOURCE = "timings.cache_n (llama.cpp)"
 SERVER_SOURCE = "/metrics prefix_cache_hits / prefix_cache_queries (vLLM), the step's delta"
 NOT_REPORTED = "not reported by the endpoint"
@@ -35,11 +37,11 @@ def _share(prompt: int, cached: int) -> float | None:
     return round(cached / prompt, 4) if prompt else None
 
 
-def cache_view(bucket: Bucket, server: dict | None) -> dict:
+def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
     """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources."""
     n, prompt, cached, from_timings = bucket.cache
-    source = CLIENT_SOURCE if not from_timings else TIMINGS_SOURCE if from_timings == n else \
-        f"{CLIENT_SOURCE} and {TIMINGS_SOURCE}"
+    usage = CLIENT_SOURCES.get(api, CLIENT_SOURCE)
+    source = usage if not from_timings else TIMINGS_SOURCE if from_timings == n else f"{usage} and {TIMINGS_SOURCE}"
     client: dict = {"source": source}
     if n:
         client.update(requests=n, prompt_tokens=prompt, cached_tokens=cached, cached_share=_share(prompt, cached))
