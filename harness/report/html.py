@@ -51,7 +51,9 @@ def _verdict(s: dict) -> str:
 def _step_table(s: dict) -> str:
     key = level_key(s.get("mode", "closed"))
     metric = (s.get("knee") or {}).get("metric") or "ttft"
+    reasons = any(st["latency_ms"].get("reasoning_time") for st in s["steps"])  # TTFT and TTFO differ then
     head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
+            *(["TTFO p99", "reasoning p50"] if reasons else []),
             f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", "stationary", "SLO", "reliable"]
     rows = []
     for st in s["steps"]:
@@ -62,6 +64,7 @@ def _step_table(s: dict) -> str:
                      st["throughput"]["requests_per_s"], st["throughput"]["output_tokens_per_s"],
                      st["throughput"]["goodput_per_s"], t.get("p50"),
                      f"{t.get('p99')} [{ci[0]}, {ci[1]}]" if ci else t.get("p99"),
+                     *([lat.get("ttfo", {}).get("p99"), lat.get("reasoning_time", {}).get("p50")] if reasons else []),
                      lat.get(metric, {}).get("p99_slo"), lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"),
                      st.get("stationary"),
                      st.get("slo_passed"), st["generator"]["reliable"]])
