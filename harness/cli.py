@@ -13,6 +13,7 @@ from harness.sim import SimConfig, run_sim
 from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
 from harness.sim.openai import OutputPolicy
+from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
 
@@ -26,7 +27,7 @@ class InputError(click.ClickException):
 
     exit_code = exitcodes.USAGE
 _MIB = 1 << 20
-_TYPES: dict[str, type] = {"int": int, "float": float, "int | None": int, "str | None": str}
+_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "int | None": int, "str | None": str}
 """Click type of each field annotation our config dataclasses use (strings: ``from __future__ import annotations``)."""
 
 
@@ -51,14 +52,16 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
                    types: dict[str, click.ParamType] | None = None) -> Callable[[F], F]:
     """One flag per field of dataclass ``cls`` that has ``help`` metadata, in field order, with the field's
     default, so each default is written once (in the dataclass). ``units`` renames a flag that takes another
-    unit, field = flag × scale (``{"max_body_bytes": ("max_body_mb", _MIB)}``); ``types`` sets a click type."""
+    unit, field = flag × scale (``{"max_body_bytes": ("max_body_mb", _MIB)}``); ``types`` sets a click type; a field
+    with ``choices`` metadata takes one of them."""
     def decorate(func: F) -> F:
         for f in reversed(dataclasses.fields(cls)):
             if "help" not in f.metadata:
                 continue
             name, scale = (units or {}).get(f.name, (f.name, 1))
             default = f.default if scale == 1 else f.default / scale
-            kind = (types or {}).get(f.name) or (float if scale != 1 else _TYPES[str(f.type)])
+            kind = (types or {}).get(f.name) or (click.Choice(f.metadata["choices"]) if "choices" in f.metadata
+                                                 else float if scale != 1 else _TYPES[str(f.type)])
             func = click.option(f"--{name.replace('_', '-')}", name, type=kind, default=default,
                                 show_default=default is not None, help=f.metadata["help"])(func)
         return func
@@ -73,6 +76,7 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
 @click.option("--model", default=None, help="Served model name [sim-PRESET].")
 @_engine_options
 @_field_options(OutputPolicy)  # --eos-median --eos-sigma --tokens-per-word
+@_field_options(Behavior)  # --reasoning-tokens ... (routed out of **engine below)
 @click.option("--fault", "faults", multiple=True, metavar="KIND=P",
               help=f"Inject a fault with probability P; KIND is one of {', '.join(FAULT_KINDS)}. Repeatable.")
 @_field_options(FaultConfig)  # --stall-s --long-line-bytes --retry-after-s
@@ -83,9 +87,10 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, **engine: int | float | None
         ) -> None:
     """Serve a simulated OpenAI-compatible LLM (vLLM-like batching and capacity) until interrupted."""
+    behavior = Behavior(**{f.name: engine.pop(f.name) for f in dataclasses.fields(Behavior)})
     overrides = {k: v for k, v in engine.items() if v is not None}
     engine_cfg = dataclasses.replace(PRESETS[preset], seed=seed, **overrides)
-    problems = engine_cfg.problems()
+    problems = engine_cfg.problems() + behavior.problems()
     if eos_median < 0 or eos_sigma < 0 or tokens_per_word <= 0:
         problems.append("--eos-median and --eos-sigma must be >= 0 and --tokens-per-word > 0")
     if stall_s < 0 or long_line_bytes < 1 or retry_after_s < 0 or max_body_mb <= 0:
@@ -99,7 +104,7 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
     if problems:
         raise click.UsageError("; ".join(problems))
     config = SimConfig(
-        engine=engine_cfg, model=model or f"sim-{preset}",
+        engine=engine_cfg, model=model or f"sim-{preset}", behavior=behavior,
         policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
         faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
                            retry_after_s=retry_after_s),

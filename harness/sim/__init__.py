@@ -1,9 +1,11 @@
 """The built-in OpenAI-compatible LLM server simulator (``kneecap sim``).
 
 Layers, bottom up: ``kv`` (KV blocks and the prefix cache over them), ``engine`` (pure batching/capacity
-model), ``prefix`` (prompt units and block hashes), ``openai`` (request validation and
-vLLM-exact response bytes), ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
-server), ``metrics`` (Prometheus, vLLM names), ``server`` (the real-time loop tying them together).
+model), ``prefix`` (prompt units and block hashes), ``text`` (the words the model writes), ``plan``
+(reasoning, answer and tool call of each request), ``openai`` (chat/completions request validation)
+and ``chat_stream`` (their vLLM-exact response bytes), ``faults`` (what breaks), ``http`` (a minimal
+streaming HTTP/1.1 server), ``metrics`` (Prometheus, vLLM names), ``server`` (the real-time loop tying
+them together).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import sys
 from harness.sim.engine import Engine, EngineConfig, Sequence
 from harness.sim.faults import FaultConfig
 from harness.sim.openai import OutputPolicy
+from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.sim.server import SimConfig, SimServer
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "Engine", "EngineConfig", "FaultConfig", "OutputPolicy", "Sequence",
+__all__ = ["DEFAULT_PRESET", "PRESETS", "Behavior", "Engine", "EngineConfig", "FaultConfig", "OutputPolicy", "Sequence",
            "SimConfig", "SimServer", "run_sim"]
 
 

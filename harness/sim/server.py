@@ -6,6 +6,13 @@ each delivery was, which ``GET /sim/stats`` reports next to the CPU cost per tok
 
 With the prefix cache on, each request's KV block keys are computed when it arrives (``prefix.py``)
 and ``usage`` carries ``prompt_tokens_details.cached_tokens``; with it off that field is left out.
+
+The server knows no framing: each request gets a *writer* (``chat_stream.ChatWriter`` and its peers)
+that turns emissions into bytes — ``opening()`` when the stream starts, ``head(cached)`` before the
+first emission's tokens, ``emit(index, count, finished, cached)`` per emission, ``body(created, cached)``
+for a non-streaming answer, and ``malformed()``, ``long_line(size)``, ``failure(message)`` for faults.
+The trace's phase times (``first_reasoning``, ``first_content``, ``first_tool_call``) come from the
+request's plan (``plan.py``), whatever the framing.
 """
 
 from __future__ import annotations
@@ -18,21 +25,13 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
+from harness.sim.chat_stream import ChatWriter
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.http import Connection, Request
 from harness.sim.metrics import SimMetrics
-from harness.sim.openai import (
-    ApiError,
-    GenRequest,
-    OutputPolicy,
-    StreamFormat,
-    error_body,
-    full_response,
-    parse_request,
-    plain_text,
-    token_text,
-)
+from harness.sim.openai import ApiError, GenRequest, OutputPolicy, error_body, parse_request
+from harness.sim.plan import Behavior
 from harness.sim.prefix import message_hash
 
 __all__ = ["SimConfig", "SimServer"]
@@ -50,6 +49,7 @@ class SimConfig:
     model: str = "sim-small"
     policy: OutputPolicy = field(default_factory=OutputPolicy)
     faults: FaultConfig = field(default_factory=FaultConfig)
+    behavior: Behavior = field(default_factory=Behavior)
     max_waiting: int | None = field(default=None, metadata={
         "help": "Answer 429 when this many requests wait [unlimited]."})
     """Beyond this many queued requests answer 429 with Retry-After (a throttled shared endpoint)."""
@@ -62,20 +62,44 @@ class SimConfig:
 class _Job:
     """A request from arrival to its last byte."""
 
-    __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "fmt", "gen", "held", "id", "last",
-                 "seq", "status", "times")
+    __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "first_content", "first_reasoning",
+                 "first_tool_call", "gen", "held", "id", "last", "seq", "status", "times", "writer")
 
     def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
         self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
-        self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + uuid.uuid4().hex
-        self.fmt = StreamFormat(gen.kind, self.id, int(time.time()), gen.model) if gen.stream else None
+        self.id = _ID_PREFIX[gen.kind] + uuid.uuid4().hex
+        self.writer = _WRITERS[gen.kind](gen, self.id, int(time.time()))
         self.emitted = 0
         self.fault_at = gen.output_tokens // 2  # 0-based index of the token the fault replaces/precedes
         self.first: float | None = None
+        self.first_reasoning: float | None = None
+        self.first_content: float | None = None
+        self.first_tool_call: float | None = None
         self.last = arrival
         self.held: list[bytes] | None = None  # chunks held back during a stall
         self.status = "ok"
         self.times: list[float] = []
+
+    def phases(self, index: int, count: int, t: float) -> None:
+        """Record when each phase of the output first went out."""
+        plan = self.gen.plan
+        if plan.plain:
+            if self.first_content is None:
+                self.first_content = t
+            return
+        for seg in plan.segments(index, count):
+            if seg.phase == "reasoning":
+                if self.first_reasoning is None:
+                    self.first_reasoning = t
+            elif seg.phase == "content":
+                if self.first_content is None:
+                    self.first_content = t
+            elif self.first_tool_call is None:
+                self.first_tool_call = t
+
+
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
+_WRITERS = {"chat": ChatWriter, "completions": ChatWriter}
 
 
 class SimServer:
@@ -175,7 +199,8 @@ class SimServer:
         cfg = self.config
         gen = parse_request(kind, req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
                             policy=cfg.policy, rng=self._rng,
-                            block_size=cfg.engine.block_size if self.engine.prefix_caching else None)
+                            block_size=cfg.engine.block_size if self.engine.prefix_caching else None,
+                            behavior=cfg.behavior)
         try:
             fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
         except ValueError as exc:
@@ -195,6 +220,8 @@ class SimServer:
         conn.on_lost = lambda: self._abort(job, "client_gone")
         if gen.stream:
             conn.start_stream()
+            for chunk in job.writer.opening():
+                conn.send_chunk(chunk)
         self.engine.add(seq)
         self._wake.set()
 
@@ -221,7 +248,11 @@ class SimServer:
                 "output_tokens": job.emitted,
                 "finish_reason": job.gen.finish_reason if status == "ok" else None,
                 "preemptions": job.seq.preemptions,
+                "reasoning_tokens": min(job.emitted, job.gen.plan.reasoning_tokens),
+                "tool_call": job.gen.plan.tool is not None and job.first_tool_call is not None,
                 "arrival": job.arrival, "admitted": job.seq.admitted_at, "first_token": job.first,
+                "first_reasoning": job.first_reasoning, "first_content": job.first_content,
+                "first_tool_call": job.first_tool_call,
                 "finished": now, "token_times": job.times, "arrival_wall": job.arrival + w,
                 "finished_wall": now + w,
                 "message_hashes": None if job.gen.messages is None else
@@ -255,10 +286,12 @@ class SimServer:
             if job is None:
                 continue
             index = job.emitted
+            writer = job.writer
+            stream = job.gen.stream
             out = []
-            if job.fmt is not None:
-                if index == 0 and job.gen.kind == "chat":
-                    out.append(job.fmt.role_chunk())
+            if stream:
+                if index == 0:
+                    out += writer.head(self._cached_tokens(job))
                 if job.fault is not None and index <= job.fault_at < index + e.tokens and self._inject(job, out):
                     continue
             t = time.monotonic()
@@ -268,23 +301,17 @@ class SimServer:
             else:
                 metrics.itl.observe(t - job.last)
             job.last = t
+            job.phases(index, e.tokens, t)
             if self._trace is not None:
                 job.times.append(t)
             job.emitted += e.tokens
             self.tokens_sent += e.tokens
-            if job.fmt is None:
+            if not stream:
                 if e.finished:
-                    g = job.gen
-                    job.conn.respond(200, full_response(g.kind, job.id, int(t + self._wall_offset), g.model,
-                                                        plain_text(job.emitted), g.finish_reason, g.prompt_tokens,
-                                                        job.emitted, self._cached_tokens(job)))
+                    job.conn.respond(200, writer.body(int(t + self._wall_offset), self._cached_tokens(job)))
                     self._finish(job, "ok")
                 continue
-            out.append(job.fmt.token_chunk(token_text(index, e.tokens), job.gen.finish_reason if e.finished else None))
-            if e.finished:
-                if job.gen.include_usage:
-                    out.append(job.fmt.usage_chunk(job.gen.prompt_tokens, job.emitted, self._cached_tokens(job)))
-                out.append(StreamFormat.DONE)
+            out += writer.emit(index, e.tokens, e.finished, self._cached_tokens(job))
             self._send(job, out, e.finished)
 
     def _send(self, job: _Job, out: list[bytes], finished: bool) -> None:
@@ -315,10 +342,9 @@ class SimServer:
             self._abort(job, "no_done")
             return True
         if job.fault == "malformed":
-            out.append(b'data: {"id": "' + job.id.encode() + b'", "choices": [{"delta": {"content": "\n\n')
+            out.append(job.writer.malformed())
         elif job.fault == "long_line":
-            assert job.fmt is not None
-            out.append(job.fmt.token_chunk(json.dumps("x" * faults.long_line_bytes).encode()))
+            out.append(job.writer.long_line(faults.long_line_bytes))
         elif job.fault == "stall":
             self._send(job, out, False)
             out.clear()

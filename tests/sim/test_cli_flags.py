@@ -11,6 +11,7 @@ from click.testing import CliRunner
 import harness.cli
 from harness.cli import main
 from harness.sim import EngineConfig, FaultConfig, OutputPolicy, SimConfig
+from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 
 MIB = 1 << 20
@@ -20,6 +21,9 @@ FIELD_FLAGS = {
     "--eos-median": (OutputPolicy, "eos_median", 1, 256.0),
     "--eos-sigma": (OutputPolicy, "eos_sigma", 1, 0.6),
     "--tokens-per-word": (OutputPolicy, "tokens_per_word", 1, 1.0),
+    "--reasoning-tokens": (Behavior, "reasoning_tokens", 1, "0"),
+    "--reasoning-field": (Behavior, "reasoning_field", 1, "reasoning_content"),
+    "--reasoning-usage": (Behavior, "reasoning_usage", 1, "off"),
     "--stall-s": (FaultConfig, "stall_s", 1, 5.0),
     "--long-line-bytes": (FaultConfig, "long_line_bytes", 1, 1 << 20),
     "--retry-after-s": (FaultConfig, "retry_after_s", 1, 1),
@@ -58,7 +62,7 @@ def test_flag_default_is_the_dataclass_default(flag):
     field_default = _field_default(cls, name)
     option = _options()[flag]
     assert option.default == known  # the flag's default did not change
-    assert option.default == (field_default if field_default is None else field_default / scale)
+    assert option.default == (field_default if field_default is None or scale == 1 else field_default / scale)
     assert option.help == next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
 
 
@@ -88,11 +92,13 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
              "1.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5", "--long-line-bytes", "4096",
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
-             "--seed", "42"]
+             "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
+             "--reasoning-usage", "on"]
     config = served(*args)
     assert config == SimConfig(
         engine=EngineConfig(**engine, seed=42), model="m",
         policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, tokens_per_word=1.3),
+        behavior=Behavior(reasoning_tokens="lognormal:300:0.5", reasoning_field="reasoning", reasoning_usage="on"),
         faults=FaultConfig({"reset": 0.25, "429": 0.5}, stall_s=0.5, long_line_bytes=4096, retry_after_s=7),
         max_waiting=9, max_body_bytes=MIB // 2, trace_file=trace, seed=42)
     assert set(FIELD_FLAGS) <= {a.split("=")[0] for a in args}  # the test really sets each derived flag

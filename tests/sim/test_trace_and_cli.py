@@ -44,6 +44,8 @@ def test_trace_file_has_server_side_times_per_token(tmp_path):
     (["--fault", "gremlin=0.1"], "KIND one of"),
     (["--max-waiting", "-1"], "--max-waiting must be >= 0"),
     (["--eos-sigma", "-1"], "--eos-sigma must be >= 0"),
+    (["--reasoning-tokens", "lots"], "--reasoning-tokens 'lots': expected N, LO-HI or lognormal:MEDIAN:SIGMA"),
+    (["--reasoning-field", "thoughts"], "'thoughts' is not one of 'reasoning_content', 'reasoning'"),
 ])
 def test_bad_flags_are_usage_errors_without_traceback(args, message):
     result = CliRunner().invoke(main, ["sim", *args], prog_name="kneecap")

@@ -1,0 +1,158 @@
+"""What one request generates: reasoning, then an answer that is text or a tool call. Pure: the caller owns the RNG.
+
+Output tokens = reasoning tokens R + answer tokens A; both are output (``completion_tokens``,
+``max_tokens``). With cap C (``max_tokens``, or the rest of the context window), a reasoning draw R*
+and a natural answer length N (the lognormal of ``OutputPolicy``; at least 3 for a tool call, the
+least that spells a name and complete JSON arguments):
+
+- ``ignore_eos`` (or ``--eos-median 0``): output = C exactly; R = min(R*, C), A = C − R;
+- otherwise output = min(C, max(R* + N, min_tokens, 1)); R = min(R*, output), A = output − R.
+
+``finish`` is ``"length"`` when output reached C (the answer, or even the reasoning, was cut), else
+``"tool_calls"`` for a tool call, else ``"stop"``. A tool call cut inside the reasoning (A = 0) is no
+tool call. A tool call's first answer token carries its name; each further one an arguments fragment
+(``text.tool_fragment``), planned as N − 1 fragments so a finished call's arguments are valid JSON.
+
+Reasoning count spec (``--reasoning-tokens``): ``N`` (fixed; ``0`` = not a reasoning model), ``LO-HI``
+(uniform integers, both included) or ``lognormal:MEDIAN:SIGMA`` (rounded). A fixed count draws
+nothing from the RNG, so turning features off leaves every other draw as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+__all__ = ["Behavior", "CountSpec", "Plan", "Segment", "plan_output"]
+
+
+@dataclass(frozen=True)
+class CountSpec:
+    """A token count per request: fixed, uniform or lognormal (see the module docstring)."""
+
+    kind: str
+    a: float = 0.0
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, name: str = "--reasoning-tokens") -> CountSpec:
+        s = text.strip().lower()
+        if re.fullmatch(r"\d+", s):
+            return cls("fixed", int(s))
+        if m := re.fullmatch(r"(\d+)\s*-\s*(\d+)", s):
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                raise ValueError(f"{name} {text!r}: LO-HI needs LO <= HI")
+            return cls("uniform", lo, hi)
+        if m := re.fullmatch(r"lognormal:([\d.]+):([\d.]+)", s):
+            try:
+                return cls("lognormal", float(m[1]), float(m[2]))
+            except ValueError:
+                pass
+        raise ValueError(f"{name} {text!r}: expected N, LO-HI or lognormal:MEDIAN:SIGMA (e.g. 512, 256-1024, "
+                         f"lognormal:512:0.5)")
+
+    @property
+    def off(self) -> bool:
+        return self.kind == "fixed" and self.a == 0
+
+    def draw(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return rng.randint(int(self.a), int(self.b))
+        return max(0, round(self.a * math.exp(self.b * rng.gauss(0.0, 1.0))))
+
+
+@dataclass(frozen=True)
+class Behavior:
+    """What the served model does beyond plain text. Every field is a ``kneecap sim`` flag of the same name
+    (dashes for underscores), documented in its ``help`` metadata; ``choices`` lists a flag's values."""
+
+    reasoning_tokens: str = field(default="0", metadata={
+        "help": "Reasoning tokens each request generates before its answer: N, LO-HI or lognormal:MEDIAN:SIGMA "
+                "(0 = not a reasoning model)."})
+    reasoning_field: str = field(default="reasoning_content", metadata={
+        "help": "Chat delta/message field of the reasoning text (vLLM/DeepSeek or newer vLLM/OpenRouter).",
+        "choices": ("reasoning_content", "reasoning")})
+    reasoning_usage: str = field(default="off", metadata={
+        "help": "Chat usage carries completion_tokens_details.reasoning_tokens (OpenAI does; vLLM does not).",
+        "choices": ("on", "off")})
+
+    def problems(self) -> list[str]:
+        out = []
+        try:
+            CountSpec.parse(self.reasoning_tokens)
+        except ValueError as exc:
+            out.append(str(exc))
+        for f in ("reasoning_field", "reasoning_usage"):
+            choices = self.__dataclass_fields__[f].metadata["choices"]
+            if getattr(self, f) not in choices:
+                out.append(f"--{f.replace('_', '-')} must be one of {', '.join(choices)}, got {getattr(self, f)!r}")
+        return out
+
+    @cached_property
+    def reasoning(self) -> CountSpec:
+        return CountSpec.parse(self.reasoning_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Part of one emission in one phase: ``count`` tokens from ``first`` (0-based within the phase)."""
+
+    phase: str
+    """"reasoning", "content" or "tool"."""
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    output_tokens: int
+    reasoning_tokens: int = 0
+    finish: str = "stop"
+    """"length", "stop" or "tool_calls" (each framing renders its own words)."""
+    tool: str | None = None
+    """The called function's name when the answer is a tool call."""
+    args_planned: int = 0
+    """Arguments fragments of the complete call (tool calls): its natural answer length − 1."""
+
+    @property
+    def answer_tokens(self) -> int:
+        return self.output_tokens - self.reasoning_tokens
+
+    @property
+    def plain(self) -> bool:
+        """Text only: no reasoning, no tool call (the framings' fast path)."""
+        return self.reasoning_tokens == 0 and self.tool is None
+
+    def segments(self, index: int, count: int) -> list[Segment]:
+        """Output tokens ``[index, index + count)`` cut at the reasoning/answer boundary."""
+        r = self.reasoning_tokens
+        answer = "tool" if self.tool is not None else "content"
+        if index >= r:
+            return [Segment(answer, index - r, count)]
+        if index + count <= r:
+            return [Segment("reasoning", index, count)]
+        return [Segment("reasoning", index, r - index), Segment(answer, 0, index + count - r)]
+
+
+def plan_output(*, cap: int, ignore_eos: bool, min_tokens: int, natural: int | None, reasoning: int,
+                tool: str | None) -> Plan:
+    """The plan from the cap, a natural answer length (None: ignore EOS), a reasoning draw and a tool name."""
+    if ignore_eos or natural is None:
+        output = cap
+        planned_answer = cap - min(reasoning, cap)
+    else:
+        if tool is not None:
+            natural = max(natural, 3)
+        output = min(cap, max(reasoning + natural, min_tokens, 1))
+        planned_answer = max(natural, output - reasoning)
+    r = min(reasoning, output)
+    if output - r == 0:
+        tool = None
+    finish = "length" if output >= cap else "tool_calls" if tool is not None else "stop"
+    return Plan(output, r, finish, tool, max(0, planned_answer - 1) if tool is not None else 0)
