@@ -4,8 +4,13 @@ Prompt token rule (documented so clients can calibrate against ``usage.prompt_to
 
 - completions: ``ceil(words × tokens_per_word)`` where words = whitespace-separated words of the
   prompt; a prompt given as a list of token ids counts one token per id.
-- chat: the same per message content (text parts of a list content are joined), plus 4 tokens per
-  message and 3 for the reply primer (the ChatML-style template overhead).
+- chat: the same per message content (text parts of a list content are joined; an assistant
+  message's ``tool_calls`` add their names and arguments), plus 4 tokens per message and 3 for the
+  reply primer (the ChatML-style template overhead). ``tools`` count as one more, leading, message
+  whose content is their JSON text (``json.dumps(tools)``, split at whitespace).
+
+Tool calls: with ``tools``, ``plan.pick_tool`` decides whether the answer is a call (``Behavior.tool_call_p``,
+``tool_choice``); ``chat_stream.py`` frames it.
 
 Output length: ``max_tokens`` (or ``max_completion_tokens``) caps it; with ``ignore_eos`` the
 request generates exactly that many. Otherwise the "model" stops by itself after a natural length
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 
 from harness.sim import prefix
 from harness.sim.chat_stream import StreamFormat, full_response
-from harness.sim.plan import Behavior, Plan, plan_output
+from harness.sim.plan import Behavior, Plan, pick_tool, plan_output
 from harness.sim.text import THINK_START, output_words, plain_text, token_text
 
 __all__ = ["ApiError", "GenRequest", "OutputPolicy", "StreamFormat", "error_body", "full_response", "output_words",
@@ -144,7 +149,79 @@ def chat_prompt(texts: list[tuple[str, str]], per_word: float, want_units: bool)
     return Prompt(total, prefix.chat_units(rendered) if want_units else None, texts)
 
 
-def _prompt(kind: str, body: dict, per_word: float, want_units: bool) -> Prompt:
+@dataclass
+class Tools:
+    """The tools a request offers and how it lets the model choose."""
+
+    names: list[str]
+    forced: str | None = None
+    """The function a named (or "required") choice makes the model call."""
+    none: bool = False
+    """tool_choice "none": never call."""
+    text: str = ""
+    """The definitions as the prompt carries them (JSON), counted as a leading message."""
+
+
+def chat_tools(body: dict, *, nested: bool = True, choice_key: str = "tool_choice", error: type[ApiError] = ApiError,
+               name_of_choice=None) -> Tools:
+    """Validate OpenAI ``tools`` (``{"type": "function", "function": {"name": ...}}``; ``nested=False``: the
+    Responses API's flat ``{"type": "function", "name": ...}``) and ``tool_choice``."""
+    tools = body.get("tools")
+    choice = body.get(choice_key)
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise error(400, f"'{choice_key}' is only allowed when 'tools' are specified", param=choice_key)
+        return Tools([])
+    if not isinstance(tools, list):
+        raise error(400, "'tools' must be a list", param="tools")
+    names = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if nested and isinstance(tool, dict) else tool
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str):
+            shape = '{"type": "function", "function": {"name": ...}}' if nested else '{"type": "function", "name": ...}'
+            raise error(400, f"tools[{i}] must be {shape}", param=f"tools[{i}]")
+        names.append(fn["name"])
+    out = Tools(names, text=json.dumps(tools))
+    if choice is None or choice == "auto":
+        return out
+    if choice == "none":
+        out.none = True
+    elif choice == "required":
+        out.forced = names[0]
+    else:
+        name = (name_of_choice or _openai_choice_name)(choice, nested)
+        if name is None:
+            raise error(400, f"'{choice_key}' must be \"none\", \"auto\", \"required\" or a function, got {choice!r}",
+                        param=choice_key)
+        if name not in names:
+            raise error(400, f"'{choice_key}' names function {name!r}, which is not among the tools "
+                             f"({', '.join(names)})", param=choice_key)
+        out.forced = name
+    return out
+
+
+def _openai_choice_name(choice: object, nested: bool) -> str | None:
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return None
+    fn = choice.get("function") if nested else choice
+    return fn.get("name") if isinstance(fn, dict) and isinstance(fn.get("name"), str) else None
+
+
+def _call_text(msg: dict) -> str:
+    """An assistant message's tool calls as prompt text: each call's name and arguments."""
+    calls = msg.get("tool_calls")
+    if not isinstance(calls, list):
+        return ""
+    parts = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            parts += [str(fn.get("name", "")), str(fn.get("arguments", ""))]
+    return " ".join(parts)
+
+
+def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text: str = "") -> Prompt:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -157,8 +234,13 @@ def _prompt(kind: str, body: dict, per_word: float, want_units: bool) -> Prompt:
             if role not in _ROLES:
                 raise ApiError(400, f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}",
                                param="messages")
-            texts.append((role, _content_text(msg.get("content"), f"messages[{i}].content")))
-        return chat_prompt(texts, per_word, want_units)
+            text = _content_text(msg.get("content"), f"messages[{i}].content")
+            texts.append((role, text + (" " + calls if role == "assistant" and (calls := _call_text(msg)) else "")))
+        if not tools_text:
+            return chat_prompt(texts, per_word, want_units)
+        counted = chat_prompt([("tools", tools_text), *texts], per_word, want_units)
+        counted.messages = texts
+        return counted
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -258,7 +340,8 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
     include_usage = opt_bool(options or {}, "include_usage")
     continuous = opt_bool(options or {}, "continuous_usage_stats")
     ignore_eos = opt_bool(body, "ignore_eos")
-    parsed = _prompt(kind, body, policy.tokens_per_word, block_size is not None)
+    tools = chat_tools(body) if kind == "chat" else Tools([])
+    parsed = _prompt(kind, body, policy.tokens_per_word, block_size is not None, tools.text)
 
     cap = opt_int(body, "max_completion_tokens", 1)
     if cap is None:
@@ -270,8 +353,9 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
 
     natural = natural_length(policy, rng, ignore_eos)
     reasoning = behavior.reasoning.draw(rng)
+    tool = pick_tool(tools.names, tools.forced, tools.none, behavior.tool_call_p, rng)
     plan = plan_output(cap=cap, ignore_eos=ignore_eos, min_tokens=min_tokens, natural=natural, reasoning=reasoning,
-                       tool=None)
+                       tool=tool)
     gen = GenRequest(kind, model=body["model"], stream=stream, include_usage=include_usage,
                      prompt_tokens=parsed.tokens, output_tokens=0, finish_reason="", messages=parsed.messages,
                      plan=plan, continuous_usage=include_usage and continuous,

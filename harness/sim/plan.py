@@ -13,6 +13,10 @@ least that spells a name and complete JSON arguments):
 tool call. A tool call's first answer token carries its name; each further one an arguments fragment
 (``text.tool_fragment``), planned as N − 1 fragments so a finished call's arguments are valid JSON.
 
+Tool calls: a request that offers tools gets a call to its first tool with probability
+``tool_call_p`` (``tool_choice`` "required" or a named function: always, that function; "none":
+never); ``pick_tool`` decides, drawing from the RNG only when 0 < p < 1.
+
 Reasoning count spec (``--reasoning-tokens``): ``N`` (fixed; ``0`` = not a reasoning model), ``LO-HI``
 (uniform integers, both included) or ``lognormal:MEDIAN:SIGMA`` (rounded). A fixed count draws
 nothing from the RNG, so turning features off leaves every other draw as it was.
@@ -26,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-__all__ = ["Behavior", "CountSpec", "Plan", "Segment", "plan_output"]
+__all__ = ["Behavior", "CountSpec", "Plan", "Segment", "pick_tool", "plan_output"]
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,13 @@ class Behavior:
     reasoning_usage: str = field(default="off", metadata={
         "help": "Chat usage carries completion_tokens_details.reasoning_tokens (OpenAI does; vLLM does not).",
         "choices": ("on", "off")})
+    tool_call_p: float = field(default=0.0, metadata={
+        "help": "Probability that a request offering tools gets a tool call instead of a text answer."})
 
     def problems(self) -> list[str]:
         out = []
+        if not 0.0 <= self.tool_call_p <= 1.0:
+            out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:
             CountSpec.parse(self.reasoning_tokens)
         except ValueError as exc:
@@ -156,3 +164,15 @@ def plan_output(*, cap: int, ignore_eos: bool, min_tokens: int, natural: int | N
         tool = None
     finish = "length" if output >= cap else "tool_calls" if tool is not None else "stop"
     return Plan(output, r, finish, tool, max(0, planned_answer - 1) if tool is not None else 0)
+
+
+def pick_tool(names: list[str], forced: str | None, none: bool, p: float, rng: random.Random) -> str | None:
+    """The function the answer calls, or None for a text answer: ``forced`` (a named or required choice) wins,
+    ``none`` forbids, else the first tool with probability ``p``."""
+    if not names or none:
+        return None
+    if forced is not None:
+        return forced
+    if p >= 1.0 or (p > 0.0 and rng.random() < p):
+        return names[0]
+    return None

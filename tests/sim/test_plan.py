@@ -139,3 +139,69 @@ def test_tool_arguments_are_json_when_complete():
     for planned in range(1, 8):
         assert isinstance(json.loads(tool_arguments(planned, planned)), dict)
     assert tool_arguments(2, 5, 1) == "the of"
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "search"}}]
+
+
+def chat_body(**kw) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 50, **kw}
+
+
+def test_tool_choice_decides_the_call():
+    p1 = Behavior(tool_call_p=1.0)
+    assert parse(chat_body(tools=TOOLS), p1).plan.tool == "get_weather"
+    assert parse(chat_body(tools=TOOLS, tool_choice="none"), p1).plan.tool is None
+    assert parse(chat_body(tools=TOOLS), Behavior()).plan.tool is None
+    named = {"type": "function", "function": {"name": "search"}}
+    assert parse(chat_body(tools=TOOLS, tool_choice=named), Behavior()).plan.tool == "search"
+    assert parse(chat_body(tools=TOOLS, tool_choice="required"), Behavior()).plan.tool == "get_weather"
+    half = [parse(chat_body(tools=TOOLS), Behavior(tool_call_p=0.5), seed).plan.tool for seed in range(40)]
+    assert 5 < half.count("get_weather") < 35
+    calls = parse(chat_body(tools=TOOLS, max_tokens=3000), p1).plan
+    assert calls.finish == "tool_calls" and calls.answer_tokens >= 3 and calls.args_planned == calls.answer_tokens - 1
+
+
+def test_tools_count_as_a_leading_message():
+    without = parse(chat_body(), Behavior()).prompt_tokens
+    with_tools = parse(chat_body(tools=TOOLS), Behavior())
+    assert with_tools.prompt_tokens == without + 4 + len(json.dumps(TOOLS).split())
+    assert with_tools.messages == [("user", "a b c")]
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"tools": {"x": 1}}, "'tools' must be a list"),
+    ({"tools": [{"type": "function", "name": "f"}]}, "tools[0] must be"),
+    ({"tool_choice": "required"}, "only allowed when 'tools'"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not among the tools"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "'tool_choice' must be"),
+])
+def test_bad_tools_name_the_field(kw, message):
+    from harness.sim.openai import ApiError
+    with pytest.raises(ApiError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        parse(chat_body(**kw), Behavior())
+
+
+def test_tool_call_chunks_bytes_and_body():
+    plan = Plan(6, 1, "tool_calls", "get_weather", 4)
+    writer = ChatWriter(gen(plan=plan, continuous_usage=True), "chatcmpl-" + "ab" * 16, 3)
+    got = chunks(writer, [1, 1, 1, 1, 1, 1])
+    deltas = [c["choices"][0]["delta"] for c in got if c["choices"]]
+    call_id = "chatcmpl-tool-" + "ab" * 16
+    assert deltas[1] == {"reasoning_content": " the"}
+    assert deltas[2] == {"tool_calls": [{"id": call_id, "type": "function", "index": 0,
+                                         "function": {"name": "get_weather", "arguments": ""}}]}
+    fragments = [d["tool_calls"][0]["function"]["arguments"] for d in deltas[3:]]
+    assert fragments == ['{"input":"', "the", " of", '"}']
+    assert [d["tool_calls"][0] for d in deltas[3:]] == [{"index": 0, "function": {"arguments": f}} for f in fragments]
+    assert json.loads("".join(fragments)) == {"input": "the of"}
+    assert got[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    # continuous usage: the role chunk says 0, then every chunk the tokens sent so far
+    assert [c["usage"]["completion_tokens"] for c in got[:-1]] == [0, 1, 2, 3, 4, 5, 6]
+    # two tokens per emission: the name chunk carries the first fragment too
+    two = [c["choices"][0]["delta"] for c in chunks(ChatWriter(gen(plan=plan), "chatcmpl-x", 3), [1, 2, 2, 1])[1:-1]]
+    assert two[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"input":"'}
+    message = json.loads(writer.body(1, None))["choices"][0]["message"]
+    assert message["content"] is None and message["tool_calls"] == [
+        {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": '{"input":"the of"}'}}]
