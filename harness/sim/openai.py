@@ -9,6 +9,10 @@ Prompt token rule (documented so clients can calibrate against ``usage.prompt_to
   reply primer (the ChatML-style template overhead). ``tools`` count as one more, leading, message
   whose content is their JSON text (``json.dumps(tools)``, split at whitespace).
 
+Stream options: ``include_usage`` and vLLM's ``continuous_usage_stats`` (cumulative usage on every
+chunk; only together with ``include_usage``, as vLLM). ``Behavior.strict_stream_options`` rejects any
+key OpenAI does not define with a 400 naming ``stream_options.<key>`` (code ``unknown_parameter``).
+
 Tool calls: with ``tools``, ``plan.pick_tool`` decides whether the answer is a call (``Behavior.tool_call_p``,
 ``tool_choice``); ``chat_stream.py`` frames it.
 
@@ -322,6 +326,17 @@ def finish_request(gen: GenRequest, prompt: Prompt, block_size: int | None) -> G
     return gen
 
 
+OPENAI_STREAM_OPTIONS = ("include_usage", "include_obfuscation")
+
+
+def check_stream_options(options: dict | None) -> None:
+    """A strict server's answer to a stream option OpenAI does not define (vLLM's ``continuous_usage_stats``)."""
+    for key in options or {}:
+        if key not in OPENAI_STREAM_OPTIONS:
+            raise ApiError(400, f"Unknown parameter: 'stream_options.{key}'.", param=f"stream_options.{key}",
+                           code="unknown_parameter")
+
+
 def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: int, policy: OutputPolicy,
                   rng: random.Random, block_size: int | None = None, behavior: Behavior | None = None) -> GenRequest:
     """Validate one completions/chat request body; raise ``ApiError`` naming the bad field. With ``block_size``
@@ -337,6 +352,8 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
     if options and not stream:
         raise ApiError(400, "Stream options can only be defined when `stream=True`.", param="stream_options")
+    if behavior.strict_stream_options == "on":
+        check_stream_options(options)
     include_usage = opt_bool(options or {}, "include_usage")
     continuous = opt_bool(options or {}, "continuous_usage_stats")
     ignore_eos = opt_bool(body, "ignore_eos")

@@ -87,6 +87,9 @@ class Behavior:
         "choices": ("on", "off")})
     tool_call_p: float = field(default=0.0, metadata={
         "help": "Probability that a request offering tools gets a tool call instead of a text answer."})
+    strict_stream_options: str = field(default="off", metadata={
+        "help": "Reject stream_options other than OpenAI's (include_usage, include_obfuscation) with a 400 "
+                "naming the field, as a strict OpenAI-compatible server does.", "choices": ("on", "off")})
 
     def problems(self) -> list[str]:
         out = []
@@ -96,7 +99,7 @@ class Behavior:
             CountSpec.parse(self.reasoning_tokens)
         except ValueError as exc:
             out.append(str(exc))
-        for f in ("reasoning_field", "reasoning_usage"):
+        for f in ("reasoning_field", "reasoning_usage", "strict_stream_options"):
             choices = self.__dataclass_fields__[f].metadata["choices"]
             if getattr(self, f) not in choices:
                 out.append(f"--{f.replace('_', '-')} must be one of {', '.join(choices)}, got {getattr(self, f)!r}")
