@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 from harness.sim.chat_stream import ChatWriter
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
@@ -33,6 +34,7 @@ from harness.sim.metrics import SimMetrics
 from harness.sim.openai import ApiError, GenRequest, OutputPolicy, error_body, parse_request
 from harness.sim.plan import Behavior
 from harness.sim.prefix import message_hash
+from harness.sim.responses import ResponsesWriter, parse_responses
 
 __all__ = ["SimConfig", "SimServer"]
 
@@ -98,8 +100,12 @@ class _Job:
                 self.first_tool_call = t
 
 
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-"}
-_WRITERS = {"chat": ChatWriter, "completions": ChatWriter}
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
+_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter}
+_KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
+"""The generation routes and the kind of request each serves."""
+_PARSERS = {"chat": partial(parse_request, "chat"), "completions": partial(parse_request, "completions"),
+            "responses": parse_responses}
 
 
 class SimServer:
@@ -140,7 +146,7 @@ class SimServer:
     def handle(self, req: Request, conn: Connection) -> None:
         routes = {"/health": ("GET", self._health), "/v1/models": ("GET", self._models),
                   "/metrics": ("GET", self._metrics), "/sim/stats": ("GET", self._stats),
-                  "/v1/chat/completions": ("POST", self._generate), "/v1/completions": ("POST", self._generate)}
+                  **{path: ("POST", self._generate) for path in _KINDS}}
         route = routes.get(req.path.rstrip("/") or "/")
         try:
             if route is None:
@@ -195,12 +201,12 @@ class SimServer:
 
     # -- generation -------------------------------------------------------------------------
     def _generate(self, req: Request, conn: Connection) -> None:
-        kind = "chat" if req.path.rstrip("/").endswith("chat/completions") else "completions"
+        kind = _KINDS[req.path.rstrip("/")]
         cfg = self.config
-        gen = parse_request(kind, req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
-                            policy=cfg.policy, rng=self._rng,
-                            block_size=cfg.engine.block_size if self.engine.prefix_caching else None,
-                            behavior=cfg.behavior)
+        gen = _PARSERS[kind](req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
+                             policy=cfg.policy, rng=self._rng,
+                             block_size=cfg.engine.block_size if self.engine.prefix_caching else None,
+                             behavior=cfg.behavior)
         try:
             fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
         except ValueError as exc:
