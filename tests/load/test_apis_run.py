@@ -41,3 +41,84 @@ def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path):
     lat = summary["steps"][0]["latency_ms"]
     assert "ttft" not in lat and lat["e2e"]["count"] > 0 and lat["headers"]["count"] > 0
     assert summary["exit_code"] == 0
+
+
+def _trace_run(tmp_path, scenario: str, *sim_args: str, users: int = 32) -> tuple[dict, list[dict], dict, str]:
+    """``kneecap run --host`` against a simulator started here with a trace; (summary, records, trace by id)."""
+    from tests.conftest import start_sim
+
+    trace = tmp_path / "trace.jsonl"
+    with start_sim("--preset", "tiny", "--max-num-seqs", str(users), "--trace-file", str(trace), *sim_args) as sim:
+        path = tmp_path / "s.yaml"
+        path.write_text(textwrap.dedent(scenario))
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--host", sim.url,
+                               "--workers", "1", "--out", str(out), "--save-requests"],
+                              capture_output=True, text=True, timeout=180)
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
+    return summary, records, served, proc.stdout + proc.stderr
+
+
+REASONING = """
+    name: reasoning
+    endpoint: {api: chat, model: sim-tiny}
+    workload: {input_tokens: 100, output_tokens: 60}
+    load:
+      mode: staircase
+      users: {start: 32, step: 32, max: 32}
+      step: {warmup_s: 1, min_duration_s: 4, min_requests: 50, max_duration_s: 5}
+"""
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def test_reasoning_ttft_ttfo_and_reasoning_time_match_the_server_within_a_millisecond(tmp_path):
+    summary, records, served, output = _trace_run(tmp_path, REASONING, "--reasoning-tokens", "20",
+                                                  "--reasoning-usage", "on")
+    ok = [r for r in records if r["ok"]]
+    assert len(ok) >= 50, output[-2000:]
+    # Offsets client - server for the same request: start is the client's, first_* the server's send times.
+    ttft, ttfo, reasoning = [], [], []
+    for r in ok:
+        row = served[r["response_id"]]
+        ttft.append(r["start"] + r["ttft_s"] - row["first_token"])
+        ttfo.append(r["start"] + r["ttfo_s"] - row["first_content"])
+        reasoning.append(r["reasoning_s"] - (row["first_content"] - row["first_reasoning"]))
+        assert (r["reasoning_tokens"], r["reasoning_tokens_counted"], r["output_tokens"]) == (20, False, 60)
+    # TTFT and TTFO: the same small transport offset (median within 1 ms of each other and below a few ms);
+    # reasoning time (a difference of two client times) equals the server's within 1 ms.
+    assert abs(_median(ttfo) - _median(ttft)) < 0.001 and 0 <= _median(ttft) < 0.005, (_median(ttft), _median(ttfo))
+    assert abs(_median(reasoning)) < 0.001
+    lat = summary["steps"][0]["latency_ms"]
+    measured = sum(r["phase"] == "measure" for r in ok)
+    assert lat["ttfo"]["p50"] > lat["ttft"]["p50"] and lat["reasoning_time"]["count"] == measured
+    assert lat["tpot_content"]["count"] == measured
+
+
+def test_four_tokens_per_chunk_with_continuous_usage_give_exact_per_token_itl(tmp_path):
+    summary, _records, _served, output = _trace_run(tmp_path, REASONING.replace("reasoning", "chunks"),
+                                                  "--tokens-per-chunk", "4", users=8)
+    step = summary["steps"][0]
+    stream = step["stream"]
+    assert stream["exact_chunk_counts"] == step["ok"] > 0, output[-2000:]
+    assert stream["tokens_per_chunk"]["p50"] == pytest.approx(4, rel=0.02)
+    itl, itl_token = step["latency_ms"]["itl"], step["latency_ms"]["itl_token"]
+    assert itl_token["p50"] == pytest.approx(itl["p50"] / 4, rel=0.03)  # a chunk gap shared by its 4 tokens
+    assert itl_token["count"] == pytest.approx(4 * itl["count"], rel=0.02)
+
+
+def test_a_strict_server_refusing_continuous_usage_gets_asked_once_then_inference_is_flagged(tmp_path):
+    summary, _records, _served, output = _trace_run(tmp_path, REASONING.replace("reasoning", "strict"),
+                                                  "--tokens-per-chunk", "4", "--strict-stream-options", "on",
+                                                  users=8)
+    step = summary["steps"][0]
+    assert step["failures"] == {} and step["ok"] > 0, output[-2000:]
+    assert "refused stream_options.continuous_usage_stats" in output
+    stream = step["stream"]
+    assert stream["exact_chunk_counts"] == 0 and stream["itl_token_unknown"] == step["ok"]
+    assert "itl_token" not in step["latency_ms"]  # unknown, not guessed
