@@ -90,9 +90,9 @@ def test_reasoning_ttft_ttfo_and_reasoning_time_match_the_server_within_a_millis
         ttfo.append(r["start"] + r["ttfo_s"] - row["first_content"])
         reasoning.append(r["reasoning_s"] - (row["first_content"] - row["first_reasoning"]))
         assert (r["reasoning_tokens"], r["reasoning_tokens_counted"], r["output_tokens"]) == (20, False, 60)
-    # TTFT and TTFO: the same small transport offset (median within 1 ms of each other and below a few ms);
+    # TTFT and TTFO: client time − server send time, median within 1 ms (loopback transport and parsing);
     # reasoning time (a difference of two client times) equals the server's within 1 ms.
-    assert abs(_median(ttfo) - _median(ttft)) < 0.001 and 0 <= _median(ttft) < 0.005, (_median(ttft), _median(ttfo))
+    assert abs(_median(ttfo) - _median(ttft)) < 0.001 and 0 <= _median(ttft) < 0.001, (_median(ttft), _median(ttfo))
     assert abs(_median(reasoning)) < 0.001
     lat = summary["steps"][0]["latency_ms"]
     measured = sum(r["phase"] == "measure" for r in ok)
