@@ -122,3 +122,23 @@ def test_a_strict_server_refusing_continuous_usage_gets_asked_once_then_inferenc
     stream = step["stream"]
     assert stream["exact_chunk_counts"] == 0 and stream["itl_token_unknown"] == step["ok"]
     assert "itl_token" not in step["latency_ms"]  # unknown, not guessed
+
+
+def test_tool_calls_are_successes_with_their_own_time(tmp_path):
+    tools = '[{type: function, function: {name: get_weather, parameters: {type: object}}}]'
+    summary, records, served, output = _trace_run(tmp_path, f"""
+        name: tools
+        endpoint: {{api: chat, model: sim-tiny, ignore_eos: false,
+                   extra_body: {{tools: {tools}, tool_choice: required}}}}
+        workload: {{input_tokens: 100, output_tokens: 200}}
+        load:
+          mode: staircase
+          users: {{start: 4, step: 4, max: 4}}
+          step: {{warmup_s: 0.5, min_duration_s: 2, min_requests: 10, max_duration_s: 3}}
+    """, "--eos-median", "8", users=8)  # the call ends by itself (finish tool_calls), not at max_tokens
+    assert records and all(r["ok"] and r["finish_reason"] == "tool_calls" for r in records), output[-2000:]
+    for r in records:
+        row = served[r["response_id"]]
+        assert row["tool_call"] and r["ttfo_s"] is None and r["tool_call_chunks"] >= 2
+        assert r["start"] + r["tool_call_s"] - row["first_tool_call"] == pytest.approx(0, abs=0.005)
+    assert summary["steps"][0]["latency_ms"]["tool_call"]["count"] > 0
