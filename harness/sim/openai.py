@@ -59,6 +59,10 @@ class ApiError(Exception):
         self.code = code
         self.headers = headers or {}
 
+    def render(self) -> bytes:
+        """The response body; a framing with its own error shape overrides this (``anthropic.AnthropicError``)."""
+        return error_body(self)
+
 
 _ERROR_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 405: "invalid_request_error",
                 413: "invalid_request_error", 429: "rate_limit_error"}

@@ -26,12 +26,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
+from harness.sim.anthropic import AnthropicError, MessagesWriter, parse_messages
 from harness.sim.chat_stream import ChatWriter
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.http import Connection, Request
 from harness.sim.metrics import SimMetrics
-from harness.sim.openai import ApiError, GenRequest, OutputPolicy, error_body, parse_request
+from harness.sim.openai import ApiError, GenRequest, OutputPolicy, parse_request
 from harness.sim.plan import Behavior
 from harness.sim.prefix import message_hash
 from harness.sim.responses import ResponsesWriter, parse_responses
@@ -100,12 +101,15 @@ class _Job:
                 self.first_tool_call = t
 
 
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
-_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter}
-_KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
+_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter, "messages": MessagesWriter}
+_KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses",
+          "/v1/messages": "messages"}
 """The generation routes and the kind of request each serves."""
 _PARSERS = {"chat": partial(parse_request, "chat"), "completions": partial(parse_request, "completions"),
-            "responses": parse_responses}
+            "responses": parse_responses, "messages": parse_messages}
+_ERRORS: dict[str, type[ApiError]] = {"messages": AnthropicError}
+"""The error class (so the error shape) of each kind's own refusals: faults, throttling."""
 
 
 class SimServer:
@@ -155,7 +159,7 @@ class SimServer:
                 raise ApiError(405, f"{req.path} takes {route[0]}, not {req.method}")
             route[1](req, conn)
         except ApiError as err:
-            conn.respond(err.status, error_body(err), headers=err.headers)
+            conn.respond(err.status, err.render(), headers=err.headers)
 
     def _health(self, req: Request, conn: Connection) -> None:
         conn.respond(200, b"", "text/plain")
@@ -203,21 +207,23 @@ class SimServer:
     def _generate(self, req: Request, conn: Connection) -> None:
         kind = _KINDS[req.path.rstrip("/")]
         cfg = self.config
+        error = _ERRORS.get(kind, ApiError)
+        extra = {"headers": req.headers} if kind == "messages" else {}
         gen = _PARSERS[kind](req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
                              policy=cfg.policy, rng=self._rng,
                              block_size=cfg.engine.block_size if self.engine.prefix_caching else None,
-                             behavior=cfg.behavior)
+                             behavior=cfg.behavior, **extra)
         try:
             fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise error(400, str(exc)) from None
         if fault in HTTP_FAULTS:
             status = HTTP_FAULTS[fault]
-            raise ApiError(status, f"injected fault {fault}", headers={"retry-after": str(cfg.faults.retry_after_s)}
-                           if status == 429 else None)
+            raise error(status, f"injected fault {fault}", headers={"retry-after": str(cfg.faults.retry_after_s)}
+                        if status == 429 else None)
         if cfg.max_waiting is not None and len(self.engine.waiting) >= cfg.max_waiting:
-            raise ApiError(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
-                           headers={"retry-after": str(cfg.faults.retry_after_s)})
+            raise error(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
+                        headers={"retry-after": str(cfg.faults.retry_after_s)})
         now = req.received_at or time.monotonic()  # arrival = first bytes, not when we got to parse them
         self._next_id += 1
         seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now, block_hashes=gen.block_keys)
