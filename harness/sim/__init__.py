@@ -4,7 +4,7 @@ Layers, bottom up: ``kv`` (KV blocks and the prefix cache over them), ``engine``
 model), ``prefix`` (prompt units and block hashes), ``text`` (the words the model writes), ``plan``
 (reasoning, answer and tool call of each request); the APIs: ``openai`` (chat/completions request
 validation) and ``chat_stream`` (their vLLM-exact bytes), ``responses`` (OpenAI's Responses API),
-``anthropic`` (Messages); then ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
+``anthropic`` (Messages), ``embeddings``; then ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
 server), ``metrics`` (Prometheus, vLLM names), ``server`` (the real-time loop tying them together).
 """
 

@@ -27,6 +27,12 @@ tokens as vLLM v1: ``prefix_cache_queries_total`` (prompt tokens looked up at fi
 ``prefix_cache_hits_total`` (the sum of ``cached_tokens``). With ``prefix_cache="off"`` nothing is
 looked up or cached and the engine behaves exactly as it did without one.
 
+Prefill-only sequences (``output_tokens == 0``: an embedding input) go through the same admission
+and prefill budget, then finish with an emission of 0 tokens, never decoding. With prompts of P
+tokens they saturate the budget at ``min(max_num_seqs, max_num_batched_tokens / P)`` in flight:
+a closed-loop knee, since each iteration then lasts ``iter_base_ms + prefill_per_ktoken_ms ×
+max_num_batched_tokens / 1000`` and serves ``max_num_batched_tokens / P`` inputs.
+
 Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences
 + ``iter_per_kv_ktoken_ms`` × (context tokens of decoding sequences / 1000)
 + ``prefill_per_ktoken_ms`` × (prefill tokens this iteration / 1000), times an optional jitter.
@@ -99,7 +105,7 @@ class Sequence:
     id: int
     prompt_tokens: int
     output_tokens: int
-    """How many tokens this request will generate in total (decided by the API layer)."""
+    """How many tokens this request will generate in total (decided by the API layer); 0: prefill only."""
     arrival: float
     generated: int = 0
     prefilled: int = 0
@@ -292,8 +298,12 @@ class Engine:
         return Iteration(ms / 1000, emissions, decode_seqs, prefill_tokens, admitted, preempted)
 
     def _prefill_done(self, seq: Sequence, emissions: list[Emission]) -> None:
-        """Prefill complete: its blocks are computed, so cached, and it emits its first token."""
+        """Prefill complete: its blocks are computed, so cached, and it emits its first token (a prefill-only
+        sequence emits no token and is done)."""
         self.kv.cache(seq, seq.context)
+        if seq.output_tokens == 0:
+            emissions.append(Emission(seq, 0, True))
+            return
         seq.generated += 1
         emissions.append(Emission(seq, 1, seq.generated >= seq.output_tokens))
 

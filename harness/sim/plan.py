@@ -90,9 +90,12 @@ class Behavior:
     strict_stream_options: str = field(default="off", metadata={
         "help": "Reject stream_options other than OpenAI's (include_usage, include_obfuscation) with a 400 "
                 "naming the field, as a strict OpenAI-compatible server does.", "choices": ("on", "off")})
+    embedding_dim: int = field(default=16, metadata={"help": "Size of the vectors /v1/embeddings returns."})
 
     def problems(self) -> list[str]:
         out = []
+        if self.embedding_dim < 1:
+            out.append(f"--embedding-dim must be >= 1, got {self.embedding_dim}")
         if not 0.0 <= self.tool_call_p <= 1.0:
             out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:

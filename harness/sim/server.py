@@ -28,6 +28,7 @@ from functools import partial
 
 from harness.sim.anthropic import AnthropicError, MessagesWriter, parse_messages
 from harness.sim.chat_stream import ChatWriter
+from harness.sim.embeddings import EmbeddingsWriter, parse_embeddings
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.http import Connection, Request
@@ -66,10 +67,13 @@ class _Job:
     """A request from arrival to its last byte."""
 
     __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "first_content", "first_reasoning",
-                 "first_tool_call", "gen", "held", "id", "last", "seq", "status", "times", "writer")
+                 "first_tool_call", "gen", "held", "id", "last", "pending", "seq", "seqs", "status", "times", "writer")
 
     def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
         self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
+        self.seqs = [seq]
+        """Every engine sequence of the request: one, or one per input of an embeddings request."""
+        self.pending = 1
         self.id = _ID_PREFIX[gen.kind] + uuid.uuid4().hex
         self.writer = _WRITERS[gen.kind](gen, self.id, int(time.time()))
         self.emitted = 0
@@ -101,13 +105,15 @@ class _Job:
                 self.first_tool_call = t
 
 
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
-_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter, "messages": MessagesWriter}
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_",
+              "embeddings": "embd-"}
+_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter, "messages": MessagesWriter,
+            "embeddings": EmbeddingsWriter}
 _KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses",
-          "/v1/messages": "messages"}
+          "/v1/messages": "messages", "/v1/embeddings": "embeddings"}
 """The generation routes and the kind of request each serves."""
 _PARSERS = {"chat": partial(parse_request, "chat"), "completions": partial(parse_request, "completions"),
-            "responses": parse_responses, "messages": parse_messages}
+            "responses": parse_responses, "messages": parse_messages, "embeddings": parse_embeddings}
 _ERRORS: dict[str, type[ApiError]] = {"messages": AnthropicError}
 """The error class (so the error shape) of each kind's own refusals: faults, throttling."""
 
@@ -225,20 +231,26 @@ class SimServer:
             raise error(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
                         headers={"retry-after": str(cfg.faults.retry_after_s)})
         now = req.received_at or time.monotonic()  # arrival = first bytes, not when we got to parse them
-        self._next_id += 1
-        seq = Sequence(self._next_id, gen.prompt_tokens, gen.output_tokens, now, block_hashes=gen.block_keys)
-        job = _Job(gen, conn, seq, now, fault)
-        self._jobs[seq.id] = job
+        seqs = []
+        for tokens in gen.options["inputs"] if kind == "embeddings" else [gen.prompt_tokens]:
+            self._next_id += 1
+            seqs.append(Sequence(self._next_id, tokens, gen.output_tokens, now, block_hashes=gen.block_keys))
+        job = _Job(gen, conn, seqs[0], now, fault)
+        job.seqs, job.pending = seqs, len(seqs)
+        for seq in seqs:
+            self._jobs[seq.id] = job
         conn.on_lost = lambda: self._abort(job, "client_gone")
         if gen.stream:
             conn.start_stream()
             for chunk in job.writer.opening():
                 conn.send_chunk(chunk)
-        self.engine.add(seq)
+        for seq in seqs:
+            self.engine.add(seq)
         self._wake.set()
 
     def _abort(self, job: _Job, status: str) -> None:
-        self.engine.abort(job.seq)
+        for seq in job.seqs:
+            self.engine.abort(seq)
         self._finish(job, status)
 
     def _cached_tokens(self, job: _Job) -> int | None:
@@ -248,6 +260,8 @@ class SimServer:
     def _finish(self, job: _Job, status: str) -> None:
         if self._jobs.pop(job.seq.id, None) is None:
             return
+        for seq in job.seqs[1:]:
+            self._jobs.pop(seq.id, None)
         job.status = status
         now = time.monotonic()
         if status == "ok":
@@ -259,7 +273,7 @@ class SimServer:
                 "prompt_tokens": job.gen.prompt_tokens, "cached_tokens": self._cached_tokens(job),
                 "output_tokens": job.emitted,
                 "finish_reason": job.gen.finish_reason if status == "ok" else None,
-                "preemptions": job.seq.preemptions,
+                "preemptions": sum(seq.preemptions for seq in job.seqs),
                 "reasoning_tokens": min(job.emitted, job.gen.plan.reasoning_tokens),
                 "tool_call": job.gen.plan.tool is not None and job.first_tool_call is not None,
                 "arrival": job.arrival, "admitted": job.seq.admitted_at, "first_token": job.first,
@@ -296,6 +310,12 @@ class SimServer:
         for e in it.emissions:
             job = jobs.get(e.seq.id)
             if job is None:
+                continue
+            if job.gen.kind == "embeddings":  # prefill-only inputs: answer when the last is done
+                job.pending -= 1
+                if job.pending == 0:
+                    job.conn.respond(200, job.writer.body(0, None))
+                    self._finish(job, "ok")
                 continue
             index = job.emitted
             writer = job.writer

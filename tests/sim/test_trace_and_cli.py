@@ -45,6 +45,7 @@ def test_trace_file_has_server_side_times_per_token(tmp_path):
     (["--max-waiting", "-1"], "--max-waiting must be >= 0"),
     (["--eos-sigma", "-1"], "--eos-sigma must be >= 0"),
     (["--reasoning-tokens", "lots"], "--reasoning-tokens 'lots': expected N, LO-HI or lognormal:MEDIAN:SIGMA"),
+    (["--embedding-dim", "0"], "--embedding-dim must be >= 1"),
     (["--tool-call-p", "2"], "--tool-call-p must be within [0, 1]"),
     (["--reasoning-field", "thoughts"], "'thoughts' is not one of 'reasoning_content', 'reasoning'"),
 ])
