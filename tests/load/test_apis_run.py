@@ -142,3 +142,34 @@ def test_tool_calls_are_successes_with_their_own_time(tmp_path):
         assert row["tool_call"] and r["ttfo_s"] is None and r["tool_call_chunks"] >= 2
         assert r["start"] + r["tool_call_s"] - row["first_tool_call"] == pytest.approx(0, abs=0.005)
     assert summary["steps"][0]["latency_ms"]["tool_call"]["count"] > 0
+
+
+@pytest.mark.parametrize("api, extra, out", [
+    ("responses", "{ignore_eos: true}", 60),
+    # Anthropic's thinking budget is >= 1024 and < max_tokens; the answer ends by itself (--eos-median 30).
+    ("messages", "{thinking: {type: enabled, budget_tokens: 1024}}", 1100),
+])
+def test_responses_and_anthropic_messages_time_reasoning_and_count_tokens_like_the_server(tmp_path, api, extra,
+                                                                                         out):
+    summary, records, served, output = _trace_run(tmp_path, f"""
+        name: api-{api}
+        endpoint: {{api: {api}, model: sim-tiny, extra_body: {extra}}}
+        workload: {{input_tokens: 100, output_tokens: {out}}}
+        load:
+          mode: staircase
+          users: {{start: 16, step: 16, max: 16}}
+          step: {{warmup_s: 1, min_duration_s: 3, min_requests: 30, max_duration_s: 4}}
+    """, "--reasoning-tokens", "20", "--eos-median", "30", users=16)
+    ok = [r for r in records if r["ok"]]
+    assert len(ok) >= 30 and len(ok) == len(records), output[-2000:]
+    offsets = {"ttft": [], "ttfo": [], "reasoning": []}
+    for r in ok:
+        row = served[r["response_id"]]
+        assert r["output_tokens"] == row["output_tokens"] and r["prompt_tokens"] == row["prompt_tokens"]
+        assert r["reasoning_tokens"] == 20 and r["finish_reason"]
+        offsets["ttft"].append(r["start"] + r["ttft_s"] - row["first_token"])
+        offsets["ttfo"].append(r["start"] + r["ttfo_s"] - row["first_content"])
+        offsets["reasoning"].append(r["reasoning_s"] - (row["first_content"] - row["first_reasoning"]))
+    for name, xs in offsets.items():
+        assert abs(_median(xs)) < 0.001, (name, _median(xs))
+    assert summary["steps"][0]["latency_ms"]["reasoning_time"]["count"] > 0
