@@ -5,12 +5,22 @@ Kinds (flag ``--fault KIND=P``, or per request with the header ``X-Kneecap-Fault
 | kind        | what the client sees                                                            |
 |-------------|---------------------------------------------------------------------------------|
 | `429`       | HTTP 429 with `Retry-After` before any token                                     |
-| `500`/`503` | HTTP 500 / 503 in OpenAI's error shape before any token                          |
+| `500`/`503` | HTTP 500 / 503 in the route's error shape (OpenAI's; Anthropic's on /v1/messages) |
 | `reset`     | TCP reset (RST) halfway through the stream                                       |
 | `stall`     | no bytes for `stall_s` seconds halfway through the stream, then it continues     |
 | `malformed` | one `data:` line that is not JSON halfway through, then the stream continues     |
 | `no_done`   | the connection closes cleanly halfway through: no finish_reason, no `[DONE]`     |
 | `long_line` | one `data:` chunk of `long_line_bytes` bytes halfway through (valid JSON)        |
+| `stream_error` | the framing's own error event halfway through, then a clean end (below)         |
+
+`stream_error` sends, for chat/completions, vLLM's ``data: {"error": {...}}`` then ``[DONE]``; for
+Responses an ``error`` event then ``response.failed``; for Anthropic ``event: error``
+(``overloaded_error``).
+
+Mid-stream kinds apply to every streaming framing (chat, completions, Responses, Anthropic Messages),
+each in its own bytes: `malformed` is a cut-off ``data:`` line of that framing's delta event,
+`no_done` ends without the final event (``[DONE]``, ``response.completed``/``incomplete``,
+``message_delta`` + ``message_stop``). Non-streaming requests and embeddings get only the HTTP kinds.
 
 At most one fault per request; kinds are drawn in the table's order, each with its own probability.
 """
@@ -22,7 +32,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["FAULT_KINDS", "FaultConfig", "parse_fault_spec"]
 
-FAULT_KINDS = ("429", "500", "503", "reset", "stall", "malformed", "no_done", "long_line")
+FAULT_KINDS = ("429", "500", "503", "reset", "stall", "malformed", "no_done", "long_line", "stream_error")
 HTTP_FAULTS = {"429": 429, "500": 500, "503": 503}
 
 

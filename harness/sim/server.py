@@ -373,6 +373,12 @@ class SimServer:
             conn.close()
             self._abort(job, "no_done")
             return True
+        if job.fault == "stream_error":
+            out += job.writer.failure("injected fault stream_error")
+            self._send(job, out, False)
+            conn.end_stream()
+            self._abort(job, "stream_error")
+            return True
         if job.fault == "malformed":
             out.append(job.writer.malformed())
         elif job.fault == "long_line":
