@@ -128,6 +128,7 @@ class ChatWriter:
         self.fmt = StreamFormat(gen.kind, request_id, created, gen.model)
         self._field = json.dumps(gen.reasoning_field).encode()
         self._running = gen.continuous_usage
+        self._fast = self.plan.plain and not self._running
 
     def opening(self) -> list[bytes]:
         return []
@@ -139,9 +140,10 @@ class ChatWriter:
         return [self.fmt.role_chunk(self.fmt.running_usage(self.gen.prompt_tokens, 0) if self._running else None)]
 
     def emit(self, index: int, count: int, finished: bool, cached: int | None) -> list[bytes]:
-        """The chunks of output tokens ``[index, index + count)``; after the last, usage and ``[DONE]``."""
+        """The chunks of output tokens ``[index, index + count)``; after the last, usage and ``[DONE]``
+        (``cached`` matters only then)."""
         plan, fmt = self.plan, self.fmt
-        if plan.plain and not self._running:
+        if self._fast:
             out = [fmt.token_chunk(token_text(index, count), plan.finish if finished else None)]
         else:
             out = []

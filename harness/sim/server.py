@@ -67,7 +67,8 @@ class _Job:
     """A request from arrival to its last byte."""
 
     __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "first_content", "first_reasoning",
-                 "first_tool_call", "gen", "held", "id", "last", "pending", "seq", "seqs", "status", "times", "writer")
+                 "first_tool_call", "gen", "held", "id", "last", "pending", "plain", "seq", "seqs", "status", "times",
+                 "writer")
 
     def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
         self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
@@ -82,6 +83,7 @@ class _Job:
         self.first_reasoning: float | None = None
         self.first_content: float | None = None
         self.first_tool_call: float | None = None
+        self.plain = gen.plan.plain  # text only: every token is content (the hot path skips phases())
         self.last = arrival
         self.held: list[bytes] | None = None  # chunks held back during a stall
         self.status = "ok"
@@ -333,7 +335,10 @@ class SimServer:
             else:
                 metrics.itl.observe(t - job.last)
             job.last = t
-            job.phases(index, e.tokens, t)
+            if not job.plain:
+                job.phases(index, e.tokens, t)
+            elif job.first_content is None:
+                job.first_content = t
             if self._trace is not None:
                 job.times.append(t)
             job.emitted += e.tokens
@@ -343,7 +348,7 @@ class SimServer:
                     job.conn.respond(200, writer.body(int(t + self._wall_offset), self._cached_tokens(job)))
                     self._finish(job, "ok")
                 continue
-            out += writer.emit(index, e.tokens, e.finished, self._cached_tokens(job))
+            out += writer.emit(index, e.tokens, e.finished, self._cached_tokens(job) if e.finished else None)
             self._send(job, out, e.finished)
 
     def _send(self, job: _Job, out: list[bytes], finished: bool) -> None:
