@@ -83,10 +83,12 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
 
 
 def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float) -> StepPoint:
-    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output tokens/s."""
+    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s."""
     fails = misses(bucket, metric)
     s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
     ci = miss_quantile_ci(s, 0.99, fails)
+    # Throughput in output tokens/s; an endpoint that generates nothing (embeddings) in input tokens/s.
+    work = bucket.output_tokens or bucket.input_tokens or bucket.requests
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,
-                     bucket.output_tokens / max(duration_s, 1e-9), reliable)
+                     work / max(duration_s, 1e-9), reliable)

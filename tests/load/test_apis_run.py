@@ -173,3 +173,25 @@ def test_responses_and_anthropic_messages_time_reasoning_and_count_tokens_like_t
     for name, xs in offsets.items():
         assert abs(_median(xs)) < 0.001, (name, _median(xs))
     assert summary["steps"][0]["latency_ms"]["reasoning_time"]["count"] > 0
+
+
+def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
+    """Embeddings are prefill-only sequences in the simulator: with 4 slots and 10 ms iterations it embeds at most
+    4 inputs per iteration, 400 inputs/s. A user's 2-input request takes ~2 iterations (it waits for the one
+    under way), so 4 users saturate it: input tokens/s flat past 4, e2e up."""
+    summary, records, output = run(tmp_path, """
+        name: embeddings
+        endpoint: {api: embeddings, model: sim-tiny}
+        workload: {input_tokens: 200, output_tokens: 1, batch: 2}
+        load:
+          mode: staircase
+          users: {start: 1, step: 1, max: 8}
+          step: {warmup_s: 0.5, min_duration_s: 2.5, min_requests: 40, max_duration_s: 4}
+    """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=10", "--prefill-per-ktoken-ms=1")
+    knee = summary["knee"]
+    assert knee["found"] and knee["metric"] == "e2e", output[-2000:]
+    assert 3 <= knee["users"] <= 5, knee["reason"]
+    assert records and all(r["ok"] and r["inputs"] == 2 and r["ttft_s"] is None for r in records)
+    step = summary["steps"][0]
+    assert step["stream"]["inputs_per_s"] == pytest.approx(2 * step["throughput"]["requests_per_s"], rel=0.01)
+    assert step["throughput"]["input_tokens_per_s"] > 0
