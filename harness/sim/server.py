@@ -47,7 +47,8 @@ _RESYNC_S = 0.05
 @dataclass
 class SimConfig:
     """The whole simulator. ``max_waiting``, ``max_body_bytes`` (as ``--max-body-mb``), ``trace_file`` and
-    ``seed`` are ``kneecap sim`` flags, documented in their ``help`` metadata."""
+    ``seed`` are ``kneecap sim`` flags, documented in their ``help`` metadata; ``behavior`` holds the served
+    model's reasoning, tool-call, stream-option and embedding flags (``plan.Behavior``)."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: str = "sim-small"
