@@ -195,3 +195,21 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
     step = summary["steps"][0]
     assert step["stream"]["inputs_per_s"] == pytest.approx(2 * step["throughput"]["requests_per_s"], rel=0.01)
     assert step["throughput"]["input_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("api, extra", [("responses", "{}"), ("messages", "{}"), ("chat", "{}")])
+def test_broken_streams_of_every_framing_are_classified_never_raised(tmp_path, api, extra):
+    summary, records, output = run(tmp_path, f"""
+        name: broken-{api}
+        endpoint: {{api: {api}, model: sim-tiny, extra_body: {extra}}}
+        workload: {{input_tokens: 50, output_tokens: 20}}
+        load:
+          mode: staircase
+          users: {{start: 4, step: 4, max: 4}}
+          step: {{warmup_s: 0.5, min_duration_s: 3, min_requests: 40, max_duration_s: 4}}
+    """, "--preset=tiny", "--fault=malformed=0.2", "--fault=no_done=0.2", "--fault=stream_error=0.2")
+    kinds = {r["error"] for r in records}
+    assert kinds == {"malformed_chunk", "truncated", "stream_error", None}, kinds  # each fault, and successes
+    assert "client_error" not in kinds and "Traceback" not in output
+    step = summary["steps"][0]
+    assert set(step["failure_samples"]) == {"malformed_chunk", "truncated", "stream_error"}
