@@ -25,17 +25,18 @@ def run(tmp_path, scenario: str, *sim_args: str, save: bool = True) -> tuple[dic
     return summary, records, proc.stdout + proc.stderr
 
 
-def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path):
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, api):
     summary, records, output = run(tmp_path, """
         name: not-streaming
-        endpoint: {api: chat, model: sim-tiny, stream: false}
+        endpoint: {api: %s, model: sim-tiny, stream: false, extra_body: {ignore_eos: true}}
         workload: {input_tokens: 200, output_tokens: 30}
         load:
           mode: staircase
-          users: {start: 2, step: 2, max: 4}
-          step: {warmup_s: 0.5, min_duration_s: 3, min_requests: 10, max_duration_s: 4}
+          users: {start: 2, step: 2, max: 2}
+          step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 10, max_duration_s: 3}
         slo: {e2e: ["p(95)<5000"]}
-    """, "--preset=tiny")
+    """.replace("%s", api), "--preset=tiny")
     assert summary["knee"]["metric"] == "e2e", output[-2000:]
     assert records and all(r["ok"] and r["ttft_s"] is None and r["output_tokens"] == 30 for r in records)
     lat = summary["steps"][0]["latency_ms"]
