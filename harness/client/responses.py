@@ -29,7 +29,11 @@ from __future__ import annotations
 
 import json
 
-from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
+from harness.client.stream import FieldError as _Wrong
+from harness.client.stream import OutputTracker, StreamProtocolError, decode_json, json_kind, server_error
+from harness.client.stream import field_count as _count
+from harness.client.stream import field_obj as _obj
+from harness.client.stream import field_str as _str
 from harness.workload.prompts import Prompt
 
 __all__ = ["ResponsesTracker", "build_responses_body", "parse_responses_body"]
@@ -204,43 +208,5 @@ def _output_texts(output: object) -> list[str]:
     return texts
 
 
-# -- field checks: a wrong type raises _Wrong, which the caller words with the event it was in ---------------
-
-class _Wrong(Exception):
-    """A field of the wrong type: its path, the value that came, what was expected."""
-
-    def __init__(self, path: str, value: object, expected: str) -> None:
-        super().__init__(path)
-        self.path, self.value, self.expected = path, value, expected
-
-    def words(self, where: str) -> str:
-        got = "absent or null" if self.value is None else json_kind(self.value)
-        return f"{where}'s {self.path} is {got}, expected {self.expected}"
-
-
-def _obj(v: object, path: str) -> dict:
-    if v.__class__ is not dict:
-        raise _Wrong(path, v, "an object")
-    return v  # type: ignore[return-value]
-
-
-def _str(v: object, path: str) -> str | None:
-    if v is not None and v.__class__ is not str:
-        raise _Wrong(path, v, "a string")
-    return v  # type: ignore[return-value]
-
-
-def _count(v: object, path: str) -> int | None:
-    if not count_ok(v):
-        raise _Wrong(path, v, "an integer >= 0")
-    return v  # type: ignore[return-value]
-
-
 def _server_error(where: str, err: object) -> StreamProtocolError:
-    """The server's own error (``{code, message}``, or anything else, quoted): ``stream_error``."""
-    if err.__class__ is dict:
-        msg, code = err.get("message"), err.get("code")  # type: ignore[union-attr]
-        text = f"{code}: {msg}" if code else str(msg if msg is not None else json.dumps(err))
-    else:
-        text = "no error details" if err is None else str(err)
-    return StreamProtocolError("stream_error", f"server error {where}: {text[:200]}")
+    return server_error(where, err, "code")

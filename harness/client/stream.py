@@ -27,7 +27,8 @@ import json
 
 from harness.errors import KneecapError
 
-__all__ = ["OutputTracker", "StreamProtocolError", "count_ok", "decode_json", "json_kind"]
+__all__ = ["FieldError", "OutputTracker", "StreamProtocolError", "count_ok", "decode_json", "field_count", "field_obj",
+           "field_str", "json_kind", "server_error"]
 
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -142,3 +143,45 @@ class OutputTracker:
     def usage_seen(self, cumulative: int) -> None:
         """A chunk without output carried cumulative usage (a role chunk): later chunks count from here."""
         self._cum = cumulative
+
+
+# -- field checks for the API trackers: a wrong type raises FieldError, which the caller words with its event ----
+
+class FieldError(Exception):
+    """A field of the wrong type: its path, the value that came, what was expected."""
+
+    def __init__(self, path: str, value: object, expected: str) -> None:
+        super().__init__(path)
+        self.path, self.value, self.expected = path, value, expected
+
+    def words(self, where: str) -> str:
+        got = "absent or null" if self.value is None else json_kind(self.value)
+        return f"{where}'s {self.path} is {got}, expected {self.expected}"
+
+
+def field_obj(v: object, path: str) -> dict:
+    if v.__class__ is not dict:
+        raise FieldError(path, v, "an object")
+    return v  # type: ignore[return-value]
+
+
+def field_str(v: object, path: str) -> str | None:
+    if v is not None and v.__class__ is not str:
+        raise FieldError(path, v, "a string")
+    return v  # type: ignore[return-value]
+
+
+def field_count(v: object, path: str) -> int | None:
+    if not count_ok(v):
+        raise FieldError(path, v, "an integer >= 0")
+    return v  # type: ignore[return-value]
+
+
+def server_error(where: str, err: object, code_key: str) -> StreamProtocolError:
+    """The server's own error (``{code_key, message}``, or anything else, quoted): ``stream_error``."""
+    if err.__class__ is dict:
+        msg, code = err.get("message"), err.get(code_key)  # type: ignore[union-attr]
+        text = f"{code}: {msg}" if code else str(msg if msg is not None else json.dumps(err))
+    else:
+        text = "no error details" if err is None else str(err)
+    return StreamProtocolError("stream_error", f"server error {where}: {text[:200]}")
