@@ -58,6 +58,7 @@ class WorkerSide:
         """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None
         self._usage_refused = False
+        self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._samplers = 0
         self._monitor: gevent.Greenlet | None = None
 
@@ -118,17 +119,20 @@ class WorkerSide:
             and not self._usage_refused
 
     def refused_continuous_usage(self, rec: RequestRecord) -> bool:
-        """``rec`` is the endpoint refusing ``stream_options`` (HTTP 400 naming it) while continuous usage is "auto":
-        stop asking, say so once and in the results; True means "send this request again without it"."""
-        detail = rec.error_detail.lower()
-        if self.scenario.endpoint.continuous_usage != "auto" or rec.error != "http_4xx" or rec.status != 400 \
-                or not ("continuous_usage" in detail or "stream_options" in detail):
+        """``rec`` answered a request that asked for per-chunk usage (continuous usage "auto"). A 400 before any such
+        request succeeded is taken as the endpoint refusing the option (strict servers name the field, others just
+        say "bad request"): stop asking, say so once and in the results; True means "send this request again
+        without it". Once one succeeded, the option is accepted and a 400 is the endpoint's own answer."""
+        if rec.ok:
+            self._usage_ok = True
+        if self.scenario.endpoint.continuous_usage != "auto" or self._usage_ok or rec.error != "http_4xx" \
+                or rec.status != 400:
             return False
         if not self._usage_refused:
             self._usage_refused = True
-            log.warning("kneecap: the endpoint refused stream_options.continuous_usage_stats (%s); asking without it "
-                        "from now on: tokens per chunk are inferred, not exact (endpoint.continuous_usage: off "
-                        "skips the question)", rec.error_detail[:200])
+            log.warning("kneecap: the endpoint answered HTTP 400 to stream_options.continuous_usage_stats (%s); asking "
+                        "without it from now on: tokens per chunk are inferred, not exact (endpoint.continuous_usage: "
+                        "off skips the question)", rec.error_detail[:200])
         self.recorder.note("continuous_usage_refused", time.perf_counter())
         return True
 

@@ -119,7 +119,7 @@ def test_a_strict_server_refusing_continuous_usage_gets_asked_once_then_inferenc
                                                   users=8)
     step = summary["steps"][0]
     assert step["failures"] == {} and step["ok"] > 0, output[-2000:]
-    assert "refused stream_options.continuous_usage_stats" in output
+    assert "answered HTTP 400 to stream_options.continuous_usage_stats" in output
     stream = step["stream"]
     assert stream["exact_chunk_counts"] == 0 and stream["itl_token_unknown"] == step["ok"]
     assert "itl_token" not in step["latency_ms"]  # unknown, not guessed
