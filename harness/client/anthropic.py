@@ -38,7 +38,15 @@ from __future__ import annotations
 import json
 
 from harness.client.stream import FieldError as _Wrong
-from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind, server_error
+from harness.client.stream import (
+    OutputTracker,
+    StreamProtocolError,
+    count_ok,
+    decode_json,
+    json_kind,
+    server_error,
+    split_system,
+)
 from harness.client.stream import field_count as _count
 from harness.client.stream import field_obj as _obj
 from harness.client.stream import field_str as _str
@@ -73,11 +81,10 @@ def build_messages_body(model: str, prompt: Prompt, max_tokens: int, *, stream: 
     ``extra`` overrides any key (e.g. ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``)."""
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if prompt.messages is not None:
-        system = [m["content"] for m in prompt.messages if m.get("role") == "system"]
-        if system:
-            body["system"] = "\n\n".join(system)
-        body["messages"] = [{"role": m["role"], "content": m["content"]} for m in prompt.messages
-                            if m.get("role") != "system"]
+        system, rest = split_system(prompt.messages)
+        if system is not None:
+            body["system"] = system
+        body["messages"] = rest
     else:
         body["messages"] = [{"role": "user", "content": prompt.text}]
     if extra:

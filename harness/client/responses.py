@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 
 from harness.client.stream import FieldError as _Wrong
-from harness.client.stream import OutputTracker, StreamProtocolError, decode_json, json_kind, server_error
+from harness.client.stream import OutputTracker, StreamProtocolError, decode_json, json_kind, server_error, split_system
 from harness.client.stream import field_count as _count
 from harness.client.stream import field_obj as _obj
 from harness.client.stream import field_str as _str
@@ -57,11 +57,10 @@ def build_responses_body(model: str, prompt: Prompt, max_tokens: int, *, stream:
     are not kept server-side (OpenAI keeps them by default); ``extra`` overrides any key."""
     body: dict = {"model": model, "stream": stream, "max_output_tokens": max_tokens, "store": False}
     if prompt.messages is not None:
-        system = [m["content"] for m in prompt.messages if m.get("role") == "system"]
-        if system:
-            body["instructions"] = "\n\n".join(system)
-        body["input"] = [{"role": m["role"], "content": m["content"]} for m in prompt.messages
-                         if m.get("role") != "system"]
+        system, rest = split_system(prompt.messages)
+        if system is not None:
+            body["instructions"] = system
+        body["input"] = rest
     else:
         body["input"] = prompt.text
     if extra:

@@ -24,11 +24,12 @@ A stream that breaks the protocol raises ``StreamProtocolError`` with an error c
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 
 from harness.errors import KneecapError
 
 __all__ = ["FieldError", "OutputTracker", "StreamProtocolError", "count_ok", "decode_json", "field_count", "field_obj",
-           "field_str", "json_kind", "server_error"]
+           "field_str", "json_kind", "server_error", "split_system"]
 
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -56,6 +57,14 @@ def decode_json(data: str) -> object:
     return obj
 
 
+def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
+    """Chat messages as the Responses and Anthropic APIs take them: system text apart (joined), the rest as
+    ``{role, content}``."""
+    system = [m["content"] for m in messages if m.get("role") == "system"]
+    rest = [{"role": m["role"], "content": m["content"]} for m in messages if m.get("role") != "system"]
+    return ("\n\n".join(system) if system else None), rest
+
+
 def count_ok(v: object) -> bool:
     """A token count as usage carries it: absent (None) or an integer >= 0 (a bool is not a count)."""
     return v is None or (v.__class__ is int and v >= 0)  # type: ignore[operator]
@@ -72,7 +81,7 @@ def json_kind(v: object) -> str:
     return json.dumps(v)  # null, true, 7, 2.5
 
 
-class OutputTracker:
+class OutputTracker(ABC):
     """The fields every tracker fills (see the module docstring); subclasses implement ``on_event``."""
 
     __slots__ = ("_cum", "cached_source", "cached_tokens", "chunk_times", "chunk_tokens", "completion_tokens",
@@ -101,8 +110,9 @@ class OutputTracker:
         self.response_id: str | None = None
         self._cum: int | None = None  # cumulative completion tokens of the last chunk that carried usage
 
+    @abstractmethod
     def on_event(self, t: float, data: str) -> bool:
-        raise NotImplementedError  # each API's tracker defines it
+        """One SSE event's data at ``t``; True at the stream's final event."""
 
     # -- for subclasses: one output event of a kind ("content" | "reasoning" | "tool") at t --------------------
     def output(self, t: float, kind: str, piece: object = None, cumulative: int | None = None) -> None:

@@ -51,7 +51,7 @@ from harness.sim.openai import (
     opt_int,
 )
 from harness.sim.plan import Behavior, Segment, pick_tool, plan_output
-from harness.sim.text import plain_text, token_text, tool_arguments
+from harness.sim.text import plain_text, segment_payload, tool_arguments
 
 __all__ = ["AnthropicError", "MessagesWriter", "parse_messages"]
 
@@ -249,13 +249,9 @@ class MessagesWriter:
 
     def _segment(self, seg: Segment) -> list[bytes]:
         out = self._start(seg.phase) if seg.first == 0 else []
-        if seg.phase == "tool":
-            n = seg.count - 1 if seg.first == 0 else seg.count
-            if n:
-                start = 0 if seg.first == 0 else seg.first - 1
-                out.append(self._delta("tool", json.dumps(tool_arguments(n, self.plan.args_planned, start)).encode()))
-        else:
-            out.append(self._delta(seg.phase, token_text(seg.first, seg.count)))
+        payload = segment_payload(seg.phase, seg.first, seg.count, self.plan.args_planned)
+        if payload is not None:
+            out.append(self._delta(seg.phase, payload))
         if seg.phase == "reasoning" and seg.first + seg.count == self.plan.reasoning_tokens:
             out += self._stop("reasoning")
         return out

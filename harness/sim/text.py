@@ -78,3 +78,13 @@ def tool_fragment(j: int, planned: int) -> str:
 def tool_arguments(count: int, planned: int, start: int = 0) -> str:
     """Fragments ``[start, start + count)`` of ``planned`` joined: ``tool_arguments(p, p)`` is the whole string."""
     return "".join(tool_fragment(j, planned) for j in range(start, start + count))
+
+
+def segment_payload(phase: str, first: int, count: int, args_planned: int) -> bytes | None:
+    """The JSON text one delta event of a typed-event framing (Responses, Anthropic) carries for ``count`` tokens
+    from ``first`` of a ``phase``: tool-call arguments (the name is the tool phase's first token, so it carries
+    none; None when nothing is left), else answer or reasoning words."""
+    if phase == "tool":
+        n = count - 1 if first == 0 else count
+        return json.dumps(tool_arguments(n, args_planned, 0 if first == 0 else first - 1)).encode() if n else None
+    return token_text(first, count)
