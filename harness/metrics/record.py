@@ -84,6 +84,10 @@ class RequestRecord:
     turn_bucket: str | None = None
     """The turn's bucket label ("1", "2-4", ...): session metrics are split by it."""
     call: int = 0
+    new_connection: bool = False
+    """The request opened a connection (TCP connect, and TLS handshake for https) inside its own time: the first
+    on a connection, or the server had closed the kept-alive one (``Connection: close``, or closed after the last
+    response, as llama.cpp's server does)."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 
