@@ -7,8 +7,9 @@ failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail
 knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``workers_joined``, and per
 run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
 shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
-metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md). Readers of older files
-keep working: nothing was removed or renamed.
+metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md); later version-3 files add
+per step ``new_connections``/``new_connection_share`` (optional keys: absent in the first version-3 files). Readers
+of older files keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
 """
@@ -103,6 +104,11 @@ class StepResult:
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
     requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
     from chunks, embeddings inputs/s (``analysis.steps``)."""
+    new_connections: int = 0
+    """Measured requests that opened a connection (TCP, and TLS for https) inside their own time."""
+    new_connection_share: float | None = None
+    """``new_connections`` / ``requests``; None without requests. Near 1 past the first requests: the server
+    closes the connection after each response, and every request's TTFT includes a connect."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
@@ -117,7 +123,8 @@ class StepResult:
                    fleet_changed=self.fleet_changed, workers_lost=list(self.workers_lost),
                    workers_joined=list(self.workers_joined), complete=self.complete, stationary=self.stationary,
                    slo_passed=self.slo_passed,
-                   slo=[vars(c).copy() for c in self.slo])
+                   slo=[vars(c).copy() for c in self.slo], new_connections=self.new_connections,
+                   new_connection_share=self.new_connection_share)
         if self.server is not None:
             out["server"] = self.server
         if self.prefix_cache is not None:

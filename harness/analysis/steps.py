@@ -11,11 +11,14 @@ from harness.analysis.slo import LATENCY_METRICS
 from harness.metrics.aggregate import LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
-__all__ = ["LAG_LIMIT_MS", "Generator", "StepInfo", "step_result"]
+__all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "Generator", "StepInfo", "connection_warning", "step_result"]
 
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
 server, was adding latency (see benchmarks/client_accuracy.py for where timing noise starts to grow)."""
+CONNECT_SHARE_WARN = 0.5
+"""Past this share of measured requests paying a new connection, the server is not keeping connections alive
+(a kept-alive fleet pays one connect per user, in the first step's warm-up): the run says so once."""
 
 
 @dataclass
@@ -108,7 +111,20 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         if bucket.prompt_error_n else None,
         generator=(generator or Generator()).health(), fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
-        stream=_stream(bucket, duration))
+        stream=_stream(bucket, duration), new_connections=bucket.new_connections,
+        new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None)
+
+
+def connection_warning(steps: list[StepResult]) -> str | None:
+    """One sentence when more than ``CONNECT_SHARE_WARN`` of the measured requests paid a new connection, else
+    None: that is the server's choice (it closes after each response), and part of what its users pay."""
+    requests = sum(s.requests for s in steps)
+    new = sum(s.new_connections for s in steps)
+    if not requests or new / requests <= CONNECT_SHARE_WARN:
+        return None
+    return (f"{new / requests:.0%} of requests paid a new connection (TCP connect, and TLS for https, inside their "
+            "TTFT): the server closes the connection after each response (llama.cpp's server does); nothing to fix "
+            "on the client: this is what users of that server pay")
 
 
 def _stream(bucket: Bucket, duration: float) -> dict | None:

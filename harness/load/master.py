@@ -19,7 +19,7 @@ from harness.analysis.ledger import Ledger
 from harness.analysis.results import RunSummary, StepResult, level_unit
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
-from harness.analysis.steps import StepInfo
+from harness.analysis.steps import StepInfo, connection_warning
 from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.context import ScenarioSource
 from harness.load.live import Live
@@ -198,6 +198,9 @@ class MasterSide:
         self.ledger.end_step(self.clock())
         self.judge()
         summary = self.summary()
+        note = connection_warning(summary.steps)
+        if note:
+            log.warning("kneecap: %s", note)
         if self.live is not None:
             try:
                 summary.influx = self.live.close(summary.steps, summary.knee, summary.knee_reason, self.stop_reason)

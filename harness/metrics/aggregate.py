@@ -62,6 +62,9 @@ class Bucket:
     cached tokens, how many of them reported it only in llama.cpp's timings.cache_n]."""
     sessions: SessionStats | None = None
     """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
+    new_connections: int = 0
+    """Requests (failed ones included) that opened a connection inside their own time (``RequestRecord.
+    new_connection``): the first on a connection, or the server had closed the kept-alive one."""
     extra: dict[str, int] = field(default_factory=dict)
     """Counters that apply to some endpoints only: ``exact_chunks`` (requests with exact per-chunk token counts),
     ``itl_token_unknown`` (several-token chunks without exact counts: no per-token ITL), ``reasoning_counted``
@@ -83,6 +86,7 @@ class Bucket:
                                    rec.e2e_s, rec.output_tokens)
             if rec.ok and rec.ttft_s is not None:
                 self._sk(turn_sketch(rec.turn_bucket)).add(rec.ttft_s)
+        self.new_connections += rec.new_connection
         lag = rec.send_lag_s
         if lag is not None:
             self._sk("send_lag").add(max(lag, 0.0))
@@ -194,6 +198,7 @@ class Bucket:
         self.prompt_error_n += other.prompt_error_n
         self.arrivals += other.arrivals
         self.dropped += other.dropped
+        self.new_connections += other.new_connections
         for i, v in enumerate(other.cache):
             self.cache[i] += v
         for k, v in other.extra.items():
@@ -215,6 +220,8 @@ class Bucket:
             out["sess"] = self.sessions.to_wire()
         if self.extra:
             out["x"] = dict(self.extra)
+        if self.new_connections:
+            out["conn"] = self.new_connections
         return out
 
     @classmethod
@@ -227,7 +234,8 @@ class Bucket:
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
-                   extra={str(k): int(v) for k, v in d.get("x", {}).items()}, **fields)
+                   extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
+                   **fields)
 
 
 Delta = tuple[int, str, Bucket]

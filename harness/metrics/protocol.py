@@ -20,8 +20,8 @@ more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not
 A Bucket on the wire: "sk" (sketches by name), the counters of ``aggregate._WIRE_FIELDS``, and keys present
 only when they have data, so older payloads keep their bytes: "why" (a failure detail per class), "cache"
 ([requests reporting cached tokens, their prompt tokens, their cached tokens, those from llama.cpp timings]) and "sess"
-(``SessionStats.to_wire()``: turn buckets, decode sums, ended-session counts) and "x" (``Bucket.extra``: counters
-by name that apply to some endpoints only).
+(``SessionStats.to_wire()``: turn buckets, decode sums, ended-session counts), "x" (``Bucket.extra``: counters
+by name that apply to some endpoints only) and "conn" (requests that opened a connection inside their own time).
 
 Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the plan's last step)::
 

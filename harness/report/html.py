@@ -52,9 +52,11 @@ def _step_table(s: dict) -> str:
     key = level_key(s.get("mode", "closed"))
     metric = (s.get("knee") or {}).get("metric") or "ttft"
     reasons = any(st["latency_ms"].get("reasoning_time") for st in s["steps"])  # TTFT and TTFO differ then
+    conns = any("new_connection_share" in st for st in s["steps"])  # older summaries lack it
     head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
             *(["TTFO p99", "reasoning p50"] if reasons else []),
-            f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", "stationary", "SLO", "reliable"]
+            f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", *(["new conn"] if conns else []), "stationary", "SLO",
+            "reliable"]
     rows = []
     for st in s["steps"]:
         lat = st["latency_ms"]
@@ -66,16 +68,18 @@ def _step_table(s: dict) -> str:
                      f"{t.get('p99')} [{ci[0]}, {ci[1]}]" if ci else t.get("p99"),
                      *([lat.get("ttfo", {}).get("p99"), lat.get("reasoning_time", {}).get("p50")] if reasons else []),
                      lat.get(metric, {}).get("p99_slo"), lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"),
-                     st.get("stationary"),
+                     *([_share(st.get("new_connection_share"), "")] if conns else []), st.get("stationary"),
                      st.get("slo_passed"), st["generator"]["reliable"]])
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
             + "<p>Latencies in ms. p99: over successful requests. p99_slo: failed requests ranked as misses "
-              "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge.</p>")
+              "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge."
+            + (" New conn: share of requests that opened a connection inside their own time (near 100%: the server "
+               "closes connections after each response)." if conns else "") + "</p>")
 
 
-def _share(v: object) -> str:
-    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else "not reported"
+def _share(v: object, missing: str = "not reported") -> str:
+    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
 
 def _sessions_table(s: dict) -> str:

@@ -49,7 +49,7 @@ _STEP = {
     "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
     "server?": {"*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
-    "stream?": dict,
+    "stream?": dict, "new_connections?": int, "new_connection_share?": _NUM,
 }
 
 SUMMARY: dict[str, Any] = {

@@ -58,7 +58,8 @@ def _session_stats(step: StepResult) -> list[tuple[str, dict]]:
 
 
 def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
-    """A judged step's summary.json numbers, one point per metric; the prefix cache and sessions when known."""
+    """A judged step's summary.json numbers, one point per metric; the client side (connections); the prefix cache
+    and sessions when known."""
     out = []
     st = {**tags, "step": str(step.index)}
     for metric, stats in [*step.latency_ms.items(), *_session_stats(step)]:
@@ -79,6 +80,9 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if server.get("hit_rate") is not None:
             p = p.field("server_hit_rate", float(server["hit_rate"]))
         out.append(p)
+    if step.new_connection_share is not None:
+        out.append(_point("kneecap_step_client", st, ts_ms).field("new_connections", step.new_connections)
+                   .field("new_connection_share", float(step.new_connection_share)).field("load", float(step.level)))
     if step.sessions and step.sessions["ended"]:
         v = step.sessions
         p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v["ended"]).field("failed", v["failed"]) \

@@ -40,6 +40,12 @@ MEASUREMENTS: dict[str, dict] = {
         "tags": ("step",),
         "fields": ("client_cached_share", "server_hit_rate", "load"),
     },
+    "kneecap_step_client": {
+        "doc": "per judged step with requests: the client's side: requests that opened a new connection inside their "
+               "own time, and their share of the step's requests",
+        "tags": ("step",),
+        "fields": ("new_connections", "new_connection_share", "load"),
+    },
     "kneecap_step_sessions": {
         "doc": "per judged step of a sessions workload: sessions ended and failed, mean turns, agent stall (s)",
         "tags": ("step",),
