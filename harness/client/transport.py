@@ -1,21 +1,28 @@
 """Streaming one request over a keep-alive HTTP/1.1 connection, timing every receive as it arrives.
 
-The I/O half of the client: connect, send, and a recv loop that stamps each receive and hands it to
-``reader.ResponseReader`` (pure; HTTP, SSE and OpenAI parsing and the outcome). It also keeps the
-deadlines (``watchdog``) and retries once, on a new socket, when a kept-alive one turns out stale.
+The I/O half of the client: connect, send, and reading the answer, each receive stamped and handed to
+``reader.ResponseReader`` (pure: HTTP, SSE and the API's parsing, the outcome). Sockets are the C-level
+non-blocking ones (``_socket``), the same with or without gevent:
 
-Plain blocking sockets: under Locust (gevent monkey-patched) they are cooperative, elsewhere they are
-ordinary threads' sockets. Every receive is timestamped before any parsing, so no buffering sits between
-the wire and the clock (Locust's ``iter_lines`` waits for 1 KB: +100 ms TTFT). On Linux plain TCP the
-stamp is the kernel's own receive time (``SO_TIMESTAMPNS``), so a worker reading a burst of streams one
-after another does not add its reading order to their times; elsewhere (TLS) it is ``time.perf_counter``
-at ``recv``.
+- **gevent (inside Locust):** connect and send wait cooperatively (``gevent.socket.wait_write``); the answer is
+  read by the worker's one reader (``client/mux.py``), which drains every ready stream per wake and keeps
+  the deadlines. The request's greenlet waits once per request, not once per token.
+- **plain (threads, scripts):** each request waits for its socket with ``select.poll``, the timeout being the
+  next deadline.
+
+Keep-alive: the host is resolved once per process (``resolve``; again after a failed connect). Before a
+kept-alive socket is reused, a non-blocking peek checks the server has not closed it (llama.cpp's server
+says ``Keep-Alive: timeout=5`` and closes after every streamed response) and that its ``Keep-Alive`` timeout
+has not run out; a ``Connection: close`` answer closes it at once. So a closed connection is reopened inside
+the next request's time (a real client pays that connect: ``RequestRecord.new_connection``), and a stale
+socket is not written to. The server may still close in the instant between the check and the send: then
+the request is sent once more on a new socket (two rounds at most).
 
 TLS (https URLs): the system's CAs by default, or only those of ``ca_file`` (a private CA); ``verify=False``
-accepts any certificate and any host name. One ``ssl.SSLContext`` per setting and process
-(``tls_context``): loading the system's CA bundle takes milliseconds, too slow for each new connection.
-A handshake that fails is ``tls_error`` with the reason ("certificate verify failed: self-signed
-certificate (server 127.0.0.1:8443)").
+accepts any certificate and any host name. One ``ssl.SSLContext`` per setting and process (``tls_context``):
+loading the system's CA bundle takes milliseconds. TLS runs over memory BIOs on the same socket, so TLS
+streams keep the kernel's receive stamps. A handshake that fails is ``tls_error`` with the reason
+("certificate verify failed: self-signed certificate (server 127.0.0.1:8443)").
 
 Errors: ``stream_request`` turns network, HTTP and stream trouble into a ``RequestRecord`` with its error
 class (``metrics.record.ERROR_CLASSES``) and does not raise for it. ``Connection`` raises ``ValueError``
@@ -25,30 +32,33 @@ stopping a user mid-request), ``KeyboardInterrupt``, bugs.
 
 from __future__ import annotations
 
+import _socket
 import contextlib
+import errno
 import functools
+import math
+import os
 import re
+import select
 import socket
 import ssl
-import struct
 import sys
 import time
 from urllib.parse import urlsplit
 
+from harness.client.deadline import Deadline
+from harness.client.inflight import RECV_BYTES, SO_TIMESTAMPNS, InFlight
 from harness.client.reader import BodyParser, ResponseReader
 from harness.client.sse import DEFAULT_MAX_LINE
 from harness.client.stream import OutputTracker
 from harness.client.timeouts import Timeouts
-from harness.client.watchdog import Deadline, watchdog
 from harness.metrics.record import RequestRecord
 
-__all__ = ["Connection", "Timeouts", "stream_request", "tls_context"]
+__all__ = ["Connection", "Timeouts", "resolve", "stream_request", "tls_context"]
 
-_RECV = 65536
-# Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
-_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _SSL_LOCATION = re.compile(r"^\[SSL: \w+\] | \(_ssl\.c:\d+\)$")  # "[SSL: X] reason (_ssl.c:1006)" -> "reason"
+_KEEP_ALIVE_TIMEOUT = re.compile(r"timeout\s*=\s*(\d+(?:\.\d+)?)", re.I)
+_RESOLVED: dict[tuple[str, int], list[tuple]] = {}
 
 
 @functools.lru_cache(maxsize=8)
@@ -59,6 +69,43 @@ def tls_context(ca_file: str | None = None, verify: bool = True) -> ssl.SSLConte
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+def cooperative() -> bool:
+    """True when gevent has patched the socket module (inside Locust): waits must go through its hub."""
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and monkey.is_module_patched("socket")
+
+
+def resolve(host: str, port: int) -> list[tuple]:
+    """``getaddrinfo`` for a stream socket, once per process (a literal address needs no lookup at all)."""
+    key = (host, port)
+    found = _RESOLVED.get(key)
+    if found is None:
+        for family in (_socket.AF_INET, _socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                _socket.inet_pton(family, host)
+                found = [(family, _socket.SOCK_STREAM, 0, "", (host, port))]
+                break
+        if found is None:  # gevent's resolver when patched: a name lookup must not block the hub
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        _RESOLVED[key] = found
+    return found
+
+
+def _wait(fd: int, write: bool, timeout: float, coop: bool) -> None:
+    """Wait until ``fd`` is writable (else readable); ``TimeoutError`` after ``timeout`` seconds."""
+    if timeout <= 0:
+        raise TimeoutError("timed out")
+    if coop:
+        from gevent.socket import wait_read, wait_write
+
+        (wait_write if write else wait_read)(fd, timeout=timeout)
+        return
+    p = select.poll()
+    p.register(fd, select.POLLOUT if write else select.POLLIN)
+    if not p.poll(max(1, math.ceil(timeout * 1000))):
+        raise TimeoutError("timed out")
 
 
 class Connection:
@@ -78,35 +125,140 @@ class Connection:
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.base_path = u.path.rstrip("/")
         self.sock: socket.socket | None = None
+        self.tls_io: tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO] | None = None
+        """TLS: the session and its incoming and outgoing BIOs."""
         self.kernel_ts = False
-        """True when the kernel stamps each receive (SO_TIMESTAMPNS, plain TCP on Linux)."""
-        self.cooperative = False
-        """True for gevent sockets (inside Locust)."""
+        """True when the kernel stamps each receive (SO_TIMESTAMPNS, Linux)."""
+        self.cooperative = cooperative()
+        """True under gevent (inside Locust)."""
+        self.idle_until = math.inf
+        """The server's ``Keep-Alive: timeout`` runs out about now: reopen rather than race its close."""
 
     def open(self, timeout: float) -> socket.socket:
-        sock = socket.create_connection((self.host, self.port), timeout=timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        """Connect (and shake hands over TLS) within ``timeout`` s. Raises ``TimeoutError``, ``OSError``,
+        ``ssl.SSLError``."""
+        self.close()
+        until = time.perf_counter() + timeout
+        coop = self.cooperative
+        try:
+            addrs = resolve(self.host, self.port)
+        except UnicodeError as exc:  # a host name IDNA cannot encode
+            raise OSError(f"host name {self.host!r} cannot be encoded: {exc}") from None
+        last: OSError = OSError(f"no address for {self.host}")
+        for family, _, proto, _, addr in addrs:
+            sock = _socket.socket(family, _socket.SOCK_STREAM, proto)
+            sock.setblocking(False)
+            try:
+                err = sock.connect_ex(addr)
+                if err in (errno.EINPROGRESS, errno.EAGAIN, errno.EALREADY):
+                    _wait(sock.fileno(), True, until - time.perf_counter(), coop)
+                    err = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+                if err:
+                    raise OSError(err, os.strerror(err))
+            except BaseException as exc:
+                sock.close()
+                if not isinstance(exc, OSError) or isinstance(exc, TimeoutError):
+                    raise
+                last = exc
+                continue
+            break
+        else:
+            _RESOLVED.pop((self.host, self.port), None)  # look the name up again next time: it may have moved
+            raise last
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         self.kernel_ts = False
-        if self.tls:
+        if SO_TIMESTAMPNS is not None:
             try:
-                sock = tls_context(self.ca_file, self.verify).wrap_socket(sock, server_hostname=self.host)
-            except BaseException:
-                sock.close()  # a no-op once the TLS socket took the descriptor (it closes that itself)
-                raise
-        elif _SO_TIMESTAMPNS is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                sock.setsockopt(_socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 self.kernel_ts = True
             except OSError:
                 pass
-        # gevent sockets wait without timeouts (each would arm a timer per event); the watchdog keeps the
-        # deadlines. Plain sockets get a per-read timeout instead (harness/client/watchdog.py).
-        self.cooperative = type(sock).__module__.startswith("gevent")
-        sock.settimeout(None)
-        self.sock = sock
-        return sock
+        self.sock = sock  # type: ignore[assignment]
+        self.idle_until = math.inf
+        if self.tls:
+            try:
+                self._handshake(until)
+            except BaseException:
+                self.close()
+                raise
+        return sock  # type: ignore[return-value]
+
+    def _handshake(self, until: float) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = tls_context(self.ca_file, self.verify).wrap_bio(incoming, outgoing, server_hostname=self.host)
+        self.tls_io = (obj, incoming, outgoing)
+        sock = self.sock
+        assert sock is not None
+        while True:
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._send_raw(outgoing.read(), until)
+                _wait(sock.fileno(), False, until - time.perf_counter(), self.cooperative)
+                with contextlib.suppress(BlockingIOError):
+                    data = sock.recv(RECV_BYTES)
+                    if data:
+                        incoming.write(data)
+                    else:
+                        incoming.write_eof()
+        self._send_raw(outgoing.read(), until)
+
+    def send(self, payload: bytes, until: float) -> None:
+        """All of ``payload`` by ``until`` (``TimeoutError``); ``OSError`` when the connection fails."""
+        if self.tls_io is not None:
+            obj, _, outgoing = self.tls_io
+            obj.write(payload)
+            payload = outgoing.read()
+        self._send_raw(payload, until)
+
+    def _send_raw(self, data: bytes, until: float) -> None:
+        sock = self.sock
+        assert sock is not None
+        view, sent = memoryview(data), 0
+        while sent < len(view):
+            try:
+                sent += sock.send(view[sent:])
+            except BlockingIOError:
+                _wait(sock.fileno(), True, until - time.perf_counter(), self.cooperative)
+
+    def alive(self) -> bool:
+        """The kept-alive socket can carry a request: open, within the server's keep-alive timeout, and neither
+        closed by the server nor holding bytes nobody asked for. Never blocks; closes the socket when not."""
+        sock = self.sock
+        if sock is None:
+            return False
+        if time.perf_counter() < self.idle_until:
+            try:
+                data = sock.recv(RECV_BYTES if self.tls_io else 1, 0 if self.tls_io else _socket.MSG_PEEK)
+            except BlockingIOError:
+                return True  # nothing to read: open
+            except OSError:
+                data = b""
+            if data and self.tls_io is not None and self._tls_idle(data):
+                return True
+        self.close()  # EOF, a reset, an unasked answer (a 408), or the timeout about to close it
+        return False
+
+    def _tls_idle(self, data: bytes) -> bool:
+        """TLS bytes on an idle connection: only records that carry no data (a session ticket) keep it usable."""
+        obj, incoming, _ = self.tls_io  # type: ignore[misc]
+        incoming.write(data)
+        try:
+            return not obj.read(RECV_BYTES)
+        except ssl.SSLWantReadError:
+            return True
+        except ssl.SSLError:
+            return False
+
+    def kept(self, headers: dict[str, str], now: float) -> None:
+        """The response ended with the connection kept: note the server's ``Keep-Alive: timeout`` if it gave one."""
+        m = _KEEP_ALIVE_TIMEOUT.search(headers.get("keep-alive", ""))
+        # Reopen a little before the server's timer (it started at its send, about our receive) fires.
+        self.idle_until = now + max(0.0, float(m.group(1)) * 0.9 - 0.1) if m else math.inf
 
     def close(self) -> None:
+        self.tls_io = None
         if self.sock is not None:
             with contextlib.suppress(OSError):
                 self.sock.close()
@@ -117,7 +269,7 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None,
                    keep_text: bool = False, tracker: OutputTracker | None = None,
                    body_parser: BodyParser | None = None) -> RequestRecord:
-    """Send one streaming request and read it to the end; never raises for network or protocol trouble.
+    """Send one request and read its answer to the end; never raises for network or protocol trouble.
 
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
     """
@@ -130,23 +282,30 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
                             body_parser=body_parser)
     payload = head + body
     while True:
-        reused = conn.sock is not None
-        if _send(conn, payload, timeouts, start, reader):
-            _receive(conn, reader, timeouts, start, reused, real_minus_perf)
+        reused = conn.alive()
+        if _send(conn, payload, timeouts, start, reader, reused):
+            st = InFlight(conn.sock, conn.tls_io and conn.tls_io[:2], conn.kernel_ts, reader,  # type: ignore[arg-type]
+                          Deadline(start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s), reused,
+                          real_minus_perf)
+            _receive(conn, st)
         if reader.over or not reused:
             break
-        # Not over on a reused socket: the server had closed it (the send failed, or EOF before any byte).
-        # Once more on a new socket, which cannot be stale: two rounds at most.
+        # Not over on a reused socket: the server closed it after our check (the send failed, or EOF before any
+        # byte). Once more on a new socket, which cannot be stale: two rounds at most.
         conn.close()
-    if not reader.reusable:
+    rec = reader.record
+    rec.new_connection = not reused
+    if reader.reusable:
+        conn.kept(reader.headers, time.perf_counter())
+    else:
         conn.close()
-    return reader.record
+    return rec
 
 
-def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, reader: ResponseReader) -> bool:
+def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, reader: ResponseReader,
+          reused: bool) -> bool:
     """Send on the kept-alive socket or a new one; False when that failed (recorded in ``reader`` unless the socket
     was a reused one, which the caller retries)."""
-    reused = conn.sock is not None
     if not reused:
         try:
             conn.open(timeouts.connect_s)
@@ -161,26 +320,20 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
         except ssl.SSLError as exc:
             reader.fail("tls_error", _handshake_failure(conn, exc), time.perf_counter())
             return False
-        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        except OSError as exc:
             reader.fail("connect_error", f"cannot connect to {conn.host}:{conn.port}: {exc}", time.perf_counter())
             return False
-    sock = conn.sock
-    assert sock is not None
-    sock.settimeout(max(start + timeouts.total_s - time.perf_counter(), 0.001))  # a server that never reads
     try:
-        sock.sendall(payload)
+        conn.send(payload, start + timeouts.total_s)
     except TimeoutError:
         conn.close()
         reader.fail("total_timeout", f"sending the request took over {timeouts.total_s} s", time.perf_counter())
         return False
-    except OSError as exc:
+    except (OSError, ssl.SSLError) as exc:
         conn.close()
         if not reused:
             reader.fail("reset", f"send failed: {exc}", time.perf_counter())
         return False
-    finally:
-        with contextlib.suppress(OSError):  # already closed on failure
-            sock.settimeout(None)
     return True
 
 
@@ -192,67 +345,35 @@ def _handshake_failure(conn: Connection, exc: ssl.SSLError) -> str:
     return detail
 
 
-def _receive(conn: Connection, reader: ResponseReader, timeouts: Timeouts, start: float, reused: bool,
-             real_minus_perf: float) -> None:
-    """Feed ``reader`` every receive, stamped, until it is over, or, on a ``reused`` socket, until it turns out
-    stale (closed or reset before any byte of the answer)."""
-    sock = conn.sock
-    assert sock is not None
-    deadline = Deadline(sock, start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s)
-    cooperative = conn.cooperative
-    if cooperative:
-        watchdog.watch(deadline)
-    try:
-        _recv_loop(sock, conn.kernel_ts, cooperative, deadline, reader, reused, real_minus_perf)
-    finally:
-        watchdog.forget(deadline)
+def _receive(conn: Connection, st: InFlight) -> None:
+    """Read ``st`` to its end: in the worker's one reader under gevent, else here, waiting for each receive."""
+    deadline, perf = st.deadline, time.perf_counter
+    if conn.cooperative:
+        from harness.client import mux
 
+        if mux.available():
+            mux.read(st)
+            return
+        from gevent.socket import wait_read
 
-def _recv_loop(sock: socket.socket, kernel_ts: bool, cooperative: bool, deadline: Deadline, reader: ResponseReader,
-               reused: bool, real_minus_perf: float) -> None:
-    # The per-token hot path: one recv, one timestamp, one feed. Everything else happens once per request.
-    perf = time.perf_counter
-    feed, chunk_times = reader.feed, reader.chunk_times
+        while True:  # no epoll (not Linux): this greenlet waits for its own socket
+            at, kind = deadline.next()
+            try:
+                wait_read(st.fd, timeout=max(at - perf(), 1e-6))
+            except TimeoutError:
+                st.expire(kind, perf())
+                return
+            if st.pump():
+                return
+    poll = select.poll()
+    poll.register(st.fd, select.POLLIN)
     while True:
-        if not cooperative:  # plain sockets: a per-read timeout is free, no watchdog
-            sock.settimeout(max(deadline.next()[0] - perf(), 1e-6))
-        try:
-            if kernel_ts:
-                data, anc, _, _ = sock.recvmsg(_RECV, _CMSG_SPACE)
-            else:
-                data, anc = sock.recv(_RECV), None
-        except TimeoutError:  # the per-read timeout, i.e. the earliest deadline (nothing moved it since)
-            deadline.expired = deadline.expired or deadline.next()[1]
-            _expired(deadline, reader)
+        at, kind = deadline.next()
+        now = perf()
+        if now >= at or not poll.poll(max(1, math.ceil((at - now) * 1000))):
+            if perf() >= at:  # else woken early by poll's rounding: look again
+                st.expire(kind, perf())
+                return
+            continue
+        if st.pump():
             return
-        except OSError as exc:
-            if deadline.expired:  # the watchdog shut the socket down
-                _expired(deadline, reader)
-            elif reader.bytes_in or not reused:  # else a stale socket: the caller retries
-                reader.fail("reset", f"connection error after {len(chunk_times)} content chunks: {exc}", perf())
-            return
-        if deadline.expired:
-            _expired(deadline, reader)
-            return
-        t = perf()
-        if anc and anc[0][1] == _SO_TIMESTAMPNS:
-            # The kernel's receive time (CLOCK_REALTIME) on our clock: the moment the bytes arrived, however
-            # late this greenlet got to read them (a burst of streams is read one after another).
-            sec, nsec = struct.unpack("qq", anc[0][2][:16])
-            t = min(t, sec + nsec * 1e-9 - real_minus_perf)
-        deadline.last = t
-        if not data:
-            if reader.bytes_in or not reused:  # else a stale socket: the caller retries
-                reader.close(t)
-            return
-        if feed(data, t):
-            return
-        if not deadline.first:
-            deadline.first = bool(chunk_times)
-
-
-def _expired(deadline: Deadline, reader: ResponseReader) -> None:
-    kind = deadline.expired or "reset"
-    now = time.perf_counter()
-    reader.fail(kind, f"{kind.replace('_', ' ')} after {now - reader.start:.3f} s "
-                      f"({len(reader.chunk_times)} content chunks)", now)

@@ -254,8 +254,8 @@ for tokens, fault, limits in ((10, "stall", Timeouts(idle_s=0.25)), (3000, None,
 """
 
 
-def test_deadlines_under_gevent_come_from_the_watchdog(sim):
-    """Inside Locust sockets are gevent's: no per-read timeout, the watchdog greenlet enforces deadlines."""
+def test_deadlines_under_gevent_come_from_the_one_reader(sim):
+    """Inside Locust the worker's one reader (client/mux.py) reads every stream and enforces the deadlines."""
     import subprocess
     import sys
 

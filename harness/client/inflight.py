@@ -1,0 +1,130 @@
+"""One request being read: a receive on its ready socket in, stamped bytes into its ``ResponseReader`` out.
+
+The per-token hot path, shared by the worker's one reader (``client/mux.py``, gevent) and the plain blocking
+loop (``client/transport.py``, threads and scripts). ``pump()`` is called only when the socket is readable
+(non-blocking sockets: a spurious wake costs one ``EAGAIN``) and never blocks.
+
+Every receive is stamped before any parsing. On Linux the stamp is the kernel's own receive time
+(``SO_TIMESTAMPNS``), so a reader draining a burst of streams one after another does not add its reading
+order to their times; elsewhere it is ``time.perf_counter`` at ``recv``. TLS is decrypted here from a memory
+BIO (``ssl.SSLObject``), so TLS streams keep the kernel's stamp too.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import sys
+import time
+
+from harness.client.deadline import Deadline
+from harness.client.reader import ResponseReader
+
+__all__ = ["RECV_BYTES", "SO_TIMESTAMPNS", "InFlight"]
+
+RECV_BYTES = 65536
+# Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_unpack = struct.Struct("qq").unpack_from
+
+
+class InFlight:
+    """The read side of one request on ``sock`` (``tls``: its ``SSLObject`` and incoming BIO, or None).
+
+    ``reused``: the socket carried an earlier response, so an EOF or reset before any byte means the server
+    had closed it (``stale``: the caller sends again on a new one) rather than a failure of this request."""
+
+    __slots__ = ("chunk_times", "deadline", "fd", "feed", "kernel_ts", "reader", "real_minus_perf", "reused",
+                 "sock", "stale", "tls", "waiter")
+
+    def __init__(self, sock: socket.socket, tls: tuple[ssl.SSLObject, ssl.MemoryBIO] | None, kernel_ts: bool,
+                 reader: ResponseReader, deadline: Deadline, reused: bool, real_minus_perf: float) -> None:
+        self.sock, self.tls, self.kernel_ts = sock, tls, kernel_ts
+        self.fd = sock.fileno()
+        self.reader, self.deadline, self.reused = reader, deadline, reused
+        self.real_minus_perf = real_minus_perf
+        """``time.time() - time.perf_counter()``: puts the kernel's CLOCK_REALTIME stamps on our clock."""
+        self.feed, self.chunk_times = reader.feed, reader.chunk_times
+        self.stale = False
+        self.waiter: object = None
+        """Whoever waits for this request to end (the mux's use)."""
+
+    def pump(self) -> bool:
+        """One receive, fed to the reader; True once reading is over (the reader is over, or ``stale``)."""
+        deadline = self.deadline
+        try:
+            if self.kernel_ts:
+                data, anc, _, _ = self.sock.recvmsg(RECV_BYTES, _CMSG_SPACE)
+            else:
+                data, anc = self.sock.recv(RECV_BYTES), None
+        except BlockingIOError:  # woken for nothing (another reader took the bytes, or a TLS record is partial)
+            return False
+        except OSError as exc:
+            return self._lost(f"connection error after {len(self.chunk_times)} content chunks: {exc}")
+        t = time.perf_counter()
+        if anc and anc[0][1] == SO_TIMESTAMPNS:
+            # The kernel's receive time on our clock: when the bytes arrived, however late we read them.
+            sec, nsec = _unpack(anc[0][2])
+            t = min(t, sec + nsec * 1e-9 - self.real_minus_perf)
+        deadline.last = t
+        if self.tls is not None:
+            return self._tls(data, t)
+        if not data:
+            return self._eof(t)
+        if self.feed(data, t):
+            return True
+        if not deadline.first:
+            deadline.first = bool(self.chunk_times)
+        return False
+
+    def expire(self, kind: str, now: float) -> None:
+        """A deadline of kind ``kind`` passed at ``now``: the request ends with that error class."""
+        self.deadline.expired = kind
+        self.reader.fail(kind, f"{kind.replace('_', ' ')} after {now - self.reader.start:.3f} s "
+                               f"({len(self.chunk_times)} content chunks)", now)
+
+    def _tls(self, data: bytes, t: float) -> bool:
+        obj, incoming = self.tls  # type: ignore[misc]
+        if data:
+            incoming.write(data)
+        else:
+            incoming.write_eof()
+        eof = not data
+        while True:  # every whole record this receive completed; a partial one waits for more bytes
+            try:
+                plain = obj.read(RECV_BYTES)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:  # the server's close_notify
+                eof = True
+                break
+            except ssl.SSLError as exc:
+                if eof:  # closed without close_notify: an EOF like any other (the reader judges the response)
+                    break
+                return self._lost(f"TLS error after {len(self.chunk_times)} content chunks: {exc}")
+            if not plain:
+                eof = True
+                break
+            if self.feed(plain, t):
+                return True
+        if eof:
+            return self._eof(t)
+        if not self.deadline.first:
+            self.deadline.first = bool(self.chunk_times)
+        return False
+
+    def _eof(self, t: float) -> bool:
+        if self.reader.bytes_in or not self.reused:
+            self.reader.close(t)
+        else:
+            self.stale = True  # a kept-alive socket the server had closed: the caller sends again
+        return True
+
+    def _lost(self, detail: str) -> bool:
+        if self.reader.bytes_in or not self.reused:
+            self.reader.fail("reset", detail, time.perf_counter())
+        else:
+            self.stale = True
+        return True

@@ -1,0 +1,121 @@
+"""The worker's one reader (gevent): every open stream's socket in one ``epoll``, drained per wake.
+
+Without it each stream is a greenlet blocked in ``recv``: per streamed event the hub wakes, switches to that
+greenlet, which reads, parses, finds nothing more (a second ``recv``, ``EAGAIN``), re-arms its watcher and
+switches back — ~58% of a worker's samples sat in the gevent hub in a profile against llama.cpp. Here the
+request's greenlet registers its socket and waits once; the hub watches the epoll's own fd, and its callback
+reads every ready socket (``InFlight.pump``: one ``recvmsg`` with the kernel's timestamp, the push parsers)
+and wakes a request's greenlet only when its response is over. One switch per request, not per token.
+
+Level-triggered: a socket with bytes left stays ready and is read again on the next wake. Deadlines live here
+too: a timer every ``deadline.TICK_S`` ends each request whose TTFT, idle or total limit has passed (the reader
+knows every stream's last arrival), so no receive waits with a timeout (under gevent each would arm a timer).
+
+The callback runs in the hub and never blocks: the sockets are non-blocking and parsing is CPU work. Anything
+it raises for one request (a bug) is thrown into that request's greenlet, never into the hub.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import time
+
+from gevent.hub import Waiter, get_hub
+from gevent.monkey import get_original
+
+from harness.client.deadline import TICK_S
+from harness.client.inflight import InFlight
+
+__all__ = ["Mux", "available", "read"]
+
+try:  # gevent's patched select has no epoll; ours is the real one, watched by the hub
+    _epoll = get_original("select", "epoll")
+except AttributeError:  # not Linux: see ``available``
+    _epoll = None
+
+
+def available() -> bool:
+    """The platform has epoll; elsewhere each request's greenlet waits for its own socket."""
+    return _epoll is not None
+
+
+class Mux:
+    """The streams in flight in one gevent hub (one per worker process; one per thread with its own hub)."""
+
+    def __init__(self) -> None:
+        self.hub = get_hub()
+        self.epoll = _epoll()  # type: ignore[misc]
+        self.live: dict[int, InFlight] = {}
+        loop = self.hub.loop
+        self._io = loop.io(self.epoll.fileno(), 1)
+        self._timer = loop.timer(TICK_S, TICK_S)
+        self._poll = self.epoll.poll
+
+    def read(self, st: InFlight) -> None:
+        """Block this greenlet until ``st``'s reading is over (its reader over, or the socket stale)."""
+        fd = st.fd
+        st.waiter = waiter = Waiter(self.hub)
+        self.epoll.register(fd, select.EPOLLIN)
+        self.live[fd] = st
+        if len(self.live) == 1:
+            self._io.start(self._ready)
+            self._timer.start(self._tick)
+        try:
+            waiter.get()
+        finally:
+            if self.live.get(fd) is st:  # this greenlet was killed while waiting (a stopping user)
+                self._drop(fd)
+
+    def _drop(self, fd: int) -> None:
+        del self.live[fd]
+        with contextlib.suppress(OSError, ValueError):  # already closed by its owner
+            self.epoll.unregister(fd)
+        if not self.live:  # idle: nothing keeps the hub's loop alive on our account
+            self._io.stop()
+            self._timer.stop()
+
+    def _ready(self) -> None:
+        """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
+        done = []
+        live = self.live
+        for fd, _ in self._poll(0):
+            st = live.get(fd)
+            if st is None:
+                continue
+            try:
+                over = st.pump()
+            except BaseException as exc:  # a bug in parsing: that request's greenlet gets it, the hub goes on
+                self._drop(fd)
+                done.append((st.waiter, exc))
+                continue
+            if over:
+                self._drop(fd)
+                done.append((st.waiter, None))
+        for waiter, exc in done:
+            if exc is None:
+                waiter.switch(None)  # type: ignore[attr-defined]
+            else:
+                waiter.throw(exc)  # type: ignore[attr-defined]
+
+    def _tick(self) -> None:
+        """Hub callback every TICK_S: end each request whose deadline has passed."""
+        now = time.perf_counter()
+        expired = []
+        for fd, st in self.live.items():
+            kind = st.deadline.due(now)
+            if kind is not None:
+                expired.append((fd, st, kind))
+        for fd, st, kind in expired:
+            st.expire(kind, now)
+            self._drop(fd)
+            st.waiter.switch(None)  # type: ignore[attr-defined]
+
+
+def read(st: InFlight) -> None:
+    """Read ``st`` to its end in this hub's mux (made on first use)."""
+    hub = get_hub()
+    mux = getattr(hub, "kneecap_mux", None)
+    if mux is None:
+        mux = hub.kneecap_mux = Mux()
+    mux.read(st)
