@@ -56,10 +56,17 @@ class CannedServer:
             ... srv.url ... srv.requests
     """
 
-    def __init__(self, answer: bytes | Callable[[int], bytes], *, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, answer: bytes | Callable[[int], bytes], *, tls: ssl.SSLContext | None = None,
+                 close_after_each: bool = False) -> None:
         self.answer = answer if callable(answer) else (lambda _n: answer)
         self.tls = tls
+        self.close_after_each = close_after_each
+        """Close the connection after each answer, whatever the answer's headers say (llama.cpp's server does)."""
         self.requests = 0
+        self.connections = 0
+        """Connections accepted."""
+        self.sockets: list[socket.socket] = []
+        """The server's side of each connection, in accept order (a test may write to an idle one)."""
         self.received: list[tuple[bytes, bytes]] = []
         """(head, body) of every request, in arrival order."""
         self.handshake_errors: list[str] = []
@@ -69,6 +76,9 @@ class CannedServer:
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 sock = self.request
+                with outer._lock:
+                    outer.connections += 1
+                    outer.sockets.append(sock)
                 if outer.tls is not None:
                     try:
                         sock = outer.tls.wrap_socket(sock, server_side=True)
@@ -107,6 +117,8 @@ class CannedServer:
                 n = self.requests
                 self.received.append((head, body))
             sock.sendall(self.answer(n))
+            if self.close_after_each:
+                return  # the handler's socket closes on return
 
     def __enter__(self) -> CannedServer:
         self._thread.start()

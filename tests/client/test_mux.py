@@ -1,0 +1,83 @@
+"""The worker's one reader (client/mux.py) under load: 200 concurrent streams in one gevent process, with faults
+mixed in — every request ends with the right class within its deadline, and the connections carry on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import start_sim
+
+pytestmark = pytest.mark.integration
+
+STREAMS = 200
+# fault -> expected class; the simulator's stall (0.6 s) outlasts the idle limit (0.3 s)
+FAULTS = {"": None, "stall": "idle_timeout", "reset": "reset", "malformed": "malformed_chunk", "no_done": "truncated",
+          "long_line": "oversized_line", "500": "http_5xx"}
+
+LOAD = """
+from gevent import monkey; monkey.patch_all()
+import json, sys, time
+import gevent
+from harness.client import mux
+from harness.client.openai import build_body, request_head
+from harness.client.timeouts import Timeouts
+from harness.client.transport import Connection, stream_request
+from harness.workload.prompts import Prompt
+
+url, streams, faults = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+prompt = Prompt(messages=[{"role": "user", "content": "x"}], text=None, words=1, target_tokens=1)
+limits = Timeouts(connect_s=5, ttft_s=5, idle_s=0.3, total_s=8)
+out = []
+
+def user(i):
+    conn = Connection(url)
+    for round_ in (0, 1):  # a faulty request, then a clean one on the same Connection object
+        fault = faults[i % len(faults)] if round_ == 0 else ""
+        body = build_body("chat", "sim-tiny", prompt, 20, ignore_eos=True)
+        head = request_head("POST", "/v1/chat/completions", conn.host_header, len(body), None)
+        if fault:
+            head = head[:-2] + f"x-kneecap-fault: {fault}\\r\\n\\r\\n".encode()
+        r = stream_request(conn, "/v1/chat/completions", head, body, limits, max_line_bytes=65536)
+        out.append([i, round_, fault, r.error, r.e2e_s, len(r.chunk_times), r.output_tokens])
+
+t0 = time.perf_counter()
+gevent.joinall([gevent.spawn(user, i) for i in range(streams)], timeout=60)
+m = gevent.get_hub().kneecap_mux
+left = len(m.live)
+# A user stopped mid-stream (Locust kills its greenlet): its stream leaves the reader at once.
+conn = Connection(url)
+body = build_body("chat", "sim-tiny", prompt, 20, ignore_eos=True)
+head = request_head("POST", "/v1/chat/completions", conn.host_header, len(body), None)
+g = gevent.spawn(stream_request, conn, "", head[:-2] + b"x-kneecap-fault: stall\\r\\n\\r\\n", body, limits)
+gevent.sleep(0.2)
+reading = len(m.live)
+g.kill()
+conn.close()
+print(json.dumps({"records": out, "wall_s": time.perf_counter() - t0, "left_live": left, "reading": reading,
+                  "after_kill": len(m.live)}))
+"""
+
+
+def test_two_hundred_streams_with_mixed_faults_each_end_with_the_right_class_in_time():
+    with start_sim("--preset", "tiny", "--max-num-seqs", "256", "--kv-cache-tokens", "400000",
+                   "--stall-s", "0.6", "--long-line-bytes", "70000") as sim:
+        out = subprocess.run([sys.executable, "-c", LOAD, sim.url, str(STREAMS), json.dumps(list(FAULTS))],
+                             capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)
+    recs = res["records"]
+    assert len(recs) == 2 * STREAMS and res["left_live"] == 0  # every stream ended and left the reader
+    assert (res["reading"], res["after_kill"]) == (1, 0)
+    for i, round_, fault, error, e2e_s, chunks, tokens in recs:
+        assert error == FAULTS[fault], (i, round_, fault, error)
+        assert e2e_s < 8, (i, fault, e2e_s)  # within the total limit, whatever happened
+        if error is None:
+            assert chunks == tokens == 20
+        elif error == "idle_timeout":
+            assert e2e_s >= 0.3 and chunks == 10  # the stall came halfway; noticed within a tick of the limit
+    stalls = [e2e_s for _, r, f, _, e2e_s, _, _ in recs if f == "stall" and r == 0]
+    assert stalls and max(stalls) - min(stalls) < 1.0
