@@ -118,12 +118,12 @@ def start_sim(n: int, iter_ms: float, tokens: int, prompt: int, log: str) -> tup
 
 
 def write_scenario(tmp: str, n: int, warmup: float, duration: float, tokens: int, prompt: int,
-                   continuous_usage: str) -> str:
+                   continuous_usage: str, model: str = MODEL) -> str:
     """A constant load of N closed-loop users (all started at once) for warmup + duration seconds."""
     path = os.path.join(tmp, f"worker-cost-{n}.yaml")
     with open(path, "w") as f:
         f.write(f"name: worker-cost-{n}\n"
-                f"endpoint: {{api: chat, model: {MODEL}, continuous_usage: {continuous_usage}}}\n"
+                f"endpoint: {{api: chat, model: {json.dumps(model)}, continuous_usage: {continuous_usage}}}\n"
                 f"workload: {{input_tokens: {prompt}, output_tokens: {tokens}}}\n"
                 f"load: {{mode: constant, users: {n}, spawn_rate: {max(100, 10 * n)}, duration_s: {duration:g}, "
                 f"step: {{warmup_s: {warmup:g}}}}}\n")
