@@ -1,6 +1,8 @@
 """OpenAI chat/completions requests and stream chunks. Pure: bytes in, fields out.
 
-``StreamTracker.on_event`` is on the per-token hot path: one JSON decode and a few dict lookups.
+``StreamTracker.on_event`` is on the per-token hot path: one JSON decode and a few dict lookups. Before it,
+``take_events`` takes plain content chunks straight from the bytes, by a template learned from one of them
+(``chunk_template.py``): no SSE decode, no JSON, the same record.
 TTFT is the first chunk carrying content — text, reasoning (``reasoning_content`` / ``reasoning``)
 or tool-call deltas; the role-only first chunk and empty deltas do not count.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+from harness.client import chunk_template
 from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
 from harness.workload.prompts import Prompt
 
@@ -58,18 +61,62 @@ class StreamTracker(OutputTracker):
     """One chat/completions stream (fields: ``stream.OutputTracker``). Chat deltas: ``content`` is the answer,
     ``reasoning_content`` / ``reasoning`` is reasoning, ``tool_calls`` a tool call; completions: ``text``."""
 
-    __slots__ = ()
+    __slots__ = ("_learns", "_match")
+
+    def __init__(self, start: float, *, keep_text: bool = False, fast_path: bool = True) -> None:
+        super().__init__(start, keep_text=keep_text)
+        self._match: chunk_template.Matcher | None = None
+        """The template of this stream's plain content chunks, once learned."""
+        self._learns = _LEARNS if fast_path else 0
+        """Templates still to try (``fast_path`` False: none, every event is parsed in full; for tests)."""
 
     def on_event(self, t: float, data: str) -> bool:
         """Take one SSE event's data; True at ``[DONE]``. Raises ``StreamProtocolError``."""
         if data == "[DONE]":
             return True
         obj = decode_json(data)
+        n = len(self.chunk_times)
         try:
             self._take(t, obj)  # type: ignore[arg-type]
         except (AttributeError, TypeError, KeyError, IndexError):
             raise StreamProtocolError("bad_response", f"{_shape_problem(obj)}: {data[:120]!r}") from None
+        if self._learns and len(self.chunk_times) > n and self._fast_state():
+            self._learn(data)
         return False
+
+    def take_events(self, chunk: bytes, t: float) -> int:
+        """The plain content chunks at the start of ``chunk`` (raw body bytes at an event boundary, arrived at
+        ``t``), taken by the template: their arrival added to ``chunk_times``; the offset where they end."""
+        match = self._match
+        # Learned only in the fast state (content_t and response_id set, no text kept); of it only chunk_tokens
+        # can change, while chunk_times is still one long.
+        if match is None or self.chunk_tokens is not None:
+            return 0
+        m = match(chunk)
+        if m is None:
+            return 0
+        rel = t - self.start  # one arrival for every event of one receive
+        times = self.chunk_times
+        while m is not None:
+            times.append(rel)
+            end = m.end()
+            m = match(chunk, end)
+        return end
+
+    def _fast_state(self) -> bool:
+        """The state in which ``_take`` does nothing to a plain content chunk but add its time."""
+        return self.content_t is not None and self.text is None and self.chunk_tokens is None \
+            and self.response_id is not None
+
+    def _learn(self, data: str) -> None:
+        # A content chunk the template missed (or there is none yet). Not when it missed only by the framing
+        # (split across receives, CRLF): the same template comes out.
+        if self._match is not None and self._match(b"data: " + data.encode("utf-8", "replace") + b"\n\n"):
+            return
+        self._learns -= 1
+        match = chunk_template.learn(data)
+        if match is not None:
+            self._match = match
 
     def _take(self, t: float, obj: dict) -> None:
         # Reads first, writes last: a chunk that fails on a wrong type leaves nothing of itself behind.
@@ -133,6 +180,9 @@ class StreamTracker(OutputTracker):
 
 
 _count, _json_kind = count_ok, json_kind
+_LEARNS = 4
+"""Templates a stream may learn: a server whose chunks vary in a field we do not model stops costing a learn
+(~15 µs) per chunk after that."""
 
 
 def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:

@@ -135,10 +135,16 @@ class ResponseReader:
         if body:
             self._body = []
             if self.sse:
-                on_event = self.tracker.on_event
-                decode = self._decoder.feed
+                tracker, dec = self.tracker, self._decoder
+                on_event, take, decode = tracker.on_event, tracker.take_events, dec.feed
                 try:
                     for chunk in body:
+                        # At an event boundary the tracker may take whole events from the bytes first (its fast
+                        # path); a chunk within the line limit holds no line the decoder would refuse.
+                        if dec.idle and len(chunk) <= dec.max_line and (taken := take(chunk, t)):
+                            if taken == len(chunk):
+                                continue
+                            chunk = chunk[taken:]
                         for ev in decode(chunk, t):
                             if on_event(ev.t, ev.data):
                                 self.done_seen = True

@@ -8,6 +8,10 @@ implementation, on the same awkward chunks.
 
 An event's timestamp is the arrival time of the chunk that completed it (the blank line), which
 for OpenAI-style streams is the chunk that carried its ``data:`` line.
+
+A tracker may take common events straight from the bytes (``openai.StreamTracker.take_events``): ``idle`` says
+the decoder holds nothing (the next chunk starts at an event boundary) and ``data_event_pattern`` frames a
+payload pattern as one whole event, as this decoder would read it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 from harness.errors import KneecapError
 
-__all__ = ["DEFAULT_MAX_LINE", "Event", "LineDecoder", "OversizedLine"]
+__all__ = ["DEFAULT_MAX_LINE", "Event", "LineDecoder", "OversizedLine", "data_event_pattern"]
 
 DEFAULT_MAX_LINE = 256 * 1024
 
@@ -35,6 +39,14 @@ class Event:
     """The ``event:`` field, "message" when absent."""
 
 
+def data_event_pattern(payload: bytes) -> bytes:
+    """A bytes regex for one whole event whose data is one line matching ``payload``: ``data:``, one optional space
+    (the one the decoder strips), the payload, LF LF. Where ``payload`` can match no CR or LF, a match at the start
+    of a chunk fed to an ``idle`` decoder is exactly one event ``feed`` would return, with the payload as its data
+    and nothing left behind."""
+    return rb"data: ?" + payload + rb"\n\n"
+
+
 class LineDecoder:
     """``feed(chunk, t)`` → the events completed by that chunk. Use: ``for ev in dec.feed(data, t): ...``."""
 
@@ -44,6 +56,8 @@ class LineDecoder:
         self._data: list[bytes] = []
         self._event = b""
         self._skip_lf = False  # the last chunk ended with CR: a leading LF is the rest of that CRLF
+        self.idle = True
+        """Nothing held over from the last chunk: the next chunk starts at an event boundary."""
 
     def feed(self, chunk: bytes, t: float) -> list[Event]:
         """The events ``chunk`` (arrived at ``t``) completed; raises ``OversizedLine`` past ``max_line_bytes``."""
@@ -69,9 +83,10 @@ class LineDecoder:
                 break
             self._line(buf[start:end], t, out)
             start = nxt
-        self._buf = buf[start:]
-        if len(self._buf) > self.max_line:
+        self._buf = buf = buf[start:]
+        if len(buf) > self.max_line:
             raise OversizedLine(f"SSE line longer than {self.max_line} bytes")
+        self.idle = not (buf or self._data or self._event or self._skip_lf)
         return out
 
     def _line(self, line: bytes, t: float, out: list[Event]) -> None:
