@@ -8,6 +8,8 @@
   (a worker logging one error per request froze that way); a file never does. ``LogRelay`` tails the
   files and shows their warnings and errors on the console as they happen, a few lines per process per
   10 s at most, each prefixed with the process's name.
+- Each child is reaped with ``os.wait4`` (``Child.poll``/``wait``), which keeps its resource usage: the CPU
+  seconds of every role of the run (``processes.json``, ``analysis/cost.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -50,6 +53,31 @@ class Child:
 
     def __init__(self, name: str, proc: subprocess.Popen, log: str | None) -> None:
         self.name, self.proc, self.log = name, proc, log
+        self.rusage: resource.struct_rusage | None = None
+        """Its resource usage (CPU seconds, peak RSS), once reaped by ``poll``/``wait``; None before, or when
+        something else reaped it."""
+
+    def poll(self) -> int | None:
+        """The exit code once it ended (reaping it with ``os.wait4``, so its rusage is kept), else None."""
+        if self.proc.returncode is None:
+            try:
+                pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                return self.proc.poll()
+            if pid == 0:
+                return None
+            self.proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+            self.rusage = usage
+        return self.proc.returncode
+
+    def wait(self, timeout: float) -> int:
+        """``poll`` until it ends; ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.proc.args, timeout)
+            time.sleep(0.02)
+        return code
 
 
 def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:
@@ -71,14 +99,14 @@ def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: ob
 
 def stop_child(child: Child | None, sig: int = signal.SIGTERM, wait: float = 15.0) -> None:
     """Ask the child to stop (``sig``), then kill it after ``wait`` seconds; always reaps it."""
-    if child is None or child.proc.poll() is not None:
+    if child is None or child.poll() is not None:
         return
     child.proc.send_signal(sig)
     try:
-        child.proc.wait(wait)
+        child.wait(wait)
     except subprocess.TimeoutExpired:
         child.proc.kill()
-        child.proc.wait()
+        child.wait(60)
 
 
 class LogRelay:

@@ -4,7 +4,8 @@ Processes: the built-in simulator (only when no host is given anywhere), one Loc
 knee-seeking shape, N workers, all owned by this process (``procs.py``: their own sessions, dead with it,
 output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process, which asks the master
 to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
-of a plain ``locust --master``/``--worker`` run (README).
+of a plain ``locust --master``/``--worker`` run (README); ``processes.json`` (each process's CPU, the
+client's cost per streamed token, ``analysis/cost.py``) only from ``kneecap run``, which reaps them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness import exitcodes
+from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.procs import Child, LogRelay, start_child, stop_child
 from harness.scenario import Scenario, default_scenario, load_scenario
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
@@ -115,7 +118,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
                                         daemon=True)
         master_relay.start()
         asked = None  # when the master was asked to end the plan
-        while master.proc.poll() is None:
+        while master.poll() is None:
             if interrupted.is_set():
                 interrupted.clear()
                 if asked is None:
@@ -139,7 +142,42 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
         stop_child(sim)
         if relay is not None:
             relay.stop()
-    return _verdict(out, say)
+    report_cpu: list[float] = []
+    code = _verdict(out, say, report_cpu)
+    _processes(out, [c for c in (master, *workers, sim) if c is not None], report_cpu, say)
+    return code
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """This thread's user and system CPU seconds (the whole process's off Linux)."""
+    ru = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return ru.ru_utime, ru.ru_stime
+
+
+def _processes(out: str, children: list[Child], report_cpu: list[float], say: Callable[[str], None]) -> None:
+    """Write OUT/processes.json (CPU per role, the client's µs per streamed token) and say its line."""
+    from harness.sinks.files import write_json_atomic
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    rep_user, rep_sys = report_cpu if report_cpu else (0.0, 0.0)
+    roles = [RoleCpu(role="parent", user_s=me.ru_utime - rep_user, sys_s=me.ru_stime - rep_sys,
+                     max_rss_mb=round(me.ru_maxrss / 1024, 1))]
+    roles += [RoleCpu(role=c.name, user_s=c.rusage.ru_utime, sys_s=c.rusage.ru_stime,
+                      max_rss_mb=round(c.rusage.ru_maxrss / 1024, 1)) for c in children if c.rusage is not None]
+    if report_cpu:
+        roles.append(RoleCpu(role="report", user_s=rep_user, sys_s=rep_sys))
+    try:
+        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+            steps = json.load(f).get("steps") or []
+    except (OSError, ValueError, AttributeError):
+        steps = []
+    tokens, in_steps = step_totals(steps)
+    block = processes_block(roles, output_tokens=tokens, workers_cpu_in_steps=in_steps)
+    try:
+        write_json_atomic(os.path.join(out, "processes.json"), block)
+    except OSError as exc:
+        say(f"processes.json not written: {exc}")
+    say(cost_line(block))
 
 
 def _relay(master: subprocess.Popen, log_path: str, say: Callable[[str], None]) -> None:
@@ -156,7 +194,9 @@ def _relay(master: subprocess.Popen, log_path: str, say: Callable[[str], None]) 
                 say(line)
 
 
-def _verdict(out: str, say: Callable[[str], None]) -> int:
+def _verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None) -> int:
+    """The run's last lines from its summary, and the report; ``report_cpu`` gets the report build's user and
+    system CPU seconds."""
     path = os.path.join(out, "summary.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -180,10 +220,14 @@ def _verdict(out: str, say: Callable[[str], None]) -> int:
     if slo.get("thresholds"):
         verdict = "PASSED" if slo.get("passed") else "FAILED"
         say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
+    t0 = _thread_cpu()
     try:
-        from harness.report.html import write_report
+        from harness.report.html import write_report  # here: its imports count as the report's cost
 
         say(f"results: {path}, report: {write_report(out)}")
     except Exception as exc:  # the summary is the result: a report failure must not hide it or the exit code
         say(f"results: {path} (report not written: {type(exc).__name__}: {exc}; try: kneecap report {out})")
+    if report_cpu is not None:
+        t1 = _thread_cpu()
+        report_cpu[:] = [t1[0] - t0[0], t1[1] - t0[1]]
     return int(summary.get("exit_code", exitcodes.NO_VALID_RESULT))

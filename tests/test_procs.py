@@ -19,3 +19,25 @@ def test_relays_important_whole_lines_and_rate_limits(tmp_path):
     assert len(said) == RELAY_LINES  # then muted for the rest of the window
     relay.stop()
     assert said[-1] == f"worker-0: {21 - (RELAY_LINES - 1)} more warning/error lines in {log}"
+
+
+_REAP = """
+import sys
+from harness.procs import start_child, stop_child
+child = start_child("busy", [sys.executable, "-c", "sum(range(3_000_000))"], sys.argv[1])
+assert child.wait(30) == 0 and child.poll() == 0 and child.proc.poll() == 0  # Popen does not wait again
+stop_child(child)  # already reaped: nothing to do
+print(child.rusage.ru_utime + child.rusage.ru_stime)
+"""
+
+
+def test_a_reaped_child_keeps_its_cpu_seconds(tmp_path):
+    """In a fresh interpreter, as ``kneecap run`` is: once gevent has patched a process (other tests import
+    Locust), its child watcher reaps every child first and no rusage is left to read."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _REAP, str(tmp_path / "busy.log")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) > 0.01

@@ -116,8 +116,12 @@ class Ledger:
         for index, phase, delta in report.buckets:
             if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check
                 self._halves.setdefault(index, []).append((now, delta.sketches[metric]))
-        if report.gen is not None:
-            self.generators.setdefault(report.step, Generator()).merge(report.gen.lag, report.gen.cpu)
+        gen = report.gen
+        if gen is not None:
+            self.generators.setdefault(report.step, Generator()).merge(gen.lag, gen.cpu,
+                                                                       gen.gc[0] if gen.gc else None)
+            for index, seconds in gen.cpu_s.items():  # CPU is charged to the step it was spent in
+                self.generators.setdefault(index, Generator()).add_cpu(seconds)
 
     def measured(self, index: int) -> Bucket:
         return self.fleet.bucket(index, "measure")

@@ -8,7 +8,8 @@ knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``w
 run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
 shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
 metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md); later version-3 files add
-per step ``new_connections``/``new_connection_share`` (optional keys: absent in the first version-3 files). Readers
+per step ``new_connections``/``new_connection_share`` and in ``generator`` ``cpu_s``, ``output_tokens``,
+``cpu_us_per_token``, ``gc_pause_max_ms`` (optional keys: absent in the first version-3 files). Readers
 of older files keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
@@ -52,6 +53,15 @@ class GeneratorHealth:
     cpu_max_pct: float
     reliable: bool
     """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS``: the generator did not add latency."""
+    cpu_s: float | None = None
+    """CPU seconds (user + system) of all workers while the step ran, warm-up included; None from workers that
+    do not measure it."""
+    output_tokens: int = 0
+    """Output tokens streamed in the step, warm-up included: the same period as ``cpu_s``."""
+    cpu_us_per_token: float | None = None
+    """The client's cost: ``cpu_s`` / ``output_tokens``, in µs of worker CPU per streamed token."""
+    gc_pause_max_ms: float | None = None
+    """The longest garbage-collector pause of any worker in the step (it stalls every stream of that worker)."""
 
 
 @dataclass(frozen=True, kw_only=True)

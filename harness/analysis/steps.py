@@ -59,18 +59,32 @@ class Generator:
 
     lag: Sketch = field(default_factory=Sketch)
     cpu_max_pct: float = 0.0
+    cpu_s: float | None = None
+    """CPU seconds of all workers spent in the step (warm-up included); None when no worker measured it."""
+    gc_max_s: float | None = None
+    """The longest garbage-collector pause of any worker in the step's reports; None when not measured."""
 
-    def merge(self, lag: Sketch, cpu: float) -> None:
+    def merge(self, lag: Sketch, cpu: float, gc_max_s: float | None = None) -> None:
         self.lag.merge(lag)
         self.cpu_max_pct = max(self.cpu_max_pct, cpu)
+        if gc_max_s is not None:
+            self.gc_max_s = max(self.gc_max_s or 0.0, gc_max_s)
 
-    def health(self) -> GeneratorHealth:
+    def add_cpu(self, seconds: float) -> None:
+        self.cpu_s = (self.cpu_s or 0.0) + seconds
+
+    def health(self, output_tokens: int = 0) -> GeneratorHealth:
+        """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token."""
         cpu = round(self.cpu_max_pct, 1)
+        cost = dict(cpu_s=None if self.cpu_s is None else round(self.cpu_s, 3), output_tokens=output_tokens,
+                    cpu_us_per_token=round(self.cpu_s * 1e6 / output_tokens, 2)
+                    if self.cpu_s is not None and output_tokens else None,
+                    gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3))
         if self.lag.count == 0:
-            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True)
+            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True, **cost)
         p99 = self.lag.quantile(0.99) * 1000
         return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
-                               reliable=p99 <= LAG_LIMIT_MS)
+                               reliable=p99 <= LAG_LIMIT_MS, **cost)
 
 
 def _latency(bucket: Bucket) -> dict[str, dict]:
@@ -109,7 +123,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         output_tokens_counted=bucket.counted_outputs,
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
-        generator=(generator or Generator()).health(), fleet_changed=info.fleet_changed,
+        generator=(generator or Generator()).health(bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
+        fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None)

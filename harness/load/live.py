@@ -65,6 +65,8 @@ class Live:
         self.window = 0
         self._bucket = Bucket()
         self._gen: dict[str, GeneratorSample] = {}
+        self._cost: dict[str, list[float]] = {}
+        """Per worker over the window: [CPU seconds, longest GC pause (s)] (-1: not measured)."""
         self.history: list[dict] = []
         """One entry per window for the web UI's chart page (t, load, p50/p99 of ttft and tpot)."""
         self._t0 = time.monotonic()
@@ -94,6 +96,10 @@ class Live:
             self._bucket.merge(delta)
         if report.gen is not None:
             self._gen[worker] = report.gen
+            cost = self._cost.setdefault(worker, [0.0, -1.0])  # a window can hold several reports: add them up
+            cost[0] += sum(report.gen.cpu_s.values())
+            if report.gen.gc is not None:
+                cost[1] = max(cost[1], report.gen.gc[0])
 
     def server_summaries(self) -> dict[int, dict]:
         return {index: s.summary() for index, s in self.server.items()}
@@ -120,6 +126,7 @@ class Live:
         step = self.current()
         b, self._bucket = self._bucket, Bucket()
         gens, self._gen = self._gen, {}
+        costs, self._cost = self._cost, {}
         entry = {"t": round(time.monotonic() - self._t0, 1), "load": step.level if step else 0.0}
         for metric in ("ttft", "tpot"):
             s = b.sketches.get(metric)
@@ -133,9 +140,11 @@ class Live:
                               load=step.level if step else 0.0, duration_s=self.window_s)
         for worker, gen in gens.items():
             if gen.lag.count:
+                cpu_s, gc_max = costs.get(worker, (0.0, -1.0))
                 lines.append(generator_point(worker, round(gen.lag.quantile(0.99) * 1000, 3),
                                              round(gen.lag.max * 1000, 3), gen.cpu, tags=self.tags, ts_ms=ts,
-                                             window=self.window))
+                                             window=self.window, cpu_s=round(cpu_s, 4) if gen.cpu_s else None,
+                                             gc_pause_max_ms=round(gc_max * 1000, 3) if gc_max >= 0 else None))
         if self.last_sample is not None and step is not None:
             lines.append(server_point(self.last_sample, tags=self.tags, ts_ms=ts, window=self.window, step=step.index))
         self.window += 1

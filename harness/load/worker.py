@@ -3,11 +3,17 @@
 Each finished request goes into the ``Recorder`` bucket of the current step and phase; every report
 (``report_to_master``, 3 s) and the final flush carry the deltas since the last one as a
 ``metrics.protocol.Report``. A loop-lag monitor measures how late a 100 ms sleep wakes up: the
-validity signal for the generator (Locust's 90% CPU warning comes too late).
+validity signal for the generator (Locust's 90% CPU warning comes too late). Each report also carries the
+process's CPU seconds by step (for the client's cost per streamed token) and its garbage-collector pauses.
+
+GC: at test start the worker collects once and freezes what it has (``gc.freeze``): the modules, Locust, the
+scenario — long-lived objects that a full collection would otherwise walk again and again, a pause of every
+greenlet at once (see ``benchmarks/client_accuracy.py --gc-freeze`` for the figures).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from dataclasses import dataclass
@@ -32,6 +38,30 @@ log = logging.getLogger("kneecap")
 __all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
 
 LAG_PERIOD_S = 0.1
+
+
+class GcPauses:
+    """A ``gc.callbacks`` hook: the longest and total pause and the collections since the last ``take``."""
+
+    def __init__(self) -> None:
+        self._t0 = 0.0
+        self.longest = self.total = 0.0
+        self.collections = 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._t0
+        self.longest = max(self.longest, pause)
+        self.total += pause
+        self.collections += 1
+
+    def take(self) -> tuple[float, float, int]:
+        out = (self.longest, self.total, self.collections)
+        self.longest = self.total = 0.0
+        self.collections = 0
+        return out
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,11 @@ class WorkerSide:
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._samplers = 0
         self._monitor: gevent.Greenlet | None = None
+        self._cpu_mark = time.process_time()
+        self._cpu_steps: dict[int, float] = {}
+        """CPU seconds since the last report by the step they were spent in (charged at step changes)."""
+        self.gc = GcPauses()
+        self._frozen = False
 
     @property
     def scenario(self) -> Scenario:
@@ -79,12 +114,28 @@ class WorkerSide:
         self._prompts = None
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
+        if not self._frozen:  # once per process: what exists now lives until the end
+            self._frozen = True
+            gc.collect()
+            gc.freeze()
+            gc.callbacks.append(self.gc)
+        self._cpu_mark, self._cpu_steps = time.process_time(), {}  # the cost counts from the test's start
+        self.gc.take()
         if self._monitor is None:
             self._monitor = gevent.spawn(self._lag_monitor)
 
     def stop(self) -> None:
         if self._monitor is not None:
             self._monitor.kill(block=False)
+        if self.gc in gc.callbacks:
+            gc.callbacks.remove(self.gc)
+
+    def _charge_cpu(self) -> None:
+        """The CPU spent since the last charge goes to the step the worker is in."""
+        now = time.process_time()
+        step = self.recorder.step
+        self._cpu_steps[step] = self._cpu_steps.get(step, 0.0) + now - self._cpu_mark
+        self._cpu_mark = now
 
     def _builder(self) -> PromptBuilder:
         w = self.scenario.workload
@@ -152,7 +203,8 @@ class WorkerSide:
         self.recorder.arrival(time.perf_counter(), dropped)
 
     def on_step(self, msg: StepMessage, now: float) -> None:
-        """The master began a step (or ended the plan): tag records with it from ``now`` on."""
+        """The master began a step (or ended the plan): tag records (and CPU) with it from ``now`` on."""
+        self._charge_cpu()
         self.recorder.set_step(msg.index, now)
         if msg.end:
             self.open_step = None
@@ -162,9 +214,10 @@ class WorkerSide:
     def report(self) -> Report:
         """Everything since the last report; the worker starts empty again."""
         cpu = float(getattr(self.env.runner, "current_cpu_usage", 0))
-        out = Report(step=self.recorder.step, buckets=self.recorder.drain(), gen=GeneratorSample(self.lag, cpu),
-                     records=self.records)
-        self.lag, self.records = Sketch(), []
+        self._charge_cpu()
+        gen = GeneratorSample(self.lag, cpu, cpu_s=self._cpu_steps, gc=self.gc.take())
+        out = Report(step=self.recorder.step, buckets=self.recorder.drain(), gen=gen, records=self.records)
+        self.lag, self.records, self._cpu_steps = Sketch(), [], {}
         return out
 
     def _lag_monitor(self) -> None:

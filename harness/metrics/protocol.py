@@ -12,8 +12,10 @@ more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not
       "buckets": [            list  the deltas since the last report, one per (step, phase):
         [3, "measure", {...}]         [step index, "warmup" | "measure", Bucket.to_wire()]
       ],
-      "gen": {"lag": {...},   dict  generator health since the last report: loop-lag sketch (metrics/wire.py)
-              "cpu": 41.5},         and the worker's CPU percent
+      "gen": {"lag": {...},   dict  generator health since the last report: loop-lag sketch (metrics/wire.py),
+              "cpu": 41.5,          the worker's CPU percent (Locust's),
+              "cpu_s": [[3, 1.9]],  its process CPU seconds by the step they were spent in (optional),
+              "gc": [0.004, 0.011, 12]},  its GC pauses: longest, total (s), collections (optional)
       "records": [{...}]      list  only with --save-requests: the per-request records since the last report
     }
 
@@ -61,6 +63,29 @@ class GeneratorSample:
 
     lag: Sketch
     cpu: float
+    cpu_s: dict[int, float] = field(default_factory=dict)
+    """Process CPU seconds (user + system) since the last report, by the step they were spent in (a report period
+    can straddle a step change); empty from a worker that does not measure it (older kneecap)."""
+    gc: tuple[float, float, int] | None = None
+    """Garbage-collector pauses since the last report: the longest and the total (seconds) and how many
+    collections; None when not measured."""
+
+    def to_wire(self) -> dict:
+        out: dict = {"lag": encode_sketch(self.lag), "cpu": self.cpu}
+        if self.cpu_s:  # only then: payloads of workers that do not measure it keep their bytes
+            out["cpu_s"] = [[step, seconds] for step, seconds in sorted(self.cpu_s.items())]
+        if self.gc is not None:
+            out["gc"] = list(self.gc)
+        return out
+
+    @classmethod
+    def from_wire(cls, g: dict) -> GeneratorSample:
+        gc = g.get("gc")
+        if gc is not None and len(gc) != 3:
+            raise ValueError(f"gen.gc has 3 numbers (longest, total, collections), got {gc!r}")
+        return cls(decode_sketch(g["lag"]), float(g["cpu"]),
+                   cpu_s={int(step): float(seconds) for step, seconds in g.get("cpu_s", ())},
+                   gc=None if gc is None else (float(gc[0]), float(gc[1]), int(gc[2])))
 
 
 @dataclass(kw_only=True)
@@ -76,7 +101,7 @@ class Report:
         out: dict = {"v": PROTOCOL_VERSION, "step": self.step,
                      "buckets": [[s, p, b.to_wire()] for s, p, b in self.buckets]}
         if self.gen is not None:
-            out["gen"] = {"lag": encode_sketch(self.gen.lag), "cpu": self.gen.cpu}
+            out["gen"] = self.gen.to_wire()
         if self.records:
             out["records"] = self.records
         return out
@@ -91,7 +116,7 @@ class Report:
         try:
             buckets = [(int(s), str(p), Bucket.from_wire(b)) for s, p, b in d["buckets"]]
             g = d.get("gen")
-            gen = GeneratorSample(decode_sketch(g["lag"]), float(g["cpu"])) if g else None
+            gen = GeneratorSample.from_wire(g) if g else None
             return cls(step=int(d["step"]), buckets=buckets, gen=gen, records=list(d.get("records", ())))
         except (KneecapError, ValueError, KeyError, TypeError) as exc:  # incl. SketchMismatch (a version skew)
             raise ProtocolError(f"worker {worker} sent a kneecap payload that cannot be read: "

@@ -78,6 +78,21 @@ def _step_table(s: dict) -> str:
                "closes connections after each response)." if conns else "") + "</p>")
 
 
+def _generator_table(s: dict) -> str:
+    """Per step: the workers' loop lag, GC pauses and CPU, and the client's cost per streamed token."""
+    key = level_key(s.get("mode", "closed"))
+    head = ["step", key, "loop lag p99", "loop lag max", "GC pause max", "CPU max %", "worker CPU s", "tokens",
+            "CPU µs/token"]
+    rows = [[st["index"], st[key], g.get("lag_p99_ms"), g.get("lag_max_ms"), g.get("gc_pause_max_ms"),
+             g.get("cpu_max_pct"), g.get("cpu_s"), g.get("output_tokens"), g.get("cpu_us_per_token")]
+            for st in s["steps"] for g in (st["generator"],)]
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + "<p>ms, over the step's reports from every worker. Worker CPU: process CPU seconds (user + system) "
+              "of all workers while the step ran, warm-up included; tokens: output tokens streamed in the same "
+              "period; CPU µs/token: the client's cost per streamed token.</p>")
+
+
 def _share(v: object, missing: str = "not reported") -> str:
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
@@ -144,7 +159,8 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
         if any(st.get("server") for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st["generator"]["lag_p99_ms"] is not None for st in steps):
-            parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, LAG_LIMIT_MS)}")
+            parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, LAG_LIMIT_MS)}"
+                         + (_generator_table(s) if any("cpu_s" in st["generator"] for st in steps) else ""))
     else:
         parts.append("<p>No step has data.</p>")
     parts.append("<h2>Workload sent</h2>" + _workload(records or []))

@@ -58,7 +58,7 @@ def _session_stats(step: StepResult) -> list[tuple[str, dict]]:
 
 
 def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
-    """A judged step's summary.json numbers, one point per metric; the client side (connections); the prefix cache
+    """A judged step's summary.json numbers, one point per metric; the client side (connections, CPU); the prefix cache
     and sessions when known."""
     out = []
     st = {**tags, "step": str(step.index)}
@@ -80,9 +80,16 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if server.get("hit_rate") is not None:
             p = p.field("server_hit_rate", float(server["hit_rate"]))
         out.append(p)
-    if step.new_connection_share is not None:
-        out.append(_point("kneecap_step_client", st, ts_ms).field("new_connections", step.new_connections)
-                   .field("new_connection_share", float(step.new_connection_share)).field("load", float(step.level)))
+    g = step.generator
+    if step.new_connection_share is not None or g.cpu_s is not None:
+        p = _point("kneecap_step_client", st, ts_ms).field("load", float(step.level))
+        if step.new_connection_share is not None:
+            p = p.field("new_connections", step.new_connections) \
+                .field("new_connection_share", float(step.new_connection_share))
+        for name in ("cpu_s", "cpu_us_per_token", "gc_pause_max_ms"):
+            if getattr(g, name) is not None:
+                p = p.field(name, float(getattr(g, name)))
+        out.append(p.field("output_tokens", g.output_tokens))
     if step.sessions and step.sessions["ended"]:
         v = step.sessions
         p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v["ended"]).field("failed", v["failed"]) \
@@ -94,9 +101,16 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
 
 
 def generator_point(worker: str, lag_p99_ms: float, lag_max_ms: float, cpu: float, *, tags: dict[str, str],
-                    ts_ms: int, window: int) -> str:
-    return _point("kneecap_generator", {**tags, "worker": worker}, ts_ms).field("lag_p99_ms", lag_p99_ms) \
-        .field("lag_max_ms", lag_max_ms).field("cpu_pct", cpu).field("window", window).to_line_protocol()
+                    ts_ms: int, window: int, cpu_s: float | None = None, gc_pause_max_ms: float | None = None) -> str:
+    """One worker's health over one window; ``cpu_s`` (its CPU seconds in the window) and its longest GC pause
+    when the worker measures them."""
+    p = _point("kneecap_generator", {**tags, "worker": worker}, ts_ms).field("lag_p99_ms", lag_p99_ms) \
+        .field("lag_max_ms", lag_max_ms).field("cpu_pct", cpu).field("window", window)
+    if cpu_s is not None:
+        p = p.field("cpu_s", float(cpu_s))
+    if gc_pause_max_ms is not None:
+        p = p.field("gc_pause_max_ms", float(gc_pause_max_ms))
+    return p.to_line_protocol()
 
 
 def server_point(s: ServerSample, *, tags: dict[str, str], ts_ms: int, window: int, step: int) -> str:

@@ -41,10 +41,12 @@ MEASUREMENTS: dict[str, dict] = {
         "fields": ("client_cached_share", "server_hit_rate", "load"),
     },
     "kneecap_step_client": {
-        "doc": "per judged step with requests: the client's side: requests that opened a new connection inside their "
-               "own time, and their share of the step's requests",
+        "doc": "per judged step: the client's side: requests that opened a new connection inside their own time and "
+               "their share of the step's requests; the workers' CPU seconds in the step, the output tokens streamed "
+               "in it (warm-up included), CPU µs per token, the longest GC pause",
         "tags": ("step",),
-        "fields": ("new_connections", "new_connection_share", "load"),
+        "fields": ("new_connections", "new_connection_share", "cpu_s", "output_tokens", "cpu_us_per_token",
+                   "gc_pause_max_ms", "load"),
     },
     "kneecap_step_sessions": {
         "doc": "per judged step of a sessions workload: sessions ended and failed, mean turns, agent stall (s)",
@@ -52,9 +54,9 @@ MEASUREMENTS: dict[str, dict] = {
         "fields": ("ended", "failed", "turns_mean", "agent_stall_s", "load"),
     },
     "kneecap_generator": {
-        "doc": "per window and worker: load-generator health",
+        "doc": "per window and worker: load-generator health; its CPU seconds in the window and longest GC pause",
         "tags": ("worker",),
-        "fields": ("lag_p99_ms", "lag_max_ms", "cpu_pct", "window"),
+        "fields": ("lag_p99_ms", "lag_max_ms", "cpu_pct", "cpu_s", "gc_pause_max_ms", "window"),
     },
     "kneecap_server": {
         "doc": "per window: the endpoint's own /metrics (vLLM names, SGLang/TGI where mapped)",

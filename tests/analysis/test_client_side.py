@@ -58,3 +58,88 @@ def test_step_point_and_report_column():
     summary = {"mode": "closed", "steps": [r.to_json()], "knee": {"found": False, "reason": "-"}}
     page = report_html(summary)
     assert "<th>new conn</th>" in page and "<td>100.0%</td>" in page
+
+
+def _gen(cpu_s: dict[int, float], gc_max: float | None = None, step: int = 0):
+    from harness.metrics.protocol import GeneratorSample, Report
+    from harness.metrics.sketch import Sketch
+
+    lag = Sketch()
+    lag.add(0.001)
+    return Report(step=step, gen=GeneratorSample(lag, 30.0, cpu_s=cpu_s, gc=None if gc_max is None else
+                                                 (gc_max, gc_max, 1)))
+
+
+def test_worker_cpu_is_charged_to_the_step_it_was_spent_in_and_divided_by_its_tokens():
+    from harness.analysis.ledger import Ledger
+    from harness.scenario import default_scenario
+
+    ledger = Ledger(default_scenario())
+    for level in (4, 8):
+        ledger.begin_step(level, now=10.0 * level, wall=0.0)
+    # two workers; one report straddles the step change: 0.4 s of it belongs to step 0
+    ledger.merge("a", _gen({0: 0.4, 1: 1.6}, gc_max=0.003, step=1), now=90.0)
+    ledger.merge("b", _gen({1: 2.0}, gc_max=0.012, step=1), now=90.0)
+    ledger.merge("b", _gen({}, step=1), now=91.0)  # an older worker: no CPU, no GC figures
+    g0, g1 = ledger.generators[0], ledger.generators[1]
+    assert g0.cpu_s == 0.4 and g1.cpu_s == 3.6 and g1.gc_max_s == 0.012 and g0.gc_max_s is None
+    h = g1.health(output_tokens=36_000)  # 3.6 s of CPU over 36 k tokens: 100 µs per token
+    assert (h.cpu_s, h.output_tokens, h.cpu_us_per_token, h.gc_pause_max_ms) == (3.6, 36_000, 100.0, 12.0)
+    assert g1.health().cpu_us_per_token is None  # no tokens: no cost per token
+
+
+def test_the_step_divides_by_warmup_and_measured_tokens():
+    from harness.analysis.steps import Generator
+
+    warm, measured = _bucket(10, 0), _bucket(30, 0)  # 10 tokens each
+    r = step_result(StepInfo(0, 4, 0.0, warmup_s=1.0), measured, Generator(cpu_s=0.02), now=10.0, warmup=warm)
+    assert r.generator.output_tokens == 400 and r.generator.cpu_us_per_token == 50.0
+    js = r.to_json()["generator"]
+    assert js["cpu_s"] == 0.02 and js["gc_pause_max_ms"] is None
+    old = step_result(StepInfo(0, 4, 0.0), measured, Generator(), now=10.0).generator
+    assert old.cpu_s is None and old.cpu_us_per_token is None
+
+
+def test_processes_block_and_the_console_line():
+    from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+
+    steps = [{"generator": {"cpu_s": 1.5, "output_tokens": 30_000}}, {"generator": {"cpu_s": 2.5,
+                                                                                    "output_tokens": 70_000}},
+             {"generator": {"lag_p99_ms": None}}]  # a step cut short, or an older summary's
+    tokens, in_steps = step_totals(steps)
+    assert (tokens, in_steps) == (100_000, 4.0)
+    roles = [RoleCpu(role="parent", user_s=0.5, sys_s=0.1), RoleCpu(role="master", user_s=1.0, sys_s=0.2),
+             RoleCpu(role="worker-0", user_s=2.5, sys_s=0.5), RoleCpu(role="worker-1", user_s=1.8, sys_s=0.2),
+             RoleCpu(role="sim", user_s=9.0, sys_s=1.0), RoleCpu(role="report", user_s=0.2, sys_s=0.0)]
+    block = processes_block(roles, output_tokens=tokens, workers_cpu_in_steps=in_steps)
+    assert block["client_cpu_s"] == 7.0 and block["roles"]["sim"]["cpu_s"] == 10.0  # the server is not the client
+    assert block["cpu_us_per_token"] == {"workers_in_steps": 40.0, "workers": 50.0, "client_tree": 70.0}
+    assert cost_line(block) == ("client CPU: 40 µs per streamed token (workers, in the steps), 70 µs whole client "
+                                "tree (start-up included) over 100000 tokens; simulator 10.0 s")
+    none = processes_block(roles[:2], output_tokens=0, workers_cpu_in_steps=None)
+    assert none["cpu_us_per_token"]["client_tree"] is None and "no output tokens" in cost_line(none)
+
+
+def test_generator_and_step_points_carry_the_cost():
+    from harness.analysis.steps import Generator
+    from harness.sinks.points import generator_point, step_points
+
+    line = generator_point("w1", 1.0, 2.0, 40.0, tags={"run": "x"}, ts_ms=1, window=3, cpu_s=1.5,
+                           gc_pause_max_ms=0.8)
+    assert "cpu_s=1.5" in line and "gc_pause_max_ms=0.8" in line
+    assert "cpu_s" not in generator_point("w1", 1.0, 2.0, 40.0, tags={}, ts_ms=1, window=3)  # an older worker
+    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(cpu_s=0.005, gc_max_s=0.002), now=10.0)
+    (client,) = [p for p in step_points(r, tags={}, ts_ms=1) if p.startswith("kneecap_step_client")]
+    assert "cpu_us_per_token=50" in client and "gc_pause_max_ms=2" in client and "output_tokens=100i" in client
+
+
+def test_the_report_tabulates_the_generators_cost():
+    from harness.analysis.steps import Generator
+    from harness.metrics.sketch import Sketch
+    from harness.report.html import report_html
+
+    lag = Sketch()
+    lag.add(0.002)
+    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(lag=lag, cpu_s=0.005, gc_max_s=0.002), now=10.0)
+    page = report_html({"mode": "closed", "steps": [r.to_json()], "knee": {"found": False, "reason": "-"}})
+    assert "<th>CPU µs/token</th>" in page and "<td>50.0</td>" in page and "<th>GC pause max</th>" in page

@@ -89,6 +89,17 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
     assert got == code and summary["exit_code"] == code, output
     assert summary["slo"]["passed"] is (code == 0)
     assert ("SLO PASSED" if code == 0 else "SLO FAILED") in output
+    # the client's own side: connections paid, worker CPU per token, GC pauses, each process's CPU
+    (step,) = summary["steps"]
+    gen = step["generator"]
+    assert 0 <= step["new_connection_share"] <= 1 and step["new_connections"] <= step["requests"], step
+    assert gen["output_tokens"] >= 20 * step["requests"] and 0 < gen["cpu_s"] < 3 * 2, gen  # 3 s, 2 cores at most
+    assert 1 < gen["cpu_us_per_token"] < 20_000 and 0 <= gen["gc_pause_max_ms"] < 1000, gen
+    procs = json.loads((tmp_path / "out" / "processes.json").read_text())
+    assert {"parent", "master", "worker-0", "sim", "report"} <= procs["roles"].keys(), procs
+    assert procs["roles"]["worker-0"]["cpu_s"] >= gen["cpu_s"] and procs["output_tokens"] == gen["output_tokens"]
+    assert procs["cpu_us_per_token"]["client_tree"] > procs["cpu_us_per_token"]["workers_in_steps"] > 0
+    assert "client CPU: " in output and "µs per streamed token (workers, in the steps)" in output
 
 
 def test_bad_scenario_is_a_usage_error(tmp_path):

@@ -108,3 +108,21 @@ def test_unreadable_payloads_are_refused_by_name(payload, words):
 def test_step_messages(msg, wire):
     assert msg.to_wire() == wire
     assert StepMessage.from_wire(msgpack.unpackb(msgpack.packb(wire))) == msg
+
+
+def test_worker_cpu_and_gc_pauses_ride_the_generator_sample():
+    """CPU by step and GC pauses are optional keys: a payload without them keeps the golden bytes (above) and
+    decodes to "not measured"; with them they survive msgpack."""
+    lag = Sketch()
+    lag.add(0.001)
+    gen = GeneratorSample(lag, 55.0, cpu_s={3: 1.25, 4: 0.5}, gc=(0.004, 0.011, 12))
+    wire = msgpack.unpackb(msgpack.packb(Report(step=4, gen=gen).to_wire()), strict_map_key=False)
+    assert wire["gen"]["cpu_s"] == [[3, 1.25], [4, 0.5]] and wire["gen"]["gc"] == [0.004, 0.011, 12]
+    back = Report.from_wire(wire).gen
+    assert back.cpu_s == {3: 1.25, 4: 0.5} and back.gc == (0.004, 0.011, 12) and back.cpu == 55.0
+    old = Report.from_wire(msgpack.unpackb(GOLDEN_V1_MSGPACK, strict_map_key=False)).gen
+    assert old.cpu_s == {} and old.gc is None
+    wire["gen"]["gc"] = [0.004]
+    with pytest.raises(ProtocolError, match=r"gen\.gc has 3 numbers"):
+        Report.from_wire(wire, "w1")
+
