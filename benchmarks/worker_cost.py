@@ -156,7 +156,7 @@ def wait_tokens(port: int, above: int, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while _stats(port)["tokens_sent"] <= above:
         if time.monotonic() > end:
-            raise SystemExit("the load did not start")
+            raise SystemExit(f"the load did not start within {timeout:g} s")
         time.sleep(0.05)
 
 
@@ -197,7 +197,10 @@ def measure_kneecap(args: argparse.Namespace, n: int, iter_ms: float, tmp: str) 
         if (os.cpu_count() or 1) > 1:
             os.sched_setaffinity(worker, {1})
         master = next((p for p in children(run.proc.pid) if "--master" in cmdline(p)), None)
-        wait_tokens(port, tok0)
+        try:
+            wait_tokens(port, tok0)
+        except SystemExit as exc:
+            raise SystemExit(f"{exc} (kneecap run's output: {run.log}; --keep DIR keeps it)") from None
         time.sleep(args.warmup)
         win = Window(port, [worker, run.proc.pid, *([master] if master else [])])
         win.edge()
@@ -290,7 +293,13 @@ def capacity(args: argparse.Namespace, tmp: str) -> None:
     """Raise N at 50 tokens/s until the worker's CPU share passes 60%; the largest N within it."""
     best, n = None, args.capacity_start
     while n <= args.capacity_max:
-        out = line(args, "kneecap", "capacity", n, 20.0, measure_kneecap(args, n, 20.0, tmp))
+        try:
+            res = measure_kneecap(args, n, 20.0, tmp)
+        except SystemExit as exc:  # a failed step ends the search; what was found so far is still reported
+            print(json.dumps({"name": "worker_cost", "stack": "kneecap", "regime": "capacity", "streams": n,
+                              "error": str(exc)}), flush=True)
+            break
+        out = line(args, "kneecap", "capacity", n, 20.0, res)
         out["continuous_usage"] = args.continuous_usage
         out["kept_up"] = out["events"] >= 0.95 * n * 50 * out["wall_s"]  # the worker still reads every event
         print(json.dumps(out), flush=True)
@@ -322,8 +331,8 @@ def main() -> None:
                         help="kneecap's endpoint.continuous_usage (auto: its default)")
     parser.add_argument("--capacity", action="store_true", help="also search streams per worker core at <= 60%% CPU")
     parser.add_argument("--capacity-start", type=int, default=100)
-    parser.add_argument("--capacity-step", type=int, default=50)
-    parser.add_argument("--capacity-max", type=int, default=600)
+    parser.add_argument("--capacity-step", type=int, default=100)
+    parser.add_argument("--capacity-max", type=int, default=1000)
     parser.add_argument("--keep", metavar="DIR", help="keep scenarios, logs and kneecap results in DIR")
     args = parser.parse_args()
     args.git = git_rev()
