@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 
@@ -26,8 +26,10 @@ from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import GeneratorSample, Report
 from harness.scenario import Scenario
 from harness.sinks.config import DEFAULT_WINDOW_S, InfluxConfig
-from harness.sinks.influx import InfluxSink
 from harness.sinks.points import event_point, generator_point, server_point, step_points, window_points
+
+if TYPE_CHECKING:
+    from harness.sinks.influx import InfluxSink
 
 __all__ = ["Live"]
 
@@ -56,6 +58,8 @@ class Live:
         self.sink: InfluxSink | None = None
         self.window_s = DEFAULT_WINDOW_S
         if cfg and cfg.url:
+            from harness.sinks.influx import InfluxSink  # here: influxdb_client only when a sink is configured
+
             self.window_s = cfg.window_s
             self.sink = InfluxSink(url=cfg.url, token=cfg.token, org=cfg.org, bucket=cfg.bucket,
                                    spool_path=os.path.join(out_dir, "influx-spool.lp"))

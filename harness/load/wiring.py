@@ -10,7 +10,7 @@ import functools
 import logging
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import argument_parser as locust_argument_parser
@@ -26,12 +26,13 @@ from locust.runners import (
 
 from harness import exitcodes
 from harness.load.context import Kneecap, ScenarioSource
-from harness.load.master import MasterSide
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError, url_problem
-from harness.web import register as register_web
+
+if TYPE_CHECKING:
+    from harness.load.master import MasterSide
 
 __all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "setup"]
 
@@ -84,6 +85,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
         gevent.signal_handler(signal.SIGTERM, m.interrupt)
     if getattr(environment, "web_ui", None) is not None:
+        from harness.web import register as register_web  # Flask blueprint, charts: only with the web UI
+
         register_web(environment, m.view)
     environment.events.quitting.add_listener(m.finalize)
 
@@ -111,6 +114,8 @@ def _worker(environment: Any, k: Kneecap) -> None:
 
 
 def _master(environment: Any, k: Kneecap) -> None:
+    from harness.load.master import MasterSide  # here: a worker process never needs the master's sinks
+
     runner, ev = environment.runner, environment.events
 
     def collect_last_reports() -> None:
@@ -158,6 +163,8 @@ def _master(environment: Any, k: Kneecap) -> None:
 
 def _local(environment: Any, k: Kneecap) -> None:
     """One process: the worker side's reports go straight to the master side, every second and at the end."""
+    from harness.load.master import MasterSide
+
     w = k.worker = WorkerSide(environment, k.source)
     flusher: list[gevent.Greenlet] = []
 

@@ -10,7 +10,6 @@ from flask import Blueprint, Response, request
 
 from harness.analysis.results import level_key, level_unit
 from harness.metrics.aggregate import summarize_sketch
-from harness.report import charts
 
 if TYPE_CHECKING:
     from harness.load.master import RunView
@@ -50,6 +49,8 @@ def llm_rows(view: RunView) -> list[dict]:
 
 
 def _charts_page(view: RunView) -> str:
+    from harness.report import charts  # matplotlib (~0.3 s of imports) on the first chart page, not at start-up
+
     summary = view.summary_json()
     knee = summary.get("knee") or {}
     key = level_key(summary["mode"])
