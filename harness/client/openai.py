@@ -109,12 +109,11 @@ class StreamTracker(OutputTracker):
             and self.response_id is not None
 
     def _learn(self, data: str) -> None:
-        # A content chunk the template missed (or there is none yet). Not when it missed only by the framing
-        # (split across receives, CRLF): the same template comes out.
-        if self._match is not None and self._match(b"data: " + data.encode("utf-8", "replace") + b"\n\n"):
-            return
-        self._learns -= 1
+        # A content chunk that took the full parse: no template yet, or it missed. Missing only by the framing
+        # (split across receives, CRLF) gives the same template back and costs no try.
         match = chunk_template.learn(data)
+        if match is None or match is not self._match:
+            self._learns -= 1
         if match is not None:
             self._match = match
 
