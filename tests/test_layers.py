@@ -16,6 +16,7 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
         "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics",
         "harness.client.backoff", "harness.client.stream", "harness.client.responses", "harness.client.anthropic",
+        "harness.client.chunk_template",
         "harness.client.apis", "harness.sim.engine", "harness.sim.kv", "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
         "harness.sim.anthropic", "harness.sim.embeddings")
