@@ -96,7 +96,7 @@ class LineDecoder:
             if self._data:
                 out.append(Event(t, b"\n".join(self._data).decode("utf-8", "replace"),
                                  self._event.decode("utf-8", "replace") or "message"))
-                self._data = []
+                self._data.clear()  # one list for the stream, not one per event
             self._event = b""
             return
         if line[:5] == b"data:":
