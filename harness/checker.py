@@ -135,6 +135,8 @@ class Checker:
         if key not in node:
             return self._absent(key, path, default)
         value = node[key]
+        if isinstance(value, bool) and choices is not None and {"on", "off"} <= set(choices := list(choices)):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare on/off as a boolean
         if not isinstance(value, str) or not value:
             self.fail(where, f"expected a non-empty string, got {_kind(value)} {value!r}")
             return None

@@ -176,6 +176,8 @@ def header_values(headers: dict[str, str | dict], environ: Mapping[str, str]) ->
 
 
 def _metrics(node: dict, check: Checker) -> str:
+    if node.get("metrics") is False:  # YAML 1.1 reads a bare off as false
+        return "off"
     value = check.string(node, "metrics", "endpoint", "auto")
     if value not in (None, "auto", "off") and (problem := url_problem(value)):
         check.fail("endpoint.metrics", f"expected auto, off or an http(s) URL: {problem}")

@@ -172,3 +172,10 @@ def test_good_urls(url):
 ])
 def test_bad_urls(url, problem):
     assert problem in (url_problem(url) or ""), url_problem(url)
+
+
+def test_bare_on_and_off_are_the_choices_yaml_turned_into_booleans(tmp_path):
+    """YAML 1.1 reads `continuous_usage: off` as false; where the choices are on/off, it means "off"."""
+    s = load_scenario(write(tmp_path, GOOD + "endpoint: {continuous_usage: off, metrics: off}"))
+    assert s.endpoint.continuous_usage == "off" and s.endpoint.metrics == "off"
+    assert load_scenario(write(tmp_path, GOOD + "endpoint: {continuous_usage: on}")).endpoint.continuous_usage == "on"
