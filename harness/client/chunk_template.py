@@ -19,13 +19,19 @@ Why a match is read exactly as the full parse would read it:
    digits. So each matched text is valid JSON of the learned structure (same keys, same order) with only those
    values changed; none can parse differently by replaced bytes or number limits.
 3. The learned chunk is one the tracker reads as a plain content chunk: an object with no repeated key (json keeps
-   the last one: not worth reasoning about), no ``error``, ``usage`` absent or null, ``choices`` exactly one object
-   without a repeated key, its ``finish_reason`` absent or null, and either a ``delta`` object whose ``content`` is
-   a non-empty string and whose other fields are null (``role`` aside) or, with no delta, a non-empty ``text``
-   (completions). Once the tracker has ``content_t`` and a ``response_id``, keeps no text and counts no tokens per
-   chunk (``take_events`` checks), such a chunk only adds its arrival to ``chunk_times``.
+   the last one: not worth reasoning about), no ``error``, ``choices`` exactly one object without a repeated key,
+   its ``finish_reason`` absent or null, and either a ``delta`` object whose ``content`` is a non-empty string and
+   whose other fields are null (``role`` aside) or, with no delta, a non-empty ``text`` (completions). Once the
+   tracker has ``content_t`` and a ``response_id`` and keeps no text (``take_events`` checks), such a chunk only
+   adds its arrival to ``chunk_times``.
+4. ``usage`` absent or null, or (continuous usage, vLLM's ``continuous_usage_stats``) an object without a repeated
+   key whose ``completion_tokens`` is an integer >= 0: then that count is a hole of its own (group ``COMPLETION``)
+   and so is ``total_tokens`` (not read); the rest of the usage is frozen, so it reads as it did in the learned
+   chunk. Such a chunk also adds its tokens (the count's step) to ``chunk_tokens`` and sets the usage fields, which
+   the tracker does from the group and the values it read in the learned chunk — only while it counts tokens per
+   chunk; a template without usage only while it does not.
 
-Anything else — a finish reason, usage, reasoning or tool-call fields, several choices, invalid UTF-8, a number in
+Anything else — a finish reason, other usage, reasoning or tool-call fields, several choices, invalid UTF-8, a number in
 a string's place — fails to match and takes the full parse. ``tests/client/test_fast_path.py`` checks the two ways
 give the same record on the parser corpus and on randomized chunks.
 """
@@ -39,7 +45,10 @@ from collections.abc import Callable
 
 from harness.client.sse import data_event_pattern
 
-__all__ = ["Matcher", "learn"]
+__all__ = ["COMPLETION", "Matcher", "learn"]
+
+COMPLETION = "completion"
+"""The group of a usage template's cumulative ``usage.completion_tokens`` (``match.group(COMPLETION)``)."""
 
 Matcher = Callable[..., "re.Match[bytes] | None"]
 """A compiled template's ``match(chunk, pos=0)``: one whole event at ``pos`` or None."""
@@ -107,9 +116,21 @@ def _compiled(pattern: bytes) -> Matcher:
 def _holes(s: str) -> list[tuple[int, int, bytes]] | None:
     """The spans of ``s`` that may vary, with the pattern of each; None if ``s`` is not a plain content chunk."""
     top, end = _object(s, 0)
-    if end != len(s) or "error" in top or top.get("usage", (0, 0, None))[2] is not None:
+    if end != len(s) or "error" in top:
         return None
     holes = []
+    a, b, usage = top.get("usage", (0, 0, None))
+    if usage is not None:  # cumulative usage on every chunk (continuous_usage_stats): its counts are holes
+        if usage.__class__ is not dict:
+            return None
+        fields, u_end = _object(s, a)
+        done = fields.get("completion_tokens", (0, 0, None))
+        if u_end != b or done[2].__class__ is not int or done[2] < 0:  # type: ignore[operator]
+            return None
+        holes.append((done[0], done[1], b"(?P<" + COMPLETION.encode() + b">" + _INT + b")"))
+        total = fields.get("total_tokens", (0, 0, None))
+        if total[2].__class__ is int and total[2] >= 0:  # type: ignore[operator]
+            holes.append((total[0], total[1], _INT))  # not read by the tracker
     for key, kind in _TOP_HOLES.items():
         a, b, v = top.get(key, (0, 0, None))
         if v.__class__ is str and kind is str:

@@ -61,12 +61,15 @@ class StreamTracker(OutputTracker):
     """One chat/completions stream (fields: ``stream.OutputTracker``). Chat deltas: ``content`` is the answer,
     ``reasoning_content`` / ``reasoning`` is reasoning, ``tool_calls`` a tool call; completions: ``text``."""
 
-    __slots__ = ("_learns", "_match")
+    __slots__ = ("_learns", "_match", "_usage")
 
     def __init__(self, start: float, *, keep_text: bool = False, fast_path: bool = True) -> None:
         super().__init__(start, keep_text=keep_text)
         self._match: chunk_template.Matcher | None = None
         """The template of this stream's plain content chunks, once learned."""
+        self._usage: tuple[int | None, int | None, int | None] | None = None
+        """A usage template's frozen usage (prompt tokens, cached, reasoning) as the full parse read them; None for a
+        template without usage."""
         self._learns = _LEARNS if fast_path else 0
         """Templates still to try (``fast_path`` False: none, every event is parsed in full; for tests)."""
 
@@ -86,11 +89,12 @@ class StreamTracker(OutputTracker):
 
     def take_events(self, chunk: bytes, t: float) -> int:
         """The plain content chunks at the start of ``chunk`` (raw body bytes at an event boundary, arrived at
-        ``t``), taken by the template: their arrival added to ``chunk_times``; the offset where they end."""
-        match = self._match
-        # Learned only in the fast state (content_t and response_id set, no text kept); of it only chunk_tokens
-        # can change, while chunk_times is still one long.
-        if match is None or self.chunk_tokens is not None:
+        ``t``), taken by the template: their arrival added to ``chunk_times`` (and, with continuous usage, their
+        tokens to ``chunk_tokens``); the offset where they end."""
+        match, usage = self._match, self._usage
+        # Learned only in the fast state (content_t and response_id set, no text kept), which nothing taken here
+        # changes; a template with usage applies while tokens are counted per chunk, one without while they are not.
+        if match is None or (self.chunk_tokens is None) is (usage is not None):
             return 0
         m = match(chunk)
         if m is None:
@@ -99,6 +103,15 @@ class StreamTracker(OutputTracker):
         times, n = self.chunk_times, len(chunk)
         while True:
             times.append(rel)
+            if usage is not None:  # as _take -> output -> exact_tokens, then the usage fields
+                done = int(m.group(_COMPLETION))
+                self.chunk_tokens.append(done - (self._cum or 0))  # type: ignore[union-attr]
+                self._cum = self.completion_tokens = done
+                self.prompt_tokens = usage[0]
+                if usage[1] is not None:
+                    self.cached_tokens, self.cached_source = usage[1], "usage"
+                if usage[2] is not None:
+                    self.reasoning_tokens = usage[2]
             end = m.end()
             if end == n:  # the common case, one event: no failing match to find the end
                 return end
@@ -107,17 +120,22 @@ class StreamTracker(OutputTracker):
                 return end
 
     def _fast_state(self) -> bool:
-        """The state in which ``_take`` does nothing to a plain content chunk but add its time."""
-        return self.content_t is not None and self.text is None and self.chunk_tokens is None \
-            and self.response_id is not None
+        """The state in which ``_take`` does to a plain content chunk only what ``take_events`` does."""
+        return self.content_t is not None and self.text is None and self.response_id is not None
 
     def _learn(self, data: str) -> None:
         # A content chunk that took the full parse: no template yet, or it missed (also by the framing: split across
         # receives, CRLF). Each try counts, so a stream read mostly through on_event stops paying ~1 µs a chunk.
         self._learns -= 1
         match = chunk_template.learn(data)
-        if match is not None:
-            self._match = match
+        if match is None:
+            return
+        self._match, self._usage = match, None
+        if _COMPLETION in match.__self__.groupindex:  # type: ignore[attr-defined]
+            usage = decode_json(data)["usage"]  # type: ignore[index]  # as _take read it (the parse succeeded)
+            details, out = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+            self._usage = (usage.get("prompt_tokens"), details.get("cached_tokens") if details else None,
+                           out.get("reasoning_tokens") if out else None)
 
     def _take(self, t: float, obj: dict) -> None:
         # Reads first, writes last: a chunk that fails on a wrong type leaves nothing of itself behind.
@@ -181,6 +199,7 @@ class StreamTracker(OutputTracker):
 
 
 _count, _json_kind = count_ok, json_kind
+_COMPLETION = chunk_template.COMPLETION
 _LEARNS = 4
 """Tries a stream has at learning a template: a server whose chunks vary in a field we do not model stops costing
 a learn (~25 µs, ~1 µs for a layout the process knows) per chunk after that."""

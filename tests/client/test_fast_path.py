@@ -144,8 +144,73 @@ def test_the_simulator_s_vllm_bytes():
                                                                  [" a", " b", " é", " c", " d"] * 4]
         events += [f.token_chunk(b'"."', "stop"), f.usage_chunk(9, 21, 4), f.DONE]
         assert same(framed(events)) >= 18
-        cont = [f.token_chunk(json.dumps(w).encode(), usage=f.running_usage(9, i)) for i, w in enumerate("abcdef")]
-        assert same(framed([f.role_chunk(f.running_usage(9, 0)), *cont, f.DONE])) == 0  # exact tokens: full
+        cont = [f.token_chunk(json.dumps(w).encode(), usage=f.running_usage(9, i + 1)) for i, w in enumerate("abcdef")]
+        assert same(framed([f.role_chunk(f.running_usage(9, 0)), *cont, f.DONE])) >= 4  # exact tokens per chunk too
+
+
+# -- continuous usage (vLLM's continuous_usage_stats): cumulative counts on every chunk ----------------------------
+
+USAGE_LAYOUTS = [  # "#" is the cumulative completion count, "$" prompt + it
+    '{"prompt_tokens":9,"total_tokens":$,"completion_tokens":#}',  # vLLM
+    '{"prompt_tokens":9,"completion_tokens":#,"total_tokens":$,"prompt_tokens_details":{"cached_tokens":4}}',
+    '{"completion_tokens":#,"prompt_tokens":9,"completion_tokens_details":{"reasoning_tokens":0}}',
+    '{"prompt_tokens": 9, "total_tokens": $, "completion_tokens": #, "prompt_tokens_details": null}',
+]
+USAGE_BREAKS = [
+    b'"completion_tokens":"#"', b'"completion_tokens":-1', b'"completion_tokens":1.5', b'"completion_tokens":null',
+    b'"completion_tokens":#,"completion_tokens":2', b'"completion_tokens":' + b"9" * 19, b'"completion_tokens":true',
+    b'"prompt_tokens":"9","completion_tokens":#', b'"prompt_tokens":10,"completion_tokens":#',
+    b'"completion_tokens":#,"prompt_tokens_details":{"cached_tokens":-1}',
+]
+
+
+def with_usage(chunk: bytes, layout: str, done: int) -> bytes:
+    usage = layout.replace("$", str(9 + done)).replace("#", str(done)).encode()
+    if b'"usage":null' in chunk:
+        return chunk.replace(b'"usage":null', b'"usage":' + usage, 1)
+    return chunk[:-1] + b',"usage":' + usage + b"}"
+
+
+@pytest.mark.parametrize("layout", range(len(USAGE_LAYOUTS)))
+@pytest.mark.parametrize("server", ["vllm", "vllm_completions", "sglang", "openai"])
+def test_continuous_usage_chunks_take_the_fast_path_with_their_tokens(server, layout):
+    lay = USAGE_LAYOUTS[layout]
+    events = [ev(with_usage(plain(server, f" w{i}", i), lay, i + 1)) for i in range(12)]
+    events[6] = ev(with_usage(plain(server, " two", 6), lay, 8))  # two tokens in one chunk (speculative decoding)
+    events[7:] = [ev(with_usage(plain(server, f" w{i}", i), lay, i + 2)) for i in range(7, 12)]
+    assert same(framed([*events, DONE])) >= 8
+    _, tracker = read(framed([*events, DONE]), True)
+    assert tracker.chunk_tokens == [1] * 6 + [2] + [1] * 5 and tracker.completion_tokens == 13
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_continuous_usage_streams_give_the_same_record(seed):
+    rng = random.Random(1000 + seed)
+    fast = 0
+    for _ in range(10):
+        server = rng.choice(["vllm", "vllm_completions", "sglang", "openai", "python_json"])
+        lay = rng.choice(USAGE_LAYOUTS)
+        done, events = 0, []
+        for i in range(rng.randint(3, 30)):
+            done += rng.choice([1, 1, 1, 2, 0, 3])
+            chunk = with_usage(plain(server, content(rng) or "w", i), lay, done)
+            roll = rng.random()
+            if roll < 0.1:  # a broken or unusual count
+                brk = rng.choice(USAGE_BREAKS).replace(b"#", str(done).encode())
+                chunk = re.sub(rb'"completion_tokens": ?[0-9]+', lambda _, b=brk: b, chunk, count=1)
+            elif roll < 0.15:  # a chunk without usage: the counts no longer line up
+                chunk = plain(server, "w", i)
+            elif roll < 0.2:
+                done -= 2  # a count going back (a server bug): kept as the full parse keeps it
+                chunk = with_usage(plain(server, "w", i), lay, done)
+            elif roll < 0.35:
+                chunk = variant(rng, server, i)
+            events.append(frame(rng, chunk) if rng.random() < 0.2 else ev(chunk))
+        raw = b"".join(framed([*events, DONE]))
+        cuts = sorted(rng.sample(range(1, len(raw)), rng.randint(0, 20)))
+        fast += same([raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+                     if rng.random() < 0.5 else framed([*events, DONE]))
+    assert fast > 0
 
 
 # -- the parser corpus of the other client tests, inside a stream the fast path is engaged in --------------------
@@ -310,7 +375,11 @@ def test_random_streams_give_the_same_record(seed, monkeypatch):
     '{"id":"c","choices":[{"index":0,"delta":{"content":"a","reasoning_content":"b"}}]}',
     '{"id":"c","choices":[{"index":0,"delta":{"content":"a","tool_calls":[]}}]}',
     '{"id":"c","choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}',
-    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}',
+    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":-1}}',
+    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":"1"}}',
+    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":1}}',
+    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":1,"completion_tokens":2}}',
+    '{"id":"c","choices":[{"delta":{"content":"a"}}],"usage":7}',
     '{"id":"c","choices":[{"delta":{"content":"a"}}],"error":null}',
     '{"id":"c","choices":[{"delta":{"content":"a","content":"b"}}]}',
     '{"id":"c","id":"d","choices":[{"delta":{"content":"a"}}]}',
