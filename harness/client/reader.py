@@ -7,12 +7,15 @@ with ``t`` the moment those bytes arrived, ``close(t)`` when the server closes t
 ``feed`` and ``close`` return True once the response is ``over``; ``record`` is then complete.
 
 Three pure layers do the parsing: httptools (C) for HTTP/1.1 and its chunked framing, ``sse.LineDecoder``
-for events, ``openai.StreamTracker`` for OpenAI chunks. This object decides the outcome:
+for events, the API's tracker (``openai.StreamTracker`` for chat/completions) for its chunks; at an event
+boundary the tracker may first take whole events straight from the bytes (``take_events``, its fast path:
+``chunk_template.py``). This object decides the outcome:
 
 1. Headers: ``headers_s`` and ``status``. The body is an event stream only for 200 with
    ``content-type: text/event-stream``; any other body is kept (up to 64 KB) to say what went wrong.
 2. Event stream: every event is stamped with its chunk's arrival. ``[DONE]`` sets ``done_seen`` and E2E,
-   and reading goes on to the end of the HTTP message, so the connection can carry the next request.
+   and reading goes on to the end of the HTTP message, so the connection can carry the next request. Bytes
+   after the end of the message are not read as another response; the connection is then not reusable.
 3. The message ends: after ``[DONE]``, ok. Without it, ok when a chunk carried a ``finish_reason`` (E2E
    is that chunk's arrival), else ``truncated``. A non-stream body: ``http_429``, ``http_4xx``, ``http_5xx``,
    or ``not_sse`` for a 200. A 429's ``Retry-After`` is kept as seconds (``retry_after_s``): a finite
@@ -52,6 +55,10 @@ MAX_JSON_BODY = 64 << 20
 
 BodyParser = Callable[[OutputTracker, float, object], None]
 """Reads a non-streaming JSON answer into a tracker; raises ``StreamProtocolError`` on a wrong shape."""
+
+
+class _PastTheEnd(Exception):
+    """Raised from httptools' callback at the start of a message after ours."""
 
 
 class ResponseReader:
@@ -127,7 +134,11 @@ class ResponseReader:
         try:
             self._parser.feed_data(data)  # type: ignore[union-attr]  # dropped only once over
         except httptools.HttpParserError as exc:
-            return self._fail("bad_response", f"response is not valid HTTP: {exc}", t)
+            if not self.complete:
+                return self._fail("bad_response", f"response is not valid HTTP: {exc}", t)
+            # Bytes past the end of this response (a server's 408 before it closes, a stray answer): not ours,
+            # and a connection that carries them cannot be trusted with the next request.
+            self.keep_alive = False
         except httptools.HttpParserUpgrade:  # not an HttpParserError: a 101 would escape as an exception
             return self._fail("bad_response", f"HTTP {self.record.status} switches protocols (upgrade: "
                                               f"{self.headers.get('upgrade')}) instead of answering", t)
@@ -186,6 +197,10 @@ class ResponseReader:
         return self._fail(kind, detail, t)
 
     # -- httptools callbacks ------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second message in the same bytes: stop there (feed sees a callback error)
+            raise _PastTheEnd
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")

@@ -372,3 +372,12 @@ def test_a_non_streaming_answer_gives_e2e_and_usage_but_no_ttft():
     assert bad.record.error == "bad_response" and "chat/completions response" in bad.record.error_detail
     garbage = read((0.01, reply("200 OK", b"{nope", "content-type: application/json")), body_parser=parse_body)
     assert garbage.record.error == "bad_response" and "not JSON" in garbage.record.error_detail
+
+
+def test_bytes_after_the_end_of_the_response_are_not_read_as_another():
+    """A 408 (or any stray answer) in the same receive as the end: the response stands, the connection goes."""
+    r = read((0.01, wire(*STREAM) + b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n"))
+    assert r.over and r.record.ok and r.record.status == 200 and r.record.output_tokens == 3
+    assert not r.reusable
+    r = read((0.01, wire(*STREAM) + b"garbage"))
+    assert r.over and r.record.ok and not r.reusable
