@@ -81,11 +81,11 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
               help=f"Inject a fault with probability P; KIND is one of {', '.join(FAULT_KINDS)}. Repeatable.")
 @_field_options(FaultConfig)  # --stall-s --long-line-bytes --retry-after-s
 @_field_options(SimConfig, units={"max_body_bytes": ("max_body_mb", _MIB)},  # --max-waiting --max-body-mb
-                types={"trace_file": click.Path(dir_okay=False)})  # --trace-file --seed
+                types={"trace_file": click.Path(dir_okay=False)})  # --trace-file --seed --close-after-p ...
 def sim(host: str, port: int, preset: str, model: str | None, eos_median: float, eos_sigma: float,
         tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
-        max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, **engine: int | float | None
-        ) -> None:
+        max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, close_after_p: float,
+        accept_delay_ms: float, **engine: int | float | None) -> None:
     """Serve a simulated OpenAI-compatible LLM (vLLM-like batching and capacity) until interrupted."""
     behavior = Behavior(**{f.name: engine.pop(f.name) for f in dataclasses.fields(Behavior)})
     overrides = {k: v for k, v in engine.items() if v is not None}
@@ -95,6 +95,10 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         problems.append("--eos-median and --eos-sigma must be >= 0 and --tokens-per-word > 0")
     if stall_s < 0 or long_line_bytes < 1 or retry_after_s < 0 or max_body_mb <= 0:
         problems.append("--stall-s, --retry-after-s must be >= 0; --long-line-bytes, --max-body-mb > 0")
+    if not 0.0 <= close_after_p <= 1.0:
+        problems.append(f"--close-after-p must be within [0, 1], got {close_after_p}")
+    if accept_delay_ms < 0:
+        problems.append(f"--accept-delay-ms must be >= 0, got {accept_delay_ms}")
     if max_waiting is not None and max_waiting < 0:
         problems.append(f"--max-waiting must be >= 0, got {max_waiting}")
     try:
@@ -108,7 +112,8 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
         faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
                            retry_after_s=retry_after_s),
-        max_waiting=max_waiting, max_body_bytes=int(max_body_mb * _MIB), trace_file=trace_file, seed=seed)
+        max_waiting=max_waiting, max_body_bytes=int(max_body_mb * _MIB), trace_file=trace_file, seed=seed,
+        close_after_p=close_after_p, accept_delay_ms=accept_delay_ms)
     try:
         run_sim(config, host, port)
     except OSError as exc:

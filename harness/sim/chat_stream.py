@@ -16,6 +16,11 @@ With ``stream_options.continuous_usage_stats`` (and ``include_usage``, as vLLM r
 the role chunk too, ends with ``"usage":{"prompt_tokens":P,"total_tokens":P+C,"completion_tokens":C}``,
 C the tokens sent so far. Completions: no role chunk, ``text`` instead of a delta, reasoning as raw
 ``<think>…</think>`` text (``text.py``), ``stop_reason: null`` in every choice.
+
+With ``--timings on`` the chunk with ``finish_reason`` (and a non-streaming body) ends with llama.cpp
+server's per-request ``"timings"`` object (``llama_timings``; ggml-org/llama.cpp ``tools/server``:
+``result_timings::to_json`` and ``server_slot::get_timings``), after any continuous usage, as llama.cpp
+appends it to its last chunk.
 """
 
 from __future__ import annotations
@@ -29,7 +34,22 @@ from harness.sim.text import plain_text, think_text, token_text, tool_arguments
 if TYPE_CHECKING:
     from harness.sim.openai import GenRequest
 
-__all__ = ["ChatWriter", "StreamFormat", "full_response"]
+__all__ = ["ChatWriter", "StreamFormat", "full_response", "llama_timings"]
+
+
+def llama_timings(*, cache_n: int, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict:
+    """llama.cpp's ``timings``, its field order: ``prompt_n`` prompt tokens processed (not from the cache), over
+    ``prompt_ms``; ``predicted_n`` tokens generated, over ``predicted_ms`` (first token to last); ``cache_n`` prompt
+    tokens from the cache. Rates divide as llama.cpp does; where it would divide by zero (NaN or inf, which its
+    JSON library writes as null), null."""
+    def ratio(a: float, b: float) -> float | None:
+        return a / b if b else None
+
+    return {"cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": ratio(prompt_ms, prompt_n), "prompt_per_second": ratio(1e3 * prompt_n, prompt_ms),
+            "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": ratio(predicted_ms, predicted_n),
+            "predicted_per_second": ratio(1e3 * predicted_n, predicted_ms)}
 
 
 class StreamFormat:
@@ -91,10 +111,11 @@ class StreamFormat:
 def full_response(kind: str, request_id: str, created: int, model: str, text: str | None, finish_reason: str,
                   prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None, *,
                   reasoning: str | None = None, reasoning_field: str = "reasoning_content",
-                  tool_calls: list[dict] | None = None, reasoning_tokens: int | None = None) -> bytes:
+                  tool_calls: list[dict] | None = None, reasoning_tokens: int | None = None,
+                  timings: dict | None = None) -> bytes:
     """The non-streaming response body with ``usage`` (``prompt_tokens_details`` only with ``cached_tokens``,
-    ``completion_tokens_details`` only with ``reasoning_tokens``); chat's message gets the reasoning field
-    when ``reasoning`` is given and ``tool_calls`` when given."""
+    ``completion_tokens_details`` only with ``reasoning_tokens``), then ``timings`` when given; chat's message
+    gets the reasoning field when ``reasoning`` is given and ``tool_calls`` when given."""
     if kind == "chat":
         message: dict = {"role": "assistant", "content": text}
         if reasoning is not None:
@@ -113,8 +134,10 @@ def full_response(kind: str, request_id: str, created: int, model: str, text: st
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if reasoning_tokens is not None:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
-    return json.dumps({"id": request_id, "object": obj, "created": created, "model": model, "choices": [choice],
-                       "usage": usage}, separators=(",", ":")).encode()
+    body = {"id": request_id, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage}
+    if timings is not None:
+        body["timings"] = timings
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 class ChatWriter:
@@ -129,6 +152,9 @@ class ChatWriter:
         self._field = json.dumps(gen.reasoning_field).encode()
         self._running = gen.continuous_usage
         self._fast = self.plan.plain and not self._running
+        self.timings: dict | None = None
+        """llama.cpp's ``timings`` (``llama_timings``), which the server sets before the last emission (or
+        the body) with ``--timings on``; None: left out."""
 
     def opening(self) -> list[bytes]:
         return []
@@ -154,6 +180,9 @@ class ChatWriter:
                 finish = plan.finish if finished and k == len(segments) - 1 else None
                 usage = fmt.running_usage(self.gen.prompt_tokens, done) if self._running else None
                 out.append(self._chunk(seg, finish, usage))
+        if finished and self.timings is not None:  # into the finish chunk's object, before its "}\n\n"
+            out[-1] = out[-1][:-3] + b',"timings":' + json.dumps(self.timings, separators=(",", ":")).encode() \
+                + b'}\n\n'
         if finished:
             if self.gen.include_usage:
                 out.append(fmt.usage_chunk(self.gen.prompt_tokens, plan.output_tokens, cached,
@@ -215,4 +244,5 @@ class ChatWriter:
                     "name": plan.tool, "arguments": tool_arguments(a - 1, plan.args_planned)}}]
         return full_response(g.kind, self.id, created, g.model, text, plan.finish, g.prompt_tokens,
                              plan.output_tokens, cached, reasoning=reasoning, reasoning_field=g.reasoning_field,
-                             tool_calls=tool_calls, reasoning_tokens=r if g.reasoning_usage else None)
+                             tool_calls=tool_calls, reasoning_tokens=r if g.reasoning_usage else None,
+                             timings=self.timings)

@@ -37,6 +37,16 @@ Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences
 + ``iter_per_kv_ktoken_ms`` × (context tokens of decoding sequences / 1000)
 + ``prefill_per_ktoken_ms`` × (prefill tokens this iteration / 1000), times an optional jitter.
 
+Engine stalls (``engine_stall_every_s`` S > 0, ``engine_stall_s`` D): the whole engine stops for D seconds
+at ``epoch + k × S`` (k ≥ 1), whatever it is serving (a GC pause, a noisy neighbour). An iteration due to start
+inside a stall starts when it ends; one a stall begins during ends D later. Requests see it as queue, prefill
+or decode time, wherever it falls.
+
+Stage times (vLLM v1's ``FinishedRequestStats``, ``vllm/v1/metrics/stats.py``): each sequence records
+``admitted_at`` (first scheduled; a preemption does not move it), ``first_token_at`` and ``last_token_at``
+(the end of the iteration that emitted them); ``Sequence.stages()`` turns them into queue, prefill,
+decode and inference times.
+
 Why there is a knee: with closed-loop users and fixed lengths, each of up to ``max_num_seqs`` users
 owns a slot and TTFT stays at about one prefill; the next user waits for a slot to free, i.e. for a
 whole request's service time, so TTFT jumps while throughput stops growing.
@@ -44,6 +54,7 @@ whole request's service time, so TTFT jumps while throughput stops growing.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -51,7 +62,7 @@ from typing import Any
 
 from harness.sim.kv import BlockPool
 
-__all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence"]
+__all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence", "StageTimes"]
 
 
 def _opt(default: float, help: str) -> Any:
@@ -77,6 +88,9 @@ class EngineConfig:
     seed: int = _opt(0, "Seed of the jitter.")
     prefix_cache: str = _opt("on", "Prefix cache (vLLM's automatic prefix caching): on or off.")
     """``"on"`` or ``"off"`` (the CLI offers exactly these)."""
+    engine_stall_every_s: float = _opt(0.0, "Stop the whole engine every this many seconds (a GC pause or noisy "
+                                            "neighbour; 0 = never).")
+    engine_stall_s: float = _opt(0.0, "How long each engine stall lasts.")
 
     def problems(self) -> list[str]:
         """Everything wrong with this configuration, as readable sentences (empty when valid)."""
@@ -85,13 +99,19 @@ class EngineConfig:
                      "max_model_len", "tokens_per_chunk"):
             if getattr(self, name) < 1:
                 out.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter"):
+        for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter",
+                     "engine_stall_every_s", "engine_stall_s"):
             if getattr(self, name) < 0:
                 out.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.iter_base_ms + self.iter_per_seq_ms <= 0:
             out.append("iter_base_ms + iter_per_seq_ms must be > 0, or iterations would take no time")
         if self.prefix_cache not in ("on", "off"):
             out.append(f"prefix_cache must be 'on' or 'off', got {self.prefix_cache!r}")
+        if self.engine_stall_every_s > 0 and self.engine_stall_s >= self.engine_stall_every_s:
+            out.append(f"engine_stall_s ({self.engine_stall_s}) must be shorter than engine_stall_every_s "
+                       f"({self.engine_stall_every_s}), or the engine would never run")
+        if self.engine_stall_s > 0 and self.engine_stall_every_s <= 0:
+            out.append("engine_stall_s needs engine_stall_every_s > 0 (how often the engine stalls)")
         if self.kv_cache_tokens < self.max_model_len:
             out.append(f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one full context "
                        f"(max_model_len={self.max_model_len})")
@@ -121,6 +141,11 @@ class Sequence:
     cached_tokens: int = 0
     """Prompt tokens found in the prefix cache at first admission (what ``usage`` reports)."""
     admitted_at: float | None = None
+    """Start of the iteration that first scheduled it (vLLM's ``scheduled_ts``, which ignores preemptions)."""
+    first_token_at: float | None = None
+    """End of the iteration that emitted its first token (None for a prefill-only sequence)."""
+    last_token_at: float | None = None
+    """End of the iteration that emitted its latest token."""
     preemptions: int = 0
     running: bool = False
     """In the batch (holds a slot); False while waiting, after preemption and when done."""
@@ -128,6 +153,28 @@ class Sequence:
     @property
     def context(self) -> int:
         return self.prompt_tokens + self.generated
+
+    def stages(self) -> StageTimes | None:
+        """Its stage times once it has a first token (None before, and for a prefill-only sequence)."""
+        if self.admitted_at is None or self.first_token_at is None or self.last_token_at is None:
+            return None
+        return StageTimes(queue_s=self.admitted_at - self.arrival, prefill_s=self.first_token_at - self.admitted_at,
+                          decode_s=self.last_token_at - self.first_token_at,
+                          inference_s=self.last_token_at - self.admitted_at)
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """Where one request's time went, as vLLM v1 splits it (seconds on the engine's clock)."""
+
+    queue_s: float
+    """Arrival → first scheduled (vLLM ``queued_time``)."""
+    prefill_s: float
+    """First scheduled → first token (``prefill_time``; includes any preemption before it)."""
+    decode_s: float
+    """First token → last token (``decode_time``)."""
+    inference_s: float
+    """First scheduled → last token (``inference_time`` = prefill + decode)."""
 
 
 @dataclass(slots=True)
@@ -160,7 +207,9 @@ class Engine:
             now += it.duration_s        # tokens in it.emissions are visible at this time
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, epoch: float = 0.0) -> None:
+        """``epoch``: the caller's time the stall schedule counts from (the first stall begins at
+        ``epoch + engine_stall_every_s``)."""
         bad = config.problems()
         if bad:
             raise ValueError("invalid engine configuration: " + "; ".join(bad))
@@ -170,6 +219,7 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._rng = random.Random(config.seed)
+        self.epoch = epoch
         # Cumulative counters, exported as Prometheus counters.
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
@@ -211,8 +261,9 @@ class Engine:
 
     # -- one iteration ----------------------------------------------------------------------
     def step(self, now: float) -> Iteration:
-        """Schedule and account one iteration that starts at ``now``."""
+        """Schedule and account one iteration that starts at ``now`` (or when a stall under way ends)."""
         cfg = self.config
+        start = self._resume_at(now)
         budget = cfg.max_num_batched_tokens
         emissions: list[Emission] = []
         preempted: list[Sequence] = []
@@ -270,7 +321,7 @@ class Engine:
             self.waiting.popleft()
             seq.running = True
             if seq.admitted_at is None:
-                seq.admitted_at = now
+                seq.admitted_at = start
             self.running.append(seq)
             admitted.append(seq)
             chunk = min(seq.prefill_target, budget)
@@ -280,8 +331,19 @@ class Engine:
             if seq.prefilled == seq.prefill_target:
                 self._prefill_done(seq, emissions)
 
+        ms = (cfg.iter_base_ms + cfg.iter_per_seq_ms * decode_seqs
+              + cfg.iter_per_kv_ktoken_ms * decode_context / 1000
+              + cfg.prefill_per_ktoken_ms * prefill_tokens / 1000)
+        if cfg.jitter:
+            ms *= max(0.1, self._rng.gauss(1.0, cfg.jitter))
+        end = self._stalled_end(start, start + ms / 1000) if cfg.engine_stall_every_s else now + ms / 1000
+
         finished = False
         for e in emissions:
+            if e.tokens:
+                if e.seq.first_token_at is None:
+                    e.seq.first_token_at = end
+                e.seq.last_token_at = end
             self.generation_tokens_total += e.tokens
             if e.finished:
                 finished = True
@@ -289,13 +351,27 @@ class Engine:
                 self._free(e.seq)
         if finished:
             self.running = [s for s in self.running if s.running]
+        return Iteration(end - now if cfg.engine_stall_every_s else ms / 1000, emissions, decode_seqs,
+                         prefill_tokens, admitted, preempted)
 
-        ms = (cfg.iter_base_ms + cfg.iter_per_seq_ms * decode_seqs
-              + cfg.iter_per_kv_ktoken_ms * decode_context / 1000
-              + cfg.prefill_per_ktoken_ms * prefill_tokens / 1000)
-        if cfg.jitter:
-            ms *= max(0.1, self._rng.gauss(1.0, cfg.jitter))
-        return Iteration(ms / 1000, emissions, decode_seqs, prefill_tokens, admitted, preempted)
+    # -- engine stalls ----------------------------------------------------------------------
+    def _resume_at(self, now: float) -> float:
+        """``now``, or the end of the stall ``now`` falls in."""
+        every = self.config.engine_stall_every_s
+        if not every:
+            return now
+        k = math.floor((now - self.epoch) / every)
+        stall_end = self.epoch + k * every + self.config.engine_stall_s
+        return stall_end if k >= 1 and now < stall_end else now
+
+    def _stalled_end(self, start: float, end: float) -> float:
+        """``end`` of work begun at ``start``, pushed back by every stall that begins before it is done."""
+        every, pause = self.config.engine_stall_every_s, self.config.engine_stall_s
+        begins = self.epoch + (max(0, math.floor((start - self.epoch) / every)) + 1) * every
+        while begins < end:
+            end += pause
+            begins += every
+        return end
 
     def _prefill_done(self, seq: Sequence, emissions: list[Emission]) -> None:
         """Prefill complete: its blocks are computed, so cached, and it emits its first token (a prefill-only

@@ -6,6 +6,11 @@ synchronous ``transport.write`` per chunk costs a fraction of an awaited framewo
 ``Connection`` to answer on, either in one piece (``respond``) or streamed with chunked transfer
 encoding (``start_stream``/``send_chunk``/``end_stream``). Keep-alive and pipelining are supported;
 requests on one connection are answered in order.
+
+Two tail causes live here, both off by default: ``accept_delay_s`` holds a new connection's first bytes
+unread for that long (a slow TLS or connection set-up: the request's arrival, and so the server's own
+latencies, start after it, the client's do not), and ``close_after`` answers the current request with
+``connection: close`` and closes once it is done (``--close-after-p``; the next request pays a new connection).
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ def _status_line(status: int) -> bytes:
 class Connection(asyncio.Protocol):
     """One client connection. ``handler(request, connection)`` must answer each request exactly once."""
 
-    def __init__(self, handler: Callable[[Request, Connection], None], *, max_body_bytes: int) -> None:
+    def __init__(self, handler: Callable[[Request, Connection], None], *, max_body_bytes: int,
+                 accept_delay_s: float = 0.0) -> None:
         self._handler = handler
+        self._accept_delay = accept_delay_s
         self._max_body = max_body_bytes
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -66,6 +73,8 @@ class Connection(asyncio.Protocol):
         self._discarding = False
         self.on_lost: Callable[[], None] | None = None
         """Called once when the peer goes away (or we abort) while a response is in progress."""
+        self.close_after = False
+        """Answer the current request with ``connection: close`` and close after it."""
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -73,6 +82,13 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._accept_delay > 0:
+            transport.pause_reading()  # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_later(self._accept_delay, self._accepted)
+
+    def _accepted(self) -> None:
+        if not self.closed and self._transport is not None:
+            self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
@@ -142,7 +158,7 @@ class Connection(asyncio.Protocol):
     def _done(self) -> None:
         self._busy = False
         self.on_lost = None
-        if self._current is not None and not self._current.keep_alive:
+        if self.close_after or (self._current is not None and not self._current.keep_alive):
             self.close()
             return
         self._next()
@@ -155,7 +171,7 @@ class Connection(asyncio.Protocol):
         head = [_status_line(status), f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n".encode()]
         for k, v in (headers or {}).items():
             head.append(f"{k}: {v}\r\n".encode())
-        if self._current is not None and not self._current.keep_alive:
+        if self.close_after or (self._current is not None and not self._current.keep_alive):
             head.append(b"connection: close\r\n")
         self._transport.write(b"".join(head) + b"\r\n" + body)
         self._done()
@@ -164,7 +180,8 @@ class Connection(asyncio.Protocol):
         if self.closed or self._transport is None:
             return
         self._transport.write(_status_line(status) + f"content-type: {content_type}\r\n"
-                              "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n".encode())
+                              "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n".encode()
+                              + (b"connection: close\r\n\r\n" if self.close_after else b"\r\n"))
 
     def send_chunk(self, data: bytes) -> None:
         if not self.closed and self._transport is not None:

@@ -4,6 +4,16 @@ Gauges and counters are read from the engine at scrape time (nothing on the hot 
 latency histograms are observed as tokens are sent, with vLLM's bucket bounds. With the prefix cache
 on, vLLM v1's ``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (in tokens:
 prompt tokens looked up, and those found) are there too.
+
+Per-stage histograms, observed once per finished generation request from the engine's own times
+(``Sequence.stages()``): ``vllm:request_queue_time_seconds`` (arrival → first scheduled),
+``vllm:request_prefill_time_seconds`` (scheduled → first token), ``vllm:request_decode_time_seconds``
+(first token → last token), ``vllm:request_inference_time_seconds`` (scheduled → last token). Names,
+help texts and buckets (``request_latency_buckets``, the e2e histogram's) follow vLLM v1's
+``PrometheusStatLogger`` in ``vllm/v1/metrics/loggers.py`` (vllm-project/vllm at commit 005a810bc40f,
+0.9-era: ``vllm:gpu_cache_usage_perc`` still there, deprecated). ``vllm:time_to_first_token_seconds`` is
+arrival (first request bytes) → first token sent, as vLLM's; it is measured on the real clock, so it exceeds
+queue + prefill (the engine's planned times) by how late the first token went out.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from harness.sim.engine import Engine
+from harness.sim.engine import Engine, Sequence
 
 __all__ = ["SimMetrics"]
 
@@ -74,6 +84,22 @@ class SimMetrics:
                         _ITL_BUCKETS)
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
                         _E2E_BUCKETS)
+
+        stage = {"queue": "WAITING", "prefill": "PREFILL", "decode": "DECODE", "inference": "RUNNING"}
+        self.stages = {name: hist(f"vllm:request_{name}_time_seconds",
+                                  f"Histogram of time spent in {phase} phase for request.", _E2E_BUCKETS)
+                       for name, phase in stage.items()}
+
+    def finished(self, seq: Sequence) -> None:
+        """Observe the stage times of a request that finished (nothing for one that never had a token)."""
+        times = seq.stages()
+        if times is None:
+            return
+        h = self.stages
+        h["queue"].observe(times.queue_s)
+        h["prefill"].observe(times.prefill_s)
+        h["decode"].observe(times.decode_s)
+        h["inference"].observe(times.inference_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

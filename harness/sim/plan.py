@@ -91,6 +91,9 @@ class Behavior:
         "help": "Reject stream_options other than OpenAI's (include_usage, include_obfuscation) with a 400 "
                 "naming the field, as a strict OpenAI-compatible server does.", "choices": ("on", "off")})
     embedding_dim: int = field(default=16, metadata={"help": "Size of the vectors /v1/embeddings returns."})
+    timings: str = field(default="off", metadata={
+        "help": "Chat and completions end with llama.cpp server's per-request timings object (prompt_ms = prefill, "
+                "predicted_ms = decode, cache_n = cached prompt tokens).", "choices": ("on", "off")})
 
     def problems(self) -> list[str]:
         out = []
@@ -102,7 +105,7 @@ class Behavior:
             CountSpec.parse(self.reasoning_tokens)
         except ValueError as exc:
             out.append(str(exc))
-        for f in ("reasoning_field", "reasoning_usage", "strict_stream_options"):
+        for f in ("reasoning_field", "reasoning_usage", "strict_stream_options", "timings"):
             choices = self.__dataclass_fields__[f].metadata["choices"]
             if getattr(self, f) not in choices:
                 out.append(f"--{f.replace('_', '-')} must be one of {', '.join(choices)}, got {getattr(self, f)!r}")

@@ -7,6 +7,11 @@ each delivery was, which ``GET /sim/stats`` reports next to the CPU cost per tok
 With the prefix cache on, each request's KV block keys are computed when it arrives (``prefix.py``)
 and ``usage`` carries ``prompt_tokens_details.cached_tokens``; with it off that field is left out.
 
+Each finished generation request's engine stage times go to ``/metrics`` (``metrics.py``) and, with
+``--timings on``, to llama.cpp's ``timings`` on its last chat/completions chunk (``chat_stream.py``).
+``--close-after-p`` and ``--accept-delay-ms`` are ``http.Connection``'s; the close draws have their own
+seeded stream, so turning them on leaves every other draw (lengths, faults) as it was.
+
 The server knows no framing: each request gets a *writer* (``chat_stream.ChatWriter`` and its peers)
 that turns emissions into bytes — ``opening()`` when the stream starts, ``head(cached)`` before the
 first emission's tokens, ``emit(index, count, finished, cached)`` per emission, ``body(created, cached)``
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from harness.sim.anthropic import AnthropicError, MessagesWriter, parse_messages
-from harness.sim.chat_stream import ChatWriter
+from harness.sim.chat_stream import ChatWriter, llama_timings
 from harness.sim.embeddings import EmbeddingsWriter, parse_embeddings
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
@@ -62,6 +67,10 @@ class SimConfig:
     trace_file: str | None = field(default=None, metadata={
         "help": "Write one JSON line per request with server-side times (ground truth)."})
     seed: int = field(default=0, metadata={"help": "Seed of output lengths and faults."})
+    close_after_p: float = field(default=0.0, metadata={
+        "help": "Close the connection after a generation response with this probability (Connection: close)."})
+    accept_delay_ms: float = field(default=0.0, metadata={
+        "help": "Leave a new connection's first request unread this long (a slow TLS/connection set-up)."})
 
 
 class _Job:
@@ -126,9 +135,10 @@ class SimServer:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.engine = Engine(config.engine)
+        self.engine = Engine(config.engine, epoch=time.monotonic())
         self.metrics = SimMetrics(self.engine, config.model)
         self._rng = random.Random(config.seed)
+        self._close_rng = random.Random(f"{config.seed}/close-after")
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
         self._wake = asyncio.Event()
@@ -142,7 +152,8 @@ class SimServer:
     async def serve(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: Connection(self.handle, max_body_bytes=self.config.max_body_bytes), host, port, backlog=2048)
+            lambda: Connection(self.handle, max_body_bytes=self.config.max_body_bytes,
+                               accept_delay_s=self.config.accept_delay_ms / 1000), host, port, backlog=2048)
         self._loop_task = loop.create_task(self._engine_loop())
         return self._server.sockets[0].getsockname()[1]
 
@@ -216,6 +227,8 @@ class SimServer:
     def _generate(self, req: Request, conn: Connection) -> None:
         kind = _KINDS[req.path.rstrip("/")]
         cfg = self.config
+        if cfg.close_after_p and self._close_rng.random() < cfg.close_after_p:
+            conn.close_after = True  # drawn first, so a refused request's answer closes too
         error = _ERRORS.get(kind, ApiError)
         extra = {"headers": req.headers} if kind == "messages" else {}
         gen = _PARSERS[kind](req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
@@ -269,6 +282,8 @@ class SimServer:
         now = time.monotonic()
         if status == "ok":
             self.metrics.e2e.observe(now - job.arrival)
+            if job.gen.kind != "embeddings":
+                self.metrics.finished(job.seq)
         if self._trace is not None:
             w = self._wall_offset
             self._trace.write(json.dumps({
@@ -344,6 +359,8 @@ class SimServer:
                 job.times.append(t)
             job.emitted += e.tokens
             self.tokens_sent += e.tokens
+            if e.finished and self.config.behavior.timings == "on" and job.gen.kind in ("chat", "completions"):
+                self._set_timings(job)
             if not stream:
                 if e.finished:
                     job.conn.respond(200, writer.body(int(t + self._wall_offset), self._cached_tokens(job)))
@@ -351,6 +368,14 @@ class SimServer:
                 continue
             out += writer.emit(index, e.tokens, e.finished, self._cached_tokens(job) if e.finished else None)
             self._send(job, out, e.finished)
+
+    def _set_timings(self, job: _Job) -> None:
+        """llama.cpp's timings from the engine's times: prompt = prefill, predicted = first to last token."""
+        seq, stages = job.seq, job.seq.stages()
+        if stages is not None:
+            job.writer.timings = llama_timings(  # type: ignore[attr-defined]  # chat/completions: a ChatWriter
+                cache_n=seq.cached_tokens, prompt_n=seq.prompt_tokens - seq.cached_tokens,
+                prompt_ms=stages.prefill_s * 1000, predicted_n=job.emitted, predicted_ms=stages.decode_s * 1000)
 
     def _send(self, job: _Job, out: list[bytes], finished: bool) -> None:
         if job.held is not None:  # stalled: hold until the stall ends

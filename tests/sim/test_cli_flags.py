@@ -27,6 +27,7 @@ FIELD_FLAGS = {
     "--tool-call-p": (Behavior, "tool_call_p", 1, 0.0),
     "--strict-stream-options": (Behavior, "strict_stream_options", 1, "off"),
     "--embedding-dim": (Behavior, "embedding_dim", 1, 16),
+    "--timings": (Behavior, "timings", 1, "off"),
     "--stall-s": (FaultConfig, "stall_s", 1, 5.0),
     "--long-line-bytes": (FaultConfig, "long_line_bytes", 1, 1 << 20),
     "--retry-after-s": (FaultConfig, "retry_after_s", 1, 1),
@@ -34,6 +35,8 @@ FIELD_FLAGS = {
     "--max-body-mb": (SimConfig, "max_body_bytes", MIB, 8.0),
     "--trace-file": (SimConfig, "trace_file", 1, None),
     "--seed": (SimConfig, "seed", 1, 0),
+    "--close-after-p": (SimConfig, "close_after_p", 1, 0.0),
+    "--accept-delay-ms": (SimConfig, "accept_delay_ms", 1, 0.0),
 }
 
 
@@ -89,20 +92,21 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     engine = {"max_num_seqs": 3, "kv_cache_tokens": 9000, "block_size": 8, "max_num_batched_tokens": 512,
               "max_model_len": 4096, "iter_base_ms": 1.5, "iter_per_seq_ms": 0.25, "iter_per_kv_ktoken_ms": 0.5,
               "prefill_per_ktoken_ms": 20.0, "tokens_per_chunk": 2, "jitter": 0.1,
-              "prefix_cache": "off"}
+              "prefix_cache": "off", "engine_stall_every_s": 2.0, "engine_stall_s": 0.25}
     assert set(engine) == {f.name for f in dataclasses.fields(EngineConfig)} - {"seed"}
     args = [f"--{k.replace('_', '-')}={v}" for k, v in engine.items()]
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
              "1.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5", "--long-line-bytes", "4096",
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
              "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
-             "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4"]
+             "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4",
+             "--timings", "on", "--close-after-p", "0.3", "--accept-delay-ms", "40"]
     config = served(*args)
     assert config == SimConfig(
         engine=EngineConfig(**engine, seed=42), model="m",
         policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, tokens_per_word=1.3),
         behavior=Behavior(reasoning_tokens="lognormal:300:0.5", reasoning_field="reasoning", reasoning_usage="on",
-                          tool_call_p=0.5, strict_stream_options="on", embedding_dim=4),
+                          tool_call_p=0.5, strict_stream_options="on", embedding_dim=4, timings="on"),
         faults=FaultConfig({"reset": 0.25, "429": 0.5}, stall_s=0.5, long_line_bytes=4096, retry_after_s=7),
-        max_waiting=9, max_body_bytes=MIB // 2, trace_file=trace, seed=42)
+        max_waiting=9, max_body_bytes=MIB // 2, trace_file=trace, seed=42, close_after_p=0.3, accept_delay_ms=40.0)
     assert set(FIELD_FLAGS) <= {a.split("=")[0] for a in args}  # the test really sets each derived flag
