@@ -57,6 +57,9 @@ class Connection(asyncio.Protocol):
                  accept_delay_s: float = 0.0) -> None:
         self._handler = handler
         self._accept_delay = accept_delay_s
+        self._held: list[bytes] | None = [] if accept_delay_s > 0 else None
+        """Bytes received during the accept delay, parsed when it ends (pause_reading in connection_made does
+        not hold under uvloop)."""
         self._max_body = max_body_bytes
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -82,16 +85,21 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._accept_delay > 0:
-            transport.pause_reading()  # type: ignore[attr-defined]
+        if self._held is not None:
             asyncio.get_running_loop().call_later(self._accept_delay, self._accepted)
 
     def _accepted(self) -> None:
-        if not self.closed and self._transport is not None:
-            self._transport.resume_reading()
+        held, self._held = self._held or [], None
+        for data in held:
+            if self.closed:
+                return
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
+            return
+        if self._held is not None:
+            self._held.append(data)
             return
         try:
             self._parser.feed_data(data)
