@@ -9,15 +9,18 @@ or tool-call deltas; the role-only first chunk and empty deltas do not count.
 A chunk that is not JSON is ``malformed_chunk``; JSON of the wrong shape is ``bad_response``, with the field,
 what was expected and what came ("server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0"):
 the chunk is not an object, ``choices`` not an array of objects, ``delta`` not an object, ``finish_reason``
-not a string, ``usage`` not an object or its counts not integers >= 0. Nothing of such a chunk is kept, so
-no wrong type reaches the record. The checks cost nothing per token: wrong containers fail the lookups the
-tracker makes anyway (the message is worked out only then), and ``finish_reason`` and ``usage`` are checked
-only on the chunks that carry them.
+not a string, ``usage`` not an object or its counts not integers >= 0, llama.cpp's ``timings`` not an object
+or its ``cache_n`` not a count, its ``prompt_ms`` / ``predicted_ms`` not milliseconds >= 0. Nothing of such a
+chunk is kept, so no wrong type reaches the record. The checks cost nothing per token: wrong containers fail
+the lookups the tracker makes anyway (the message is worked out only then), and ``finish_reason``, ``usage``
+and ``timings`` are checked only on the chunks that carry them (``timings`` only on the finish chunk, where
+llama.cpp puts it; they become ``server_prefill_s`` / ``server_decode_s``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from harness.client import chunk_template
 from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
@@ -174,12 +177,21 @@ class StreamTracker(OutputTracker):
             if finish:
                 if finish.__class__ is not str:
                     raise TypeError
+                timings = obj.get("timings")  # llama.cpp's server: per-request timings on the final chunk
+                if timings is not None:
+                    n, prefill_ms, decode_ms = timings.get("cache_n"), timings.get("prompt_ms"), \
+                        timings.get("predicted_ms")
+                    if not (_count(n) and _ms(prefill_ms) and _ms(decode_ms)):
+                        raise TypeError
                 self.finish_reason = finish
                 self.finish_t = t
-                timings = obj.get("timings")  # llama.cpp's server: per-request timings on the final chunk
-                if timings.__class__ is dict and cached is None and _count(n := timings.get("cache_n")) \
-                        and n is not None:
-                    self.cached_tokens, self.cached_source = n, "timings.cache_n"
+                if timings is not None:
+                    if cached is None and n is not None:
+                        self.cached_tokens, self.cached_source = n, "timings.cache_n"
+                    if prefill_ms is not None:
+                        self.server_prefill_s = prefill_ms / 1000
+                    if decode_ms is not None:
+                        self.server_decode_s = decode_ms / 1000
         if kind == "content" and self.content_t is not None and not usage and self.text is None \
                 and self.chunk_tokens is None:
             self.chunk_times.append(t - self.start)  # the per-token common case, inline
@@ -203,6 +215,11 @@ _COMPLETION = chunk_template.COMPLETION
 _LEARNS = 4
 """Tries a stream has at learning a template: a server whose chunks vary in a field we do not model stops costing
 a learn (~25 µs, ~1 µs for a layout the process knows) per chunk after that."""
+
+
+def _ms(v: object) -> bool:
+    """A duration as llama.cpp's timings carry it: absent (None) or a finite number of milliseconds >= 0."""
+    return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v < math.inf)  # type: ignore[operator]
 
 
 def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:
@@ -267,4 +284,14 @@ def _shape_problem(obj: object) -> str:
         if out and not _count(out.get("reasoning_tokens")):
             return (f"server chunk's usage.completion_tokens_details.reasoning_tokens is "
                     f"{_json_kind(out.get('reasoning_tokens'))}, expected an integer >= 0")
+    timings = obj.get("timings")
+    if timings is not None and not isinstance(timings, dict):
+        return f"server chunk's timings is {_json_kind(timings)}, expected an object"
+    if timings is not None:
+        if not _count(timings.get("cache_n")):
+            return f"server chunk's timings.cache_n is {_json_kind(timings.get('cache_n'))}, expected an integer >= 0"
+        for key in ("prompt_ms", "predicted_ms"):
+            if not _ms(timings.get(key)):
+                return (f"server chunk's timings.{key} is {_json_kind(timings.get(key))}, expected a number of "
+                        f"milliseconds >= 0")
     return "server chunk has fields of unexpected types"

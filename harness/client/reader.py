@@ -305,6 +305,7 @@ class ResponseReader:
         rec.response_id = tracker.response_id
         rec.prompt_tokens = tracker.prompt_tokens
         rec.cached_tokens, rec.cached_source = tracker.cached_tokens, tracker.cached_source
+        rec.server_prefill_s, rec.server_decode_s = tracker.server_prefill_s, tracker.server_decode_s
         rec.chunk_tokens = tracker.chunk_tokens
         rec.ttfo_s, rec.reasoning_start_s = tracker.content_t, tracker.reasoning_t
         rec.tool_call_s, rec.tool_call_chunks = tracker.tool_t, tracker.tool_chunks

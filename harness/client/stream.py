@@ -15,6 +15,8 @@ Anthropic ``message_stop``). ``harness.client.reader`` owns the HTTP side and tu
 - usage: ``completion_tokens``, ``prompt_tokens``, ``cached_tokens`` (+ ``cached_source``), ``reasoning_tokens``.
 - ``finish_reason`` and ``finish_t`` (absolute), ``response_id``, ``text`` (the answer's pieces, only with
   ``keep_text``: sessions send it back).
+- the server's own timing of the request, in seconds, where it says (llama.cpp's ``timings``): ``server_prefill_s``
+  (prompt processing), ``server_decode_s`` (generation).
 
 A stream that breaks the protocol raises ``StreamProtocolError`` with an error class of ``metrics.record``:
 ``malformed_chunk`` (not JSON), ``bad_response`` (JSON of the wrong shape; the detail names the field),
@@ -102,8 +104,8 @@ class OutputTracker(ABC):
 
     __slots__ = ("_cum", "cached_source", "cached_tokens", "chunk_times", "chunk_tokens", "completion_tokens",
                  "content_t", "finish_reason", "finish_t", "prompt_tokens", "reasoning_chunk_tokens",
-                 "reasoning_chunks", "reasoning_t", "reasoning_tokens", "response_id", "start", "text",
-                 "tool_chunks", "tool_t")
+                 "reasoning_chunks", "reasoning_t", "reasoning_tokens", "response_id", "server_decode_s",
+                 "server_prefill_s", "start", "text", "tool_chunks", "tool_t")
 
     def __init__(self, start: float, *, keep_text: bool = False) -> None:
         self.start = start
@@ -124,6 +126,8 @@ class OutputTracker(ABC):
         self.finish_reason: str | None = None
         self.finish_t: float | None = None
         self.response_id: str | None = None
+        self.server_prefill_s: float | None = None
+        self.server_decode_s: float | None = None
         self._cum: int | None = None  # cumulative completion tokens of the last chunk that carried usage
 
     @abstractmethod

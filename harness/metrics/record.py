@@ -77,6 +77,12 @@ class RequestRecord:
     cached_source: str | None = None
     """Where ``cached_tokens`` came from: "usage", "timings.cache_n" (llama.cpp), or the API's usage field
     ("usage.input_tokens_details.cached_tokens", "usage.cache_read_input_tokens")."""
+    server_prefill_s: float | None = None
+    """The server's own prompt-processing time for this request (llama.cpp's ``timings.prompt_ms``); None when the
+    server does not say. Server prefill, not TTFT: no queue, network or client in it."""
+    server_decode_s: float | None = None
+    """The server's own generation time, first token to last (llama.cpp's ``timings.predicted_ms``); None when the
+    server does not say."""
     session: int | None = None
     """Sessions: the session this call belongs to (unique per worker), its 1-based ``turn`` and ``call`` (0 for the
     turn's main call, 1.. for parallel sub-calls)."""
