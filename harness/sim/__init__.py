@@ -5,7 +5,8 @@ model), ``prefix`` (prompt units and block hashes), ``text`` (the words the mode
 (reasoning, answer and tool call of each request); the APIs: ``openai`` (chat/completions request
 validation) and ``chat_stream`` (their vLLM-exact bytes), ``responses`` (OpenAI's Responses API),
 ``anthropic`` (Messages), ``embeddings``; then ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
-server), ``metrics`` (Prometheus, vLLM names), ``server`` (the real-time loop tying them together).
+server), ``metrics`` (Prometheus, vLLM names), ``job`` (one request's state),
+``server`` (the real-time loop tying them together).
 """
 
 from __future__ import annotations

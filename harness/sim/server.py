@@ -26,22 +26,22 @@ import asyncio
 import json
 import random
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
-from harness.sim.anthropic import AnthropicError, MessagesWriter, parse_messages
-from harness.sim.chat_stream import ChatWriter, llama_timings
-from harness.sim.embeddings import EmbeddingsWriter, parse_embeddings
+from harness.sim.anthropic import AnthropicError, parse_messages
+from harness.sim.chat_stream import llama_timings
+from harness.sim.embeddings import parse_embeddings
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.http import Connection, Request
+from harness.sim.job import Job as _Job
 from harness.sim.metrics import SimMetrics
-from harness.sim.openai import ApiError, GenRequest, OutputPolicy, parse_request
+from harness.sim.openai import ApiError, OutputPolicy, parse_request
 from harness.sim.plan import Behavior
 from harness.sim.prefix import message_hash
-from harness.sim.responses import ResponsesWriter, parse_responses
+from harness.sim.responses import parse_responses
 
 __all__ = ["SimConfig", "SimServer"]
 
@@ -51,9 +51,10 @@ _RESYNC_S = 0.05
 
 @dataclass
 class SimConfig:
-    """The whole simulator. ``max_waiting``, ``max_body_bytes`` (as ``--max-body-mb``), ``trace_file`` and
-    ``seed`` are ``kneecap sim`` flags, documented in their ``help`` metadata; ``behavior`` holds the served
-    model's reasoning, tool-call, stream-option and embedding flags (``plan.Behavior``)."""
+    """The whole simulator. ``max_waiting``, ``max_body_bytes`` (as ``--max-body-mb``), ``trace_file``, ``seed``,
+    ``close_after_p`` and ``accept_delay_ms`` are ``kneecap sim`` flags, documented in their ``help`` metadata;
+    ``behavior`` holds the served model's reasoning, tool-call, stream-option, embedding and timings flags
+    (``plan.Behavior``)."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: str = "sim-small"
@@ -73,54 +74,6 @@ class SimConfig:
         "help": "Leave a new connection's first request unread this long (a slow TLS/connection set-up)."})
 
 
-class _Job:
-    """A request from arrival to its last byte."""
-
-    __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "first_content", "first_reasoning",
-                 "first_tool_call", "gen", "held", "id", "last", "pending", "plain", "seq", "seqs", "status", "times",
-                 "writer")
-
-    def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
-        self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
-        self.seqs = [seq]
-        """Every engine sequence of the request: one, or one per input of an embeddings request."""
-        self.pending = 1
-        self.id = _ID_PREFIX[gen.kind] + uuid.uuid4().hex
-        self.writer = _WRITERS[gen.kind](gen, self.id, int(time.time()))
-        self.emitted = 0
-        self.fault_at = gen.output_tokens // 2  # 0-based index of the token the fault replaces/precedes
-        self.first: float | None = None
-        self.first_reasoning: float | None = None
-        self.first_content: float | None = None
-        self.first_tool_call: float | None = None
-        self.plain = gen.plan.plain  # text only: every token is content (the hot path skips phases())
-        self.last = arrival
-        self.held: list[bytes] | None = None  # chunks held back during a stall
-        self.status = "ok"
-        self.times: list[float] = []
-
-    def phases(self, index: int, count: int, t: float) -> None:
-        """Record when each phase of the output first went out."""
-        plan = self.gen.plan
-        if plan.plain:
-            if self.first_content is None:
-                self.first_content = t
-            return
-        for seg in plan.segments(index, count):
-            if seg.phase == "reasoning":
-                if self.first_reasoning is None:
-                    self.first_reasoning = t
-            elif seg.phase == "content":
-                if self.first_content is None:
-                    self.first_content = t
-            elif self.first_tool_call is None:
-                self.first_tool_call = t
-
-
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_",
-              "embeddings": "embd-"}
-_WRITERS = {"chat": ChatWriter, "completions": ChatWriter, "responses": ResponsesWriter, "messages": MessagesWriter,
-            "embeddings": EmbeddingsWriter}
 _KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses",
           "/v1/messages": "messages", "/v1/embeddings": "embeddings"}
 """The generation routes and the kind of request each serves."""
