@@ -307,8 +307,10 @@ def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, re
     """Send on the kept-alive socket or a new one; False when that failed (recorded in ``reader`` unless the socket
     was a reused one, which the caller retries)."""
     if not reused:
+        t0 = time.perf_counter()
         try:
             conn.open(timeouts.connect_s)
+            reader.record.connect_s = time.perf_counter() - t0
         except TimeoutError:
             reader.fail("connect_timeout", f"connect to {conn.host}:{conn.port} took over {timeouts.connect_s} s",
                         time.perf_counter())

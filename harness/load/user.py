@@ -186,17 +186,23 @@ class LLMUser(FastHttpUser):
     def _request(self, conn: Connection, intended_start: float | None = None, call: Call | None = None,
                  session: int | None = None) -> RequestRecord:
         """One request (a session's ``call``, else the next of the sampler), recorded whatever happens in it."""
-        ep = self.kneecap.scenario.endpoint
+        k = self.kneecap
+        ep = k.scenario.endpoint
         start = time.perf_counter()
+        k.in_flight += 1
+        in_flight = k.in_flight
         try:
             rec = self._exchange(ep, conn, intended_start, call)
         except Exception as exc:  # a bug here must cost one failed request, not the user
             rec = self._client_error(exc, conn, start, intended_start)
+        finally:
+            k.in_flight -= 1
+        rec.in_flight = in_flight
         if call is not None:
             rec.session, rec.turn, rec.call = session, call.turn, call.call
             rec.turn_bucket = self.sessions.bucket(call.turn)  # type: ignore[union-attr]
         self._report(ep.api, rec)
-        self.kneecap.record(rec, time.perf_counter())
+        k.record(rec, time.perf_counter())
         return rec
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,

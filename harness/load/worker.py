@@ -86,6 +86,8 @@ class WorkerSide:
         self.lag = Sketch()
         self.records: list[dict] = []
         self.open_step: OpenStep | None = None
+        self.in_flight = 0
+        """Requests in flight on this worker now (each record keeps the count at its send)."""
         self.logged_errors: set[type] = set()
         """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None

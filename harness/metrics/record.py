@@ -94,6 +94,10 @@ class RequestRecord:
     """The request opened a connection (TCP connect, and TLS handshake for https) inside its own time: the first
     on a connection, or the server had closed the kept-alive one (``Connection: close``, or closed after the last
     response, as llama.cpp's server does)."""
+    connect_s: float | None = None
+    """New connections: the time to connect (and shake hands over TLS), part of the request's own time."""
+    in_flight: int | None = None
+    """Requests in flight on this worker when this one was sent, itself included (a feature of tail attribution)."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 

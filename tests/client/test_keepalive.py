@@ -63,6 +63,8 @@ def test_a_server_that_keeps_the_connection_reuses_it(sends):
         recs = [send(conn) for _ in range(4)]
     assert all(r.ok for r in recs)
     assert [r.new_connection for r in recs] == [True, False, False, False]
+    assert [r.connect_s is not None for r in recs] == [True, False, False, False]  # only a connect is timed
+    assert 0 < recs[0].connect_s < recs[0].e2e_s  # type: ignore[operator]  # inside the request's own time
     assert len(sends) == 4 and srv.connections == 1
 
 
