@@ -133,6 +133,8 @@ class Connection:
         """True under gevent (inside Locust)."""
         self.idle_until = math.inf
         """The server's ``Keep-Alive: timeout`` runs out about now: reopen rather than race its close."""
+        self.last_failed = False
+        """The last request on this connection object failed (the next one's ``after_error``)."""
 
     def open(self, timeout: float) -> socket.socket:
         """Connect (and shake hands over TLS) within ``timeout`` s. Raises ``TimeoutError``, ``OSError``,
@@ -295,6 +297,7 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
         conn.close()
     rec = reader.record
     rec.new_connection = not reused
+    rec.after_error, conn.last_failed = conn.last_failed, rec.error is not None
     if reader.reusable:
         conn.kept(reader.headers, time.perf_counter())
     else:

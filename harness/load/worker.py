@@ -118,6 +118,7 @@ class WorkerSide:
         self._prompts = None
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
+        self.recorder.worker = self.worker_index
         if not self._frozen:  # once per process: what exists now lives until the end
             self._frozen = True
             gc.collect()

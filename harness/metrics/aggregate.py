@@ -10,16 +10,21 @@ class and enter the SLO math as misses (``analysis``), never silently dropped. V
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.metrics.record import RequestRecord
+from harness.metrics.rows import encode_row
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
 __all__ = ["LATENCIES", "METRICS", "Bucket", "Delta", "Fleet", "Recorder", "ci_ranks", "quantile_ci",
            "summarize_sketch"]
+
+ROWS_CAP = 100_000
+"""Request rows kept per bucket (a step's, on the master): ~10 MB; past it a uniform sample (``Bucket.add_rows``)."""
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
            "e2e_intended", "ttfo", "reasoning_time", "tpot_content", "tool_call")
@@ -65,6 +70,10 @@ class Bucket:
     new_connections: int = 0
     """Requests (failed ones included) that opened a connection inside their own time (``RequestRecord.
     new_connection``): the first on a connection, or the server had closed the kept-alive one."""
+    rows: list[list] = field(default_factory=list)
+    """Measured requests as compact rows (``metrics.rows``) for tail attribution: at most ``ROWS_CAP`` per bucket,
+    a uniform sample beyond (``rows_seen`` counts them all)."""
+    rows_seen: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """Counters that apply to some endpoints only: ``exact_chunks`` (requests with exact per-chunk token counts),
     ``itl_token_unknown`` (several-token chunks without exact counts: no per-token ITL), ``reasoning_counted``
@@ -207,6 +216,20 @@ class Bucket:
             if self.sessions is None:
                 self.sessions = SessionStats()
             self.sessions.merge(other.sessions)
+        if other.rows:
+            self.add_rows(other.rows, other.rows_seen)
+
+    def add_rows(self, rows: list[list], seen: int) -> None:
+        """``rows``, a uniform sample of ``seen`` requests; past ``ROWS_CAP`` both are sampled down together."""
+        total = self.rows_seen + seen
+        if len(self.rows) + len(rows) <= ROWS_CAP:
+            self.rows.extend(rows)
+        else:  # each side keeps its share of the cap, drawn uniformly (seeded: the same data, the same rows)
+            rng = random.Random(total)
+            mine = round(ROWS_CAP * self.rows_seen / total)
+            self.rows = rng.sample(self.rows, min(mine, len(self.rows))) + \
+                rng.sample(rows, min(ROWS_CAP - mine, len(rows)))
+        self.rows_seen = total
 
     def to_wire(self) -> dict:
         out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
@@ -222,6 +245,10 @@ class Bucket:
             out["x"] = dict(self.extra)
         if self.new_connections:
             out["conn"] = self.new_connections
+        if self.rows:
+            out["rows"] = list(self.rows)
+            if self.rows_seen != len(self.rows):
+                out["rows_seen"] = self.rows_seen
         return out
 
     @classmethod
@@ -231,11 +258,14 @@ class Bucket:
         cache = [int(x) for x in d.get("cache", (0, 0, 0, 0))]
         if len(cache) != 4:
             raise ValueError("cache has 4 counters")
+        rows = list(d.get("rows", ()))
+        if not all(isinstance(r, list) for r in rows):
+            raise ValueError("rows are lists")
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
                    extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
-                   **fields)
+                   rows=rows, rows_seen=int(d.get("rows_seen", len(rows))), **fields)
 
 
 Delta = tuple[int, str, Bucket]
@@ -250,6 +280,8 @@ class Recorder:
         self.good = good
         self.step = 0
         self.step_started: float | None = None
+        self.worker = 0
+        """This worker's index, in its request rows."""
         self._buckets: dict[tuple[int, str], Bucket] = {}
 
     def set_step(self, index: int, now: float) -> None:
@@ -270,6 +302,8 @@ class Recorder:
     def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
         key, b = self._bucket(now)
         b.add(rec, self.good)
+        if key[1] == "measure":  # the rows tail attribution reads: the judged part of the step only
+            b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
         return key
 
     def note(self, key: str, now: float) -> None:

@@ -98,6 +98,8 @@ class RequestRecord:
     """New connections: the time to connect (and shake hands over TLS), part of the request's own time."""
     in_flight: int | None = None
     """Requests in flight on this worker when this one was sent, itself included (a feature of tail attribution)."""
+    after_error: bool = False
+    """The request before this one on the same connection failed."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 

@@ -1,0 +1,56 @@
+"""Compact per-request rows: what tail attribution needs of each request, shipped with the step's deltas. Pure.
+
+A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes a request on the wire), in
+``ROW_FIELDS`` order; None where the request has no value:
+
+- ``ttft``, ``tpot``, ``e2e``, ``ttfo``: latencies in tenths of a millisecond (0.1 ms steps: finer than any tail
+  that needs explaining, and a TPOT of 7.4 ms stays 7.4);
+- ``prompt``, ``output``, ``cached``: tokens (server usage); ``in_flight`` on the worker at send; ``turn`` (sessions);
+- ``flags``: 1 new connection, 2 after a failed request on the same connection, 4 failed;
+- ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
+- ``worker``: the worker's index.
+
+``tests/metrics/test_rows.py`` keeps the golden bytes of one row.
+"""
+
+from __future__ import annotations
+
+from harness.metrics.record import RequestRecord
+
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "ROW_FIELDS", "decode_row", "encode_row"]
+
+ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
+              "worker")
+FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
+_LATENCY = 10_000  # tenths of a millisecond per second
+
+
+def _tenths(s: float | None) -> int | None:
+    return None if s is None or s < 0 else round(s * _LATENCY)
+
+
+def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
+    """``rec`` as a row; ``sent_in_step_s``: its send, in seconds since this worker's step began."""
+    ok = rec.error is None
+    flags = (FLAG_NEW_CONNECTION if rec.new_connection else 0) | (FLAG_AFTER_ERROR if rec.after_error else 0) \
+        | (0 if ok else FLAG_FAILED)
+    return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
+            _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
+            rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker]
+
+
+def decode_row(row: list) -> dict:
+    """A row as named values (latencies in seconds, flags as booleans); raises ValueError on a malformed row."""
+    if not isinstance(row, list) or len(row) != len(ROW_FIELDS):
+        raise ValueError(f"a request row has {len(ROW_FIELDS)} fields, got {row!r:.80}")
+    ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker = row
+    flags = int(flags or 0)
+    return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
+            "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
+            "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
+            "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
+            "worker": worker}
+
+
+def _seconds(tenths: int | None) -> float | None:
+    return None if tenths is None else tenths / _LATENCY

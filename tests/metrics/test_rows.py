@@ -1,0 +1,69 @@
+"""Per-request rows for tail attribution: exact enough, small on the wire, sampled uniformly past the cap."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from harness.metrics import aggregate
+from harness.metrics.aggregate import Bucket, Recorder
+from harness.metrics.record import RequestRecord
+from harness.metrics.rows import ROW_FIELDS, decode_row, encode_row
+
+
+def rec(**kw) -> RequestRecord:
+    base = dict(start=10.0, ttft_s=0.2345, e2e_s=1.5, ttfo_s=0.2345, output_tokens=64, prompt_tokens=950,
+                cached_tokens=512, chunk_times=[0.2345, 1.5], in_flight=12, new_connection=True)
+    return RequestRecord(**{**base, **kw})
+
+
+def test_a_row_round_trips_to_a_tenth_of_a_millisecond():
+    r = rec(turn=3)
+    d = decode_row(encode_row(r, 12.3456, worker=2))
+    assert d["ttft_s"] == pytest.approx(0.2345) and d["e2e_s"] == 1.5 and d["tpot_s"] == pytest.approx(0.0201)
+    counts = (d["prompt_tokens"], d["output_tokens"], d["cached_tokens"], d["in_flight"], d["turn"])
+    assert counts == (950, 64, 512, 12, 3)
+    assert d["new_connection"] and not d["after_error"] and not d["failed"]
+    assert d["t_in_step_s"] == 12.346 and d["worker"] == 2
+
+
+def test_golden_bytes_and_size():
+    row = encode_row(rec(), 7.5, worker=1)
+    assert msgpack.packb(row) == bytes.fromhex("9ccd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc001")
+    assert len(msgpack.packb(row)) == 26  # the issue's budget: <= 40 bytes a request
+
+
+def test_a_failure_keeps_its_features_but_no_latency():
+    d = decode_row(encode_row(rec(error="reset", after_error=True), 1.0, worker=0))
+    assert d["failed"] and d["after_error"] and d["ttft_s"] is None and d["e2e_s"] is None
+    assert d["prompt_tokens"] == 950
+
+
+def test_malformed_rows_are_refused():
+    for bad in ([1, 2], "x", [None] * (len(ROW_FIELDS) + 1)):
+        with pytest.raises(ValueError):
+            decode_row(bad)  # type: ignore[arg-type]
+
+
+def test_the_recorder_keeps_rows_of_the_measured_part_only():
+    r = Recorder(warmup_s=1.0)
+    r.worker = 4
+    r.set_step(0, 100.0)
+    r.add(rec(start=100.2), 100.5)  # warm-up
+    r.add(rec(start=101.5), 102.0)
+    buckets = {phase: b for _, phase, b in r.drain()}
+    assert buckets["warmup"].rows == [] and len(buckets["measure"].rows) == 1
+    assert decode_row(buckets["measure"].rows[0])["t_in_step_s"] == 1.5
+    wire = Bucket.from_wire(msgpack.unpackb(msgpack.packb(buckets["measure"].to_wire())))
+    assert wire.rows == buckets["measure"].rows and wire.rows_seen == 1
+
+
+def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):
+    monkeypatch.setattr(aggregate, "ROWS_CAP", 1000)
+    fleet = Bucket()
+    for worker, n in ((0, 3000), (1, 1000)):  # worker 0 sent 3x the requests: 3/4 of the kept rows
+        b = Bucket()
+        b.add_rows([[None] * 11 + [worker] for _ in range(n)], n)
+        fleet.merge(b)
+    assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
+    assert 700 <= sum(r[-1] == 0 for r in fleet.rows) <= 800
