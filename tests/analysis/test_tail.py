@@ -148,3 +148,21 @@ def test_to_dict_is_plain_json():
     assert first["metric"] == "ttft_s" and first["quantile"] == 0.99 and first["verdict"] == "cause"
     assert {"feature", "test", "p", "p_holm", "effect", "phrase", "cause"} <= set(first["tests"][0])
     json.dumps(d, allow_nan=False)
+
+
+def test_the_other_causes_each_on_its_own_metric():
+    """One worker slow on TTFT, TPOT slowed after errors, E2E by long answers, TTFO by cache misses."""
+    rng = np.random.default_rng(10)
+    rows = [TailRow(**{**{f: getattr(r, f) for f in TailRow.__slots__},
+                       "ttft_s": r.ttft_s + (0.06 if r.worker == "w2" else 0),
+                       "tpot_s": r.tpot_s + (0.02 if r.after_error else 0),
+                       "e2e_s": r.ttft_s + 0.02 * r.output_tokens * rng.uniform(0.9, 1.1),
+                       "ttfo_s": r.ttfo_s + (0 if r.cached_tokens else 0.3 * rng.random())})
+            for r in step(9)]
+    result = explain_tail(rows)
+    expected = {"ttft_s": ("worker", "one worker (client host?)"), "tpot_s": ("after_error", "after errors"),
+                "e2e_s": ("output_tokens", "long answers"), "ttfo_s": ("cached_tokens", "cache misses")}
+    for metric, (feature, words) in expected.items():
+        a = result.get(metric, 0.99)
+        assert a is not None and a.causes[:1] == [feature] and words in a.line, a.line if a else metric
+    assert "came from worker w2" in result.get("ttft_s", 0.99).line

@@ -1,0 +1,215 @@
+"""Each feature of a request, how ``analysis/tail.py`` tests it tail against rest, and its words. Pure.
+
+Numbers (Mann–Whitney U on value counts), flags (Fisher), the worker (one-sided Fisher for the worker whose
+share grows most, ×K workers) and time (χ² over windows); see ``tail.py``'s docstring for the rules. Each test
+returns the fields of a ``FeatureTest`` but its Holm-adjusted p, or None when the feature cannot be tested
+(too few known values, a constant). A phrase reads after "p99 TTFT requests"; CAUSES gives the cause words.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.analysis.rank_tests import chi2_independence, fisher_exact, mann_whitney_counts
+
+if TYPE_CHECKING:
+    from harness.analysis.tail import TailParams
+
+__all__ = ["CAUSES", "FEATURES", "MISSING", "connect_cost", "feature_test"]
+
+CAUSES = {
+    "prefill": "the tail is prefill-bound",
+    "long_answers": "long answers",
+    "queueing": "queueing",
+    "connect": "connect/TLS",
+    "one_worker": "one worker (client host?)",
+    "cache_misses": "cache misses",
+    "late_turns": "late session turns",
+    "after_errors": "after errors (reconnects, retries)",
+    "outside_noise": "noise from outside this test (shared infrastructure?)",
+}
+
+
+@dataclass(frozen=True)
+class _Numeric:
+    name: str
+    more: str
+    less: str
+    nonzero_more: str
+    nonzero_less: str
+    more_cause: str | None = None
+    less_cause: str | None = None
+
+
+NUMERIC = (
+    _Numeric("prompt_tokens", "had {x}longer prompts (median {t} vs {r} tokens)",
+             "had {x}shorter prompts (median {t} vs {r} tokens)", "had a prompt more often ({t} vs {r})",
+             "had a prompt less often ({t} vs {r})", "prefill"),
+    _Numeric("output_tokens", "had {x}longer answers (median {t} vs {r} tokens)",
+             "had {x}shorter answers (median {t} vs {r} tokens)", "had an answer more often ({t} vs {r})",
+             "had an answer less often ({t} vs {r})", "long_answers"),
+    _Numeric("cached_tokens", "had {x}more cached prompt tokens (median {t} vs {r})",
+             "had {x}fewer cached prompt tokens (median {t} vs {r})",
+             "had cached prompt tokens more often ({t} vs {r})", "had cached prompt tokens less often ({t} vs {r})",
+             None, "cache_misses"),
+    _Numeric("server_waiting", "were sent while a median of {t} requests waited at the server ({r} for the rest)",
+             "were sent while fewer requests waited at the server (median {t} vs {r})",
+             "were sent while requests waited at the server ({t} vs {r})",
+             "were sent while requests waited at the server less often ({t} vs {r})", "queueing"),
+    _Numeric("in_flight", "were sent with a median of {t} requests in flight on their worker ({r} for the rest)",
+             "were sent with fewer requests in flight on their worker (median {t} vs {r})",
+             "were sent with other requests in flight on their worker ({t} vs {r})",
+             "were sent with other requests in flight less often ({t} vs {r})", "queueing"),
+    _Numeric("turn", "were later session turns (median turn {t} vs {r})",
+             "were earlier session turns (median turn {t} vs {r})", "were past turn 0 more often ({t} vs {r})",
+             "were past turn 0 less often ({t} vs {r})", "late_turns"),
+)
+FLAGS = {  # feature: (tail has it more often, less often, cause when more often)
+    "new_connection": ("were first on a new connection ({t} vs {r})",
+                       "were less often first on a new connection ({t} vs {r})", "connect"),
+    "after_error": ("followed a failed request on their connection ({t} vs {r})",
+                    "less often followed a failed request ({t} vs {r})", "after_errors"),
+}
+FEATURES = (*(s.name for s in NUMERIC), *FLAGS, "worker", "t_in_step_s")
+MISSING = -math.inf
+"""A missing metric value in a column: sorts first, never above a threshold."""
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%"
+
+
+def _counts(vals: list) -> Counter:
+    c = Counter(vals)
+    c.pop(None, None)  # missing
+    return c
+
+
+def _median(c: Counter) -> float:
+    keys, half, seen = sorted(c), sum(c.values()) / 2, 0
+    for i, k in enumerate(keys):
+        seen += c[k]
+        if seen > half:
+            return k
+        if seen == half:  # an even count splitting exactly here: the mean of the two middle values
+            return (k + keys[i + 1]) / 2
+    raise ValueError("median of no values")
+
+
+def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
+    """The rest's value counts: the uniform sample's (counted once per step) minus its tail and missing rows."""
+    c = uniform.copy()
+    c.subtract(excluded)
+    return Counter({k: v for k, v in c.items() if v > 0 and k is not None})
+
+
+def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
+    nt, nr = sum(ct.values()), sum(cr.values())
+    if nt < params.min_tail or nr < params.min_tail or len(ct.keys() | cr.keys()) < 2:
+        return None  # too few known values, or a constant: nothing to test
+    u = mann_whitney_counts(ct, cr)
+    mt, mr = _median(ct), _median(cr)
+    if mr > 0:
+        ratio = mt / mr
+        more = u.rank_biserial > 0
+        material = ratio >= params.min_ratio if more else ratio <= 1 / params.min_ratio
+        x = "" if ratio == 0 else f"{ratio if more else 1 / ratio:.1f}× "
+        phrase = (spec.more if more else spec.less).format(x=x, t=_num(mt), r=_num(mr))
+    else:  # the rest is mostly zeros (an idle queue, no cache hits): compare how often it is above zero
+        st = sum(c for v, c in ct.items() if v > 0) / nt
+        sr = sum(c for v, c in cr.items() if v > 0) / nr
+        more = st > sr
+        material = abs(st - sr) >= params.min_share_points and (u.rank_biserial > 0) == more
+        if more and mt > 0:
+            phrase = spec.more.format(x="", t=_num(mt), r=_num(mr))
+        else:
+            phrase = (spec.nonzero_more if more else spec.nonzero_less).format(t=_pct(st), r=_pct(sr))
+    cause = spec.more_cause if more else spec.less_cause
+    return dict(feature=spec.name, test="mann-whitney-u", n_tail=nt, n_rest=nr, p=u.p, effect=u.rank_biserial,
+                tail_value=mt, rest_value=mr, material=material, phrase=phrase, cause=cause)
+
+
+def _flag(name: str, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
+    a, b, c, d = ct[True], ct[False], cr[True], cr[False]
+    if a + b < params.min_tail or c + d < params.min_tail or a + c == 0 or b + d == 0:
+        return None
+    st, sr = a / (a + b), c / (c + d)
+    more_phrase, less_phrase, cause = FLAGS[name]
+    phrase = (more_phrase if st > sr else less_phrase).format(t=_pct(st), r=_pct(sr))
+    return dict(feature=name, test="fisher-exact", n_tail=a + b, n_rest=c + d, p=fisher_exact(a, b, c, d),
+                effect=st - sr, tail_value=st, rest_value=sr, material=abs(st - sr) >= params.min_share_points,
+                phrase=phrase, cause=cause if st > sr else None)
+
+
+def _worker(ct: Counter, cr: Counter, params: TailParams) -> dict | None:
+    nt, nr = sum(ct.values()), sum(cr.values())
+    workers = sorted(ct.keys() | cr.keys(), key=str)
+    if nt < params.min_tail or nr < params.min_tail or len(workers) < 2:
+        return None
+    w = max(workers, key=lambda k: ct[k] / nt - cr[k] / nr)
+    a, c = ct[w], cr[w]
+    p = min(1.0, len(workers) * fisher_exact(a, nt - a, c, nr - c, alternative="greater"))
+    st, sr = a / nt, c / nr
+    return dict(feature="worker", test=f"fisher-exact (one-sided, ×{len(workers)} workers)", n_tail=nt, n_rest=nr,
+                p=p, effect=st - sr, tail_value=st, rest_value=sr, material=st - sr >= params.min_share_points,
+                phrase=f"came from worker {w} ({_pct(st)} vs {_pct(sr)} of the rest)", cause="one_worker")
+
+
+def _bins(vals: list[float], k: int, per_s: float) -> list[int]:
+    counts = [0] * k
+    for b, c in Counter(map(int, map(per_s.__mul__, vals))).items():  # C-level binning
+        counts[min(k - 1, max(0, b))] += c
+    return counts
+
+
+def _time(tail: list, rest: list, params: TailParams) -> dict | None:
+    t, r = [v for v in tail if v is not None], [v for v in rest if v is not None]
+    if len(t) < params.min_tail or len(r) < params.min_tail:
+        return None
+    span = max(max(t), max(r))
+    if span <= 0:
+        return None
+    k = min(500, max(2, len(t) // params.tail_per_window))
+    width = span / k
+    tc, rc = _bins(t, k, 1 / width), _bins(r, k, 1 / width)
+    _, p = chi2_independence(tc, rc)
+    nt, nr = len(t), len(r)
+    hot = [i for i in range(k) if tc[i] > 0 and tc[i] / nt >= params.hot_factor * rc[i] / nr]
+    st, sr = sum(tc[i] for i in hot) / nt, sum(rc[i] for i in hot) / nr
+    phrase = (f"were spread over time, not over request features: {_pct(st)} of them fell in {len(hot)} of {k} "
+              f"windows of {width:.2g} s that held {_pct(sr)} of the other requests")
+    return dict(feature="t_in_step_s", test=f"chi-square ({k} windows)", n_tail=nt, n_rest=nr, p=p, effect=st - sr,
+                tail_value=st, rest_value=sr, material=st - sr >= params.min_share_points, phrase=phrase,
+                cause="outside_noise")
+
+
+def connect_cost(label: str, metric: list, flags: list) -> str:
+    """"+38 ms TTFT": the median metric on a new connection minus on a reused one, over the uniform sample."""
+    new = [m for m, f in zip(metric, flags, strict=True) if f is True and m != MISSING]
+    old = [m for m, f in zip(metric, flags, strict=True) if f is False and m != MISSING]
+    if not new or not old:
+        return CAUSES["connect"]
+    return f"{CAUSES['connect']}, +{1000 * (statistics.median(new) - statistics.median(old)):.0f} ms {label}"
+
+
+def feature_test(name: str, col: list, tail: list[int], rest: list[int], excluded: list[int], uniform: Counter | None,
+                 params: TailParams) -> dict | None:
+    """Test feature ``name`` (its column ``col``) on the tail's rows against the rest's; the rest's value counts are
+    ``uniform`` (the whole uniform sample's) minus the ``excluded`` rows' (time uses ``rest`` itself)."""
+    tv = list(map(col.__getitem__, tail))
+    if uniform is None:
+        return _time(tv, list(map(col.__getitem__, rest)), params)
+    ct, cr = _counts(tv), _rest_counts(uniform, map(col.__getitem__, excluded))
+    spec = next((s for s in NUMERIC if s.name == name), None)
+    if spec is not None:
+        return _numeric(spec, ct, cr, params)
+    return _flag(name, ct, cr, params) if name in FLAGS else _worker(ct, cr, params)
