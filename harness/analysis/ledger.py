@@ -28,6 +28,8 @@ from harness.analysis.plan import StepPlan, stop_reason
 from harness.analysis.results import FleetEvent, SloCheck, StepResult
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.analysis.tail import StepTails
+from harness.analysis.tail_rows import explain_rows
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.sketch import Sketch
@@ -61,6 +63,8 @@ class Ledger:
     fleet: Fleet = field(default_factory=Fleet)
     generators: dict[int, Generator] = field(default_factory=dict)
     judged: dict[int, Judgement] = field(default_factory=dict)
+    tails: dict[int, StepTails] = field(default_factory=dict)
+    """Tail attribution of each judged step with request rows, worked out once when it is judged."""
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
     fleet_events: list[FleetEvent] = field(default_factory=list)
     _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
@@ -136,6 +140,8 @@ class Ledger:
             bucket = self.measured(info.index)
             if bucket.requests and not info.fleet_changed:
                 self.judged[info.index] = self._judge(info, bucket)
+                if bucket.rows:
+                    self.tails[info.index] = explain_rows(bucket.rows)
         self.knee = find_knee([j.point for _, j in sorted(self.judged.items())],
                               KneeParams(confirm_steps=self.scenario.load.confirm_steps),
                               label=f"{self.scenario.load.knee_metric} p99_slo")
@@ -181,5 +187,7 @@ class Ledger:
             r.server = (server or {}).get(info.index)
             r.prefix_cache = cache_view(bucket, r.server, self.scenario.endpoint.api)
             r.sessions = session_view(bucket, baseline)
+            tails = self.tails.get(info.index)
+            r.tail = tails.to_dict() if tails is not None else None
             out.append(r)
         return out

@@ -114,6 +114,9 @@ class StepResult:
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
     requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
     from chunks, embeddings inputs/s (``analysis.steps``)."""
+    tail: dict | None = None
+    """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
+    rest, in words (``analysis.tail``); judged steps with request rows only."""
     new_connections: int = 0
     """Measured requests that opened a connection (TCP, and TLS for https) inside their own time."""
     new_connection_share: float | None = None
@@ -143,6 +146,8 @@ class StepResult:
             out["sessions"] = self.sessions
         if self.stream is not None:
             out["stream"] = self.stream
+        if self.tail is not None:
+            out["tail"] = self.tail
         return out
 
 

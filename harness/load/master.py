@@ -174,7 +174,8 @@ class MasterSide:
         knee = ledger.knee
         reason = knee.reason
         if knee.found:
-            why = "; ".join(w for w in (_server_why(steps, knee.step_index), _cache_why(steps, knee.step_index)) if w)
+            why = "; ".join(w for w in (_server_why(steps, knee.step_index), _cache_why(steps, knee.step_index),
+                                        _tail_why(steps, knee.step_index, sc.load.knee_metric)) if w)
             reason = f"{reason}; {why}" if why else reason
         slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
         code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
@@ -227,6 +228,15 @@ def _cache_why(steps: list[StepResult], knee_index: int) -> str:
     at = next((s for s in steps if s.index == knee_index), None)
     after = next((s for s in steps if s.index > knee_index), None)
     return explain_cache(at.prefix_cache if at else None, after.prefix_cache if after else None)
+
+
+def _tail_why(steps: list[StepResult], knee_index: int, metric: str) -> str:
+    """Why the tail grew past the knee: the tail attribution of the knee metric's p99 in the step after it."""
+    after = next((s for s in steps if s.index > knee_index), None)
+    for a in (after.tail or {}).get("attributions", ()) if after else ():
+        if a["metric"] == f"{metric}_s" and a["quantile"] == 0.99 and a["verdict"] in ("cause", "time"):
+            return f"past it, {a['line']}"
+    return ""
 
 
 class RunView:

@@ -97,6 +97,22 @@ def _share(v: object, missing: str = "not reported") -> str:
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
 
+def _tail_table(s: dict) -> str:
+    """Per step: why the p99 requests are slow, in words, per latency metric (``analysis.tail``)."""
+    key = level_key(s.get("mode", "closed"))
+    rows = []
+    for st in s["steps"]:
+        found = {a["metric"]: a for a in (st.get("tail") or {}).get("attributions", ()) if a["quantile"] == 0.99}
+        if found:
+            rows.append([st[key], *((found.get(m) or {}).get("line", "") for m in ("ttft_s", "tpot_s", "e2e_s"))])
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in (key, "TTFT p99", "TPOT p99", "E2E p99")) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + "<p>Each step's requests above its p99, against the rest, over every recorded feature (prompt, output "
+              "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
+              "turn, after a failure): a feature is named when it separates them significantly (Holm-corrected) and "
+              "materially; a tail clustered in time but not in features comes from outside the test.</p>")
+
+
 def _sessions_table(s: dict) -> str:
     """Per step: sessions and the prefix cache (client and server side, each with its source)."""
     key = level_key(s.get("mode", "closed"))
@@ -156,6 +172,8 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
         if any(st.get("sessions") for st in steps) or any(
                 ((st.get("prefix_cache") or {}).get("client") or {}).get("cached_share") is not None for st in steps):
             parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
+        if any(st.get("tail") for st in steps):
+            parts.append("<h2>Why the tail</h2>" + _tail_table(s))
         if any(st.get("server") for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st["generator"]["lag_p99_ms"] is not None for st in steps):

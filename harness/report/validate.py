@@ -51,6 +51,7 @@ _STEP = {
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
     "server?": {"*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
     "stream?": dict, "new_connections?": int, "new_connection_share?": _NUM,
+    "tail?": {"attributions": [dict]},
 }
 
 SUMMARY: dict[str, Any] = {

@@ -100,6 +100,11 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
     assert procs["roles"]["worker-0"]["cpu_s"] >= gen["cpu_s"] and procs["output_tokens"] == gen["output_tokens"]
     assert procs["cpu_us_per_token"]["client_tree"] > procs["cpu_us_per_token"]["workers_in_steps"] > 0
     assert "client CPU: " in output and "µs per streamed token (workers, in the steps)" in output
+    # why the tail: every measured request reached the master as a row, each metric's p99/p95 is explained
+    tails = step["tail"]["attributions"]
+    assert {(a["metric"], a["quantile"]) for a in tails} >= {("ttft_s", 0.99), ("e2e_s", 0.95)}, tails
+    assert all(a["line"] and a["verdict"] in ("cause", "time", "none", "too_few") for a in tails), tails
+    assert max(a["n"] for a in tails) == step["ok"]  # the rows of every successful measured request
 
 
 def test_bad_scenario_is_a_usage_error(tmp_path):
