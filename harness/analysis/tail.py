@@ -87,6 +87,17 @@ class TailParams:
     tail_per_window: int = 2
     """Expected tail requests per time window: fine enough to see a 200 ms stall, coarse enough for χ²."""
 
+    def __post_init__(self) -> None:
+        problems = [f"quantiles: each must be in (0, 1), got {q!r}" for q in self.quantiles if not 0 < q < 1]
+        problems += ["quantiles: give at least one, got ()"] if not self.quantiles else []
+        problems += [f"alpha: must be in (0, 1), got {self.alpha!r}"] if not 0 < self.alpha < 1 else []
+        problems += [f"min_tail: must be >= 2, got {self.min_tail!r}"] if self.min_tail < 2 else []
+        problems += [f"max_rest: must be >= 100, got {self.max_rest!r}"] if self.max_rest < 100 else []
+        problems += [f"min_ratio: must be > 1, got {self.min_ratio!r}"] if not self.min_ratio > 1 else []
+        problems += [f"tail_per_window: must be >= 1, got {self.tail_per_window!r}"] if self.tail_per_window < 1 else []
+        if problems:
+            raise ValueError("TailParams: " + "; ".join(problems))
+
 
 @dataclass(frozen=True)
 class FeatureTest:
@@ -158,7 +169,6 @@ def _plain(x: object) -> object:
     if isinstance(x, list):
         return [_plain(v) for v in x]
     return x
-
 
 
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
@@ -236,6 +246,9 @@ def explain_tail(rows: Sequence[TailRow], params: TailParams = TailParams(),
                  metrics: Sequence[str] = tuple(METRICS)) -> StepTails:
     """Attribute each metric's p99 and p95 tail to a feature of the requests (module docstring); metrics that no
     request has are left out."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"explain_tail: unknown metrics {unknown}; choose from {list(METRICS)}")
     n = len(rows)
     uniform = sorted(random.Random(params.seed).sample(range(n), params.max_rest)) if n > params.max_rest else list(
         range(n))

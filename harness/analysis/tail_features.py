@@ -193,12 +193,12 @@ def _time(tail: list, rest: list, params: TailParams) -> dict | None:
 
 
 def connect_cost(label: str, metric: list, flags: list) -> str:
-    """"+38 ms TTFT": the median metric on a new connection minus on a reused one, over the uniform sample."""
+    """"connect/TLS, +38 ms TTFT": the median metric on a new connection minus on a reused one (uniform sample)."""
     new = [m for m, f in zip(metric, flags, strict=True) if f is True and m != MISSING]
     old = [m for m, f in zip(metric, flags, strict=True) if f is False and m != MISSING]
     if not new or not old:
         return CAUSES["connect"]
-    return f"{CAUSES['connect']}, +{1000 * (statistics.median(new) - statistics.median(old)):.0f} ms {label}"
+    return f"{CAUSES['connect']}, {1000 * (statistics.median(new) - statistics.median(old)):+.0f} ms {label}"
 
 
 def feature_test(name: str, col: list, tail: list[int], rest: list[int], excluded: list[int], uniform: Counter | None,

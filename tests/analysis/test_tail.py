@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from harness.analysis.tail import StepTails, TailParams, TailRow, explain_tail
 
@@ -166,3 +167,10 @@ def test_the_other_causes_each_on_its_own_metric():
         a = result.get(metric, 0.99)
         assert a is not None and a.causes[:1] == [feature] and words in a.line, a.line if a else metric
     assert "came from worker w2" in result.get("ttft_s", 0.99).line
+
+
+def test_bad_parameters_are_named_all_at_once():
+    with pytest.raises(ValueError, match=r"quantiles: each must be in \(0, 1\), got 99.*min_tail: must be >= 2"):
+        TailParams(quantiles=(99,), min_tail=1)
+    with pytest.raises(ValueError, match=r"unknown metrics \['ttft'\]; choose from \['ttft_s'"):
+        explain_tail([], metrics=("ttft",))
