@@ -65,6 +65,8 @@ class Ledger:
     judged: dict[int, Judgement] = field(default_factory=dict)
     tails: dict[int, StepTails] = field(default_factory=dict)
     """Tail attribution of each judged step with request rows, worked out once when it is judged."""
+    waiting: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    """Per step, the server's waiting queue as scraped: (time on the step clock, requests waiting)."""
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
     fleet_events: list[FleetEvent] = field(default_factory=list)
     _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
@@ -141,7 +143,8 @@ class Ledger:
             if bucket.requests and not info.fleet_changed:
                 self.judged[info.index] = self._judge(info, bucket)
                 if bucket.rows:
-                    self.tails[info.index] = explain_rows(bucket.rows)
+                    self.tails[info.index] = explain_rows(bucket.rows, waiting=self.waiting.get(info.index, ()),
+                                                          started=info.started)
         self.knee = find_knee([j.point for _, j in sorted(self.judged.items())],
                               KneeParams(confirm_steps=self.scenario.load.confirm_steps),
                               label=f"{self.scenario.load.knee_metric} p99_slo")

@@ -49,6 +49,9 @@ class Live:
         self.measuring = measuring
         """True past the running step's warm-up: only then do scrapes count for the step's server summary."""
         self.server: dict[int, ServerStep] = {}
+        self.waiting: dict[int, list[tuple[float, float]]] = {}
+        """Per step, (perf_counter, requests waiting at the server) of every scrape: tail attribution joins each
+        request to the sample nearest its send (the master shares its ledger's dict)."""
         self.last_sample = None
         self.metrics_url = self._metrics_url(host)
         tls = scenario.endpoint.tls  # the endpoint's own TLS settings apply to its /metrics too
@@ -114,6 +117,8 @@ class Live:
             step = self.current()
             if sample is not None and step is not None:
                 self.last_sample = sample
+                if sample.waiting is not None:
+                    self.waiting.setdefault(step.index, []).append((time.perf_counter(), sample.waiting))
                 if self.measuring():  # the same part of the step as the client's figures
                     self.server.setdefault(step.index, ServerStep()).add(sample)
             gevent.sleep(SCRAPE_EVERY_S)

@@ -79,6 +79,7 @@ class MasterSide:
         sc = self.source.scenario
         self.live = Live(sc, self.source.options, host=self.env.host or sc.endpoint.host, run_id=self.run_id,
                          out_dir=self.out_dir, current=lambda: self.ledger.current, measuring=self._measuring)
+        self.live.waiting = self.ledger.waiting
         self.live.start()
 
     def _measuring(self) -> bool:
