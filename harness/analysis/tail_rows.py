@@ -10,6 +10,9 @@ from harness.metrics.rows import decode_row
 
 __all__ = ["NEAREST_S", "explain_rows"]
 
+_NOT_FEATURES = ("failed", "headers_s", "connect_s", "server_prefill_s")
+"""Row values that are parts of the latency (``analysis.decompose``), not features of the request."""
+
 NEAREST_S = 2.0
 """A server sample farther than this from a request's send says nothing about it (the scrape every 0.5 s stalled)."""
 
@@ -23,7 +26,8 @@ def explain_rows(rows: Sequence[list], params: TailParams | None = None, *,
     tail_rows = []
     for row in rows:
         d = decode_row(row)
-        del d["failed"]
+        for part in _NOT_FEATURES:
+            del d[part]
         if times:
             d["server_waiting"] = _nearest(times, waiting, started + d["t_in_step_s"])
         tail_rows.append(TailRow(**d))

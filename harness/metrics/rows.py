@@ -8,7 +8,9 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
 - ``prompt``, ``output``, ``cached``: tokens (server usage); ``in_flight`` on the worker at send; ``turn`` (sessions);
 - ``flags``: 1 new connection, 2 after a failed request on the same connection, 4 failed;
 - ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
-- ``worker``: the worker's index.
+- ``worker``: the worker's index;
+- ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
+  TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``).
 
 ``tests/metrics/test_rows.py`` keeps the golden bytes of one row.
 """
@@ -20,7 +22,7 @@ from harness.metrics.record import RequestRecord
 __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "ROW_FIELDS", "decode_row", "encode_row"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
-              "worker")
+              "worker", "headers", "connect", "server_prefill")
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
 _LATENCY = 10_000  # tenths of a millisecond per second
 
@@ -36,20 +38,22 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
         | (0 if ok else FLAG_FAILED)
     return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
-            rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker]
+            rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
+            _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s)]
 
 
 def decode_row(row: list) -> dict:
     """A row as named values (latencies in seconds, flags as booleans); raises ValueError on a malformed row."""
     if not isinstance(row, list) or len(row) != len(ROW_FIELDS):
         raise ValueError(f"a request row has {len(ROW_FIELDS)} fields, got {row!r:.80}")
-    ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker = row
+    ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker, headers, connect, prefill = row
     flags = int(flags or 0)
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
             "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
-            "worker": worker}
+            "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
+            "server_prefill_s": _seconds(prefill)}
 
 
 def _seconds(tenths: int | None) -> float | None:

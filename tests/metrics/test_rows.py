@@ -12,7 +12,8 @@ from harness.metrics.rows import ROW_FIELDS, decode_row, encode_row
 
 
 def rec(**kw) -> RequestRecord:
-    base = dict(start=10.0, ttft_s=0.2345, e2e_s=1.5, ttfo_s=0.2345, output_tokens=64, prompt_tokens=950,
+    base = dict(start=10.0, ttft_s=0.2345, e2e_s=1.5, headers_s=0.01, connect_s=0.0021, ttfo_s=0.2345, output_tokens=64,
+                prompt_tokens=950,
                 cached_tokens=512, chunk_times=[0.2345, 1.5], in_flight=12, new_connection=True)
     return RequestRecord(**{**base, **kw})
 
@@ -25,12 +26,13 @@ def test_a_row_round_trips_to_a_tenth_of_a_millisecond():
     assert counts == (950, 64, 512, 12, 3)
     assert d["new_connection"] and not d["after_error"] and not d["failed"]
     assert d["t_in_step_s"] == 12.346 and d["worker"] == 2
+    assert (d["headers_s"], d["connect_s"], d["server_prefill_s"]) == (0.01, 0.0021, None)
 
 
 def test_golden_bytes_and_size():
     row = encode_row(rec(), 7.5, worker=1)
-    assert msgpack.packb(row) == bytes.fromhex("9ccd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc001")
-    assert len(msgpack.packb(row)) == 26  # the budget: <= 40 bytes a request
+    assert msgpack.packb(row) == bytes.fromhex("9fcd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0")
+    assert len(msgpack.packb(row)) == 29  # the budget: <= 40 bytes a request
 
 
 def test_a_failure_keeps_its_features_but_no_latency():
@@ -63,7 +65,7 @@ def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):
     fleet = Bucket()
     for worker, n in ((0, 3000), (1, 1000)):  # worker 0 sent 3x the requests: 3/4 of the kept rows
         b = Bucket()
-        b.add_rows([[None] * 11 + [worker] for _ in range(n)], n)
+        b.add_rows([[None] * 11 + [worker, None, None, None] for _ in range(n)], n)
         fleet.merge(b)
     assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
-    assert 700 <= sum(r[-1] == 0 for r in fleet.rows) <= 800
+    assert 700 <= sum(r[11] == 0 for r in fleet.rows) <= 800
