@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
@@ -65,6 +66,8 @@ class Ledger:
     judged: dict[int, Judgement] = field(default_factory=dict)
     tails: dict[int, StepTails] = field(default_factory=dict)
     """Tail attribution of each judged step with request rows, worked out once when it is judged."""
+    splits: dict[int, dict | None] = field(default_factory=dict)
+    """Each judged step's TTFT split, worked out once (its rows and server summary are final by then)."""
     waiting: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     """Per step, the server's waiting queue as scraped: (time on the step clock, requests waiting)."""
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
@@ -192,5 +195,9 @@ class Ledger:
             r.sessions = session_view(bucket, baseline)
             tails = self.tails.get(info.index)
             r.tail = tails.to_dict() if tails is not None else None
+            if info.index in self.judged and bucket.rows:
+                if info.index not in self.splits:
+                    self.splits[info.index] = ttft_split(bucket.rows, r.server)
+                r.ttft_split = self.splits[info.index]
             out.append(r)
         return out

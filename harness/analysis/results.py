@@ -114,6 +114,9 @@ class StepResult:
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
     requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
     from chunks, embeddings inputs/s (``analysis.steps``)."""
+    ttft_split: dict | None = None
+    """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
+    where it says, each with its source (``analysis.decompose``); judged steps only."""
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
     rest, in words (``analysis.tail``); judged steps with request rows only."""
@@ -146,6 +149,8 @@ class StepResult:
             out["sessions"] = self.sessions
         if self.stream is not None:
             out["stream"] = self.stream
+        if self.ttft_split is not None:
+            out["ttft_split"] = self.ttft_split
         if self.tail is not None:
             out["tail"] = self.tail
         return out

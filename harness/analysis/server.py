@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.analysis.histogram import delta, mean, quantile
 from harness.client.server_metrics import ServerSample
 
-__all__ = ["ServerStep", "explain"]
+__all__ = ["STAGES", "ServerStep", "explain"]
+
+STAGES = ("queue_time", "prefill_time", "decode_time", "ttft")
+"""The server's per-request latency histograms a step reports (``client.server_metrics``): their step deltas."""
 
 
 @dataclass
@@ -18,8 +22,14 @@ class ServerStep:
     preemptions: list[float] = field(default_factory=list)
     cache_queries: list[float] = field(default_factory=list)
     cache_hits: list[float] = field(default_factory=list)
+    first: ServerSample | None = None
+    last: ServerSample | None = None
+    """The step's first and last measured scrapes: their histogram deltas are the step's own requests."""
 
     def add(self, s: ServerSample) -> None:
+        if self.first is None:
+            self.first = s
+        self.last = s
         for name, values in (("waiting", self.waiting), ("running", self.running), ("kv_cache_usage", self.kv),
                              ("preemptions", self.preemptions), ("prefix_cache_queries", self.cache_queries),
                              ("prefix_cache_hits", self.cache_hits)):
@@ -42,6 +52,26 @@ class ServerStep:
             # The step's delta between its first and last scrape (a scrape period at each end is not in it).
             out.update(prefix_cache_queries=self.cache_queries[-1] - self.cache_queries[0],
                        prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0])
+        stages = self.stages()
+        if stages:
+            out["stages"] = stages
+        return out
+
+    def stages(self) -> dict:
+        """Per histogram the server has: the step's observations, their mean (exact) and p50/p95 in ms as
+        [estimate, low, high] (the bucket's bounds; high None in the +Inf bucket)."""
+        out = {}
+        for name in STAGES:
+            h = delta(getattr(self.first, name, None), getattr(self.last, name, None))
+            if h is None or h.count <= 0:
+                continue
+            entry: dict = {"count": round(h.count), "mean_ms": round(mean(h) * 1000, 3)}  # type: ignore[operator]
+            for q in (0.5, 0.95):
+                v = quantile(h, q)
+                if v is not None:
+                    entry[f"p{round(q * 100)}_ms"] = [round(v.estimate * 1000, 3), round(v.low * 1000, 3),
+                                                       None if v.high is None else round(v.high * 1000, 3)]
+            out[name] = entry
         return out
 
 

@@ -105,6 +105,14 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
     assert {(a["metric"], a["quantile"]) for a in tails} >= {("ttft_s", 0.99), ("e2e_s", 0.95)}, tails
     assert all(a["line"] and a["verdict"] in ("cause", "time", "none", "too_few") for a in tails), tails
     assert max(a["n"] for a in tails) == step["ok"]  # the rows of every successful measured request
+    # where TTFT goes: the simulator reports vLLM's stage histograms; queue + prefill sit inside its TTFT, and the
+    # client's TTFT is the server's plus a little network and client (loopback)
+    split = step["ttft_split"]
+    server, client = split["server"], split["client"]["ttft"]
+    assert server["source"].startswith("per step"), split
+    inside = server["queue"]["mean_ms"] + server["prefill"]["mean_ms"]
+    assert inside <= server["ttft"]["mean_ms"] + 1 and 0 <= server["network_client"]["mean_ms"] < 20, split
+    assert abs(client["mean_ms"] - server["ttft"]["mean_ms"] - server["network_client"]["mean_ms"]) < 0.01
 
 
 def test_bad_scenario_is_a_usage_error(tmp_path):

@@ -1,0 +1,52 @@
+"""The TTFT split on plain data: client parts exact, the server's from per-request timings or step histograms."""
+
+from __future__ import annotations
+
+from harness.analysis.decompose import UNKNOWN, ttft_split
+from harness.metrics.record import RequestRecord
+from harness.metrics.rows import encode_row
+
+
+def rows(n: int = 100, *, prefill_s: float | None = None, new_every: int = 0) -> list[list]:
+    out = []
+    for i in range(n):
+        ttft = 0.100 + i * 0.001  # 100..199 ms
+        rec = RequestRecord(start=0.0, ttft_s=ttft, headers_s=0.004, e2e_s=ttft + 1, output_tokens=10,
+                            chunk_times=[ttft], server_prefill_s=prefill_s, new_connection=bool(new_every) and
+                            i % new_every == 0, connect_s=0.002 if new_every and i % new_every == 0 else None)
+        out.append(encode_row(rec, i * 0.1, worker=0))
+    out.append(encode_row(RequestRecord(start=0.0, error="reset", e2e_s=0.5), 11.0, worker=0))  # no TTFT
+    return out
+
+
+def test_client_parts_are_exact():
+    split = ttft_split(rows(new_every=10), None)
+    c = split["client"]
+    assert c["ttft"]["n"] == 100 and c["ttft"]["p50_ms"] == 150.0 and c["ttft"]["mean_ms"] == 149.5
+    assert c["headers"]["p50_ms"] == 4.0 and c["headers_to_first_token"]["p50_ms"] == 146.0
+    assert c["connect"]["n"] == 10 and c["connect"]["p50_ms"] == 2.0 and c["new_connection_share"] == 0.1
+    assert split["server"] == {"source": UNKNOWN}
+
+
+def test_llama_cpp_timings_give_the_server_prefill_per_request():
+    split = ttft_split(rows(prefill_s=0.080), None)
+    s = split["server"]
+    assert s["source"].startswith("per request") and s["prefill"]["p50_ms"] == 80.0 and s["queue"] == UNKNOWN
+    assert s["network_client_queue"]["p50_ms"] == 70.0  # 150 - 80, request by request
+
+
+def test_histograms_give_the_server_ttft_and_the_rest_with_bucket_bounds():
+    stages = {"ttft": {"count": 100, "mean_ms": 140.0, "p50_ms": [140.0, 100.0, 250.0],
+                       "p95_ms": [240.0, 100.0, 250.0]},
+              "queue_time": {"count": 100, "mean_ms": 60.0, "p50_ms": [55.0, 50.0, 100.0]},
+              "prefill_time": {"count": 100, "mean_ms": 78.0, "p50_ms": [75.0, 50.0, 100.0]}}
+    split = ttft_split(rows(), {"waiting_mean": 3.0, "stages": stages})
+    s = split["server"]
+    assert s["source"].startswith("per step") and s["queue"]["mean_ms"] == 60.0 and s["prefill"]["mean_ms"] == 78.0
+    net = s["network_client"]
+    assert net["mean_ms"] == 9.5  # 149.5 - 140: means add up
+    assert net["p50_ms"] == [10.0, -100.0, 50.0]  # 150 - 140, within 150 - 250 .. 150 - 100
+
+
+def test_no_successful_request_no_split():
+    assert ttft_split([encode_row(RequestRecord(start=0.0, error="reset"), 0.0, worker=0)], None) is None
