@@ -193,7 +193,14 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
                      key=lambda t: -abs(t.effect))
     correction = f"Holm–Bonferroni over {len(tests)} tests, family-wise α = {params.alpha:g}"
     timed = next((t for t in tests if t.feature == "t_in_step_s" and t.significant and t.material), None)
-    if counted:
+    if counted and timed is not None and {t.feature for t in counted} <= _QUEUE_STATES \
+            and abs(timed.effect) > abs(counted[0].effect):
+        # Only the queue at send separates the tail, and the tail sits in a few windows more than it follows the
+        # queue: the queue grew because something stalled then (the server, or outside this test), not the load.
+        line = (f"{ql} {label} requests {timed.phrase}: {timed.cause_words}; the queue at send grew with it "
+                f"({counted[0].phrase.removeprefix('were ')})")
+        verdict, counted = "time", [timed, *counted]
+    elif counted:
         top = counted[0]
         also = [t.cause_words or re.sub(r" \(.*?\)", "", t.phrase) for t in counted[1:3]]  # its words, no figures
         line = f"{ql} {label} requests {top.phrase}" + (f": {top.cause_words}" if top.cause_words else "")
@@ -206,6 +213,10 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         verdict = "none"
     return TailAttribution(**head, verdict=verdict, causes=[t.feature for t in counted] + ([timed.feature] if (
         timed and not counted) else []), line=line, correction=correction, tests=tests)
+
+
+_QUEUE_STATES = {"server_waiting", "in_flight"}
+"""Features that are states at send, not properties of the request: a stall raises them too."""
 
 
 def _column(rows: Sequence[TailRow], name: str) -> tuple[list, int]:

@@ -44,15 +44,19 @@ class _Numeric:
     nonzero_less: str
     more_cause: str | None = None
     less_cause: str | None = None
+    above: str = ""
+    """A minority of the tail far above the rest (medians alike): "... over {v} ... more often ({t} vs {r})"."""
 
 
 NUMERIC = (
     _Numeric("prompt_tokens", "had {x}longer prompts (median {t} vs {r} tokens)",
              "had {x}shorter prompts (median {t} vs {r} tokens)", "had a prompt more often ({t} vs {r})",
-             "had a prompt less often ({t} vs {r})", "prefill"),
+             "had a prompt less often ({t} vs {r})", "prefill",
+             above="had prompts over {v} tokens more often ({t} vs {r})"),
     _Numeric("output_tokens", "had {x}longer answers (median {t} vs {r} tokens)",
              "had {x}shorter answers (median {t} vs {r} tokens)", "had an answer more often ({t} vs {r})",
-             "had an answer less often ({t} vs {r})", "long_answers"),
+             "had an answer less often ({t} vs {r})", "long_answers",
+             above="had answers over {v} tokens more often ({t} vs {r})"),
     _Numeric("cached_tokens", "had {x}more cached prompt tokens (median {t} vs {r})",
              "had {x}fewer cached prompt tokens (median {t} vs {r})",
              "had cached prompt tokens more often ({t} vs {r})", "had cached prompt tokens less often ({t} vs {r})",
@@ -60,14 +64,17 @@ NUMERIC = (
     _Numeric("server_waiting", "were sent while a median of {t} requests waited at the server ({r} for the rest)",
              "were sent while fewer requests waited at the server (median {t} vs {r})",
              "were sent while requests waited at the server ({t} vs {r})",
-             "were sent while requests waited at the server less often ({t} vs {r})", "queueing"),
+             "were sent while requests waited at the server less often ({t} vs {r})", "queueing",
+             above="were sent while over {v} requests waited at the server more often ({t} vs {r})"),
     _Numeric("in_flight", "were sent with a median of {t} requests in flight on their worker ({r} for the rest)",
              "were sent with fewer requests in flight on their worker (median {t} vs {r})",
              "were sent with other requests in flight on their worker ({t} vs {r})",
-             "were sent with other requests in flight less often ({t} vs {r})", "queueing"),
+             "were sent with other requests in flight less often ({t} vs {r})", "queueing",
+             above="were sent with over {v} requests in flight on their worker more often ({t} vs {r})"),
     _Numeric("turn", "were later session turns (median turn {t} vs {r})",
              "were earlier session turns (median turn {t} vs {r})", "were past turn 0 more often ({t} vs {r})",
-             "were past turn 0 less often ({t} vs {r})", "late_turns"),
+             "were past turn 0 less often ({t} vs {r})", "late_turns",
+             above="were past turn {v} more often ({t} vs {r})"),
 )
 FLAGS = {  # feature: (tail has it more often, less often, cause when more often)
     "new_connection": ("were first on a new connection ({t} vs {r})",
@@ -105,6 +112,16 @@ def _median(c: Counter) -> float:
     raise ValueError("median of no values")
 
 
+def _quantile(c: Counter, q: float) -> float:
+    """The value at nearest rank ``q`` of the counted values."""
+    rank, seen = q * (sum(c.values()) - 1), 0
+    for k in sorted(c):
+        seen += c[k]
+        if seen > rank:
+            return k
+    return max(c)
+
+
 def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
     """The rest's value counts: the uniform sample's (counted once per step) minus its tail and missing rows."""
     c = uniform.copy()
@@ -124,6 +141,14 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
         material = ratio >= params.min_ratio if more else ratio <= 1 / params.min_ratio
         x = "" if ratio == 0 else f"{ratio if more else 1 / ratio:.1f}× "
         phrase = (spec.more if more else spec.less).format(x=x, t=_num(mt), r=_num(mr))
+        if more and not material and spec.above:
+            # A minority far above the rest (3% of prompts 10× longer, half the tail): the medians hide it, the
+            # share above the rest's 95th percentile does not.
+            v = _quantile(cr, 0.95)
+            st = sum(c for k, c in ct.items() if k > v) / nt
+            sr = sum(c for k, c in cr.items() if k > v) / nr
+            if st - sr >= params.min_share_points:
+                material, phrase = True, spec.above.format(v=_num(v), t=_pct(st), r=_pct(sr))
     else:  # the rest is mostly zeros (an idle queue, no cache hits): compare how often it is above zero
         st = sum(c for v, c in ct.items() if v > 0) / nt
         sr = sum(c for v, c in cr.items() if v > 0) / nr

@@ -11,16 +11,19 @@ from harness.metrics.rows import encode_row
 STARTED = 1000.0  # the step's start on the master's clock
 
 
-def rows_and_waiting(seed: int) -> tuple[list[list], list[tuple[float, float]]]:
-    """A 60 s step; the server's queue is long in 4 random half-seconds and those requests wait ~0.4 s more."""
+def rows_and_waiting(seed: int, stall: bool = False) -> tuple[list[list], list[tuple[float, float]]]:
+    """A 60 s step, the server scraped every 0.5 s. Queueing: its queue comes and goes (0-15 waiting, a new level
+    each half-second) and each request waits ~25 ms per request ahead of it. A stall: 4 random half-seconds with
+    15 waiting and +0.4 s, nothing otherwise."""
     rng = random.Random(seed)
     busy = set(rng.sample(range(120), 4))
-    waiting = [(STARTED + k * 0.5, 15.0 if k in busy else 0.0) for k in range(120)]
+    levels = [(15.0 if k in busy else 0.0) if stall else float(rng.randrange(16)) for k in range(120)]
+    waiting = [(STARTED + k * 0.5, levels[k]) for k in range(120)]
     rows = []
     for i in range(3000):
         sent = rng.uniform(0, 60)
-        queued = int(sent / 0.5) in busy
-        ttft = 0.05 + rng.random() * 0.02 + (0.4 if queued else 0.0)
+        level = levels[int(sent / 0.5)]
+        ttft = 0.05 + rng.random() * 0.02 + (0.4 if stall and level else 0.025 * level * rng.random())
         rec = RequestRecord(start=0.0, ttft_s=ttft, e2e_s=ttft + 1.0, output_tokens=64, prompt_tokens=900,
                             chunk_times=[ttft], in_flight=8)
         rows.append(encode_row(rec, sent, worker=i % 2))
@@ -34,8 +37,16 @@ def test_the_queue_at_send_names_queueing():
     assert "queueing" in ttft.line
 
 
-def test_without_the_scrapes_it_is_time_not_a_request_feature():
-    rows, _ = rows_and_waiting(3)
+def test_a_queue_in_a_few_windows_only_is_a_stall():
+    rows, waiting = rows_and_waiting(3, stall=True)
+    ttft = explain_rows(rows, waiting=waiting, started=STARTED).get("ttft_s", 0.99)
+    assert ttft is not None and ttft.verdict == "time" and ttft.causes[:2] == ["t_in_step_s", "server_waiting"], \
+        ttft.line
+    assert "the queue at send grew with it" in ttft.line
+
+
+def test_without_the_scrapes_a_stall_is_time_not_a_request_feature():
+    rows, _ = rows_and_waiting(3, stall=True)
     ttft = explain_rows(rows).get("ttft_s", 0.99)
     assert ttft is not None and ttft.verdict == "time", ttft.line
 

@@ -1,0 +1,61 @@
+"""Why the tail, end to end: ``kneecap run`` against the simulator with one tail cause injected at a time; the
+step's tail attribution (summary.json ``steps[].tail``) names that cause first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.integration
+KNEECAP = [sys.executable, "-m", "harness.cli"]
+CLOSED = "load: {mode: constant, users: 8, duration_s: 9, step: {warmup_s: 1}}\n"
+# Two users: a long prompt prefills alone (with 8, the short prompts batched into its iteration are as slow: then
+# the tail is half short prompts, and says so)
+CLOSED_2 = CLOSED.replace("users: 8", "users: 2")
+# One step of Poisson arrivals at ~85% of 2 slots x 10 requests/s: the queue comes and goes.
+OPEN = ("load: {mode: open_staircase, rate: {start: 17, step: 1, max: 17}, arrival: {process: poisson},\n"
+        "       step: {warmup_s: 1, min_duration_s: 9, max_duration_s: 9, min_requests: 10}}\n")
+SHORT = "{input_tokens: 100, output_tokens: 20}"
+LONG = ("{input_tokens: {dist: mixture, components: [{weight: 0.97, dist: fixed, value: 100},"
+        " {weight: 0.03, dist: fixed, value: 1500}]}, output_tokens: 5}")
+CASES = {  # cause: (workload, load, simulator flags, the metric and tail quantile, the feature named first)
+    "long_prompts": (LONG, CLOSED_2, ["--prefill-per-ktoken-ms=60"], ("ttft_s", 0.95), "prompt_tokens"),
+    # A stall holds every request in flight (8), most of them decoding: E2E's tail, not TTFT's (~1 a stall). Every
+    # 2.5 s: stalls far apart enough that the tail clusters in time (every 1 s, 30% of the time, it does not)
+    "engine_stalls": (SHORT, CLOSED, ["--engine-stall-every-s=2.5", "--engine-stall-s=0.3"], ("e2e_s", 0.95),
+                      "t_in_step_s"),
+    "queue": (SHORT, OPEN, ["--max-num-seqs=2", "--iter-base-ms=5", "--iter-per-seq-ms=0"], ("ttft_s", 0.95),
+              "in_flight"),
+    "slow_connects": (SHORT, CLOSED, ["--close-after-p=0.05", "--accept-delay-ms=50"], ("ttft_s", 0.95),
+                      "new_connection"),
+}
+
+
+def run(tmp_path, workload: str, load: str, sim_args: list[str]) -> dict:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: tail-test
+        endpoint: {{api: chat, model: sim-tiny, timeouts: {{ttft_s: 20, idle_s: 10}}}}
+        workload: {workload}
+    """) + load)
+    out = tmp_path / "out"
+    proc = subprocess.run([*KNEECAP, "run", str(path), "--workers", "1", "--out", str(out),
+                           *(f"--sim-arg={a}" for a in sim_args)], capture_output=True, text=True, timeout=90)
+    assert (out / "summary.json").exists(), proc.stdout + proc.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("cause", sorted(CASES))
+def test_the_injected_cause_is_named_first(tmp_path, cause):
+    workload, load, sim_args, which, feature = CASES[cause]
+    summary = run(tmp_path, workload, load, sim_args)
+    step = summary["steps"][0]
+    found = {(a["metric"], a["quantile"]): a for a in step["tail"]["attributions"]}
+    tail = found[which]
+    tests = [(t["feature"], t["p_holm"], t["effect"], t["material"]) for t in tail["tests"]]
+    assert tail["verdict"] in ("cause", "time"), (tail["line"], step["requests"], tests)
+    assert tail["causes"][0] == feature, (tail["line"], tests)
