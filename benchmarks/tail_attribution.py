@@ -5,6 +5,10 @@ CPU at 100k requests in a step (the master runs it once per judged step). Refere
 run: a plain ``sorted()`` of the step's 100k (or 10k) TTFT values; ``ratio_vs_sorted`` is ours / that.
 Rows are synthetic (3% of prompts 10× longer, TTFT growing with prompt length), so every test runs and
 the answer is known. CPU time (``time.process_time``), best of 5. One JSON line per step size.
+
+``master_step`` lines: what the master really does per judged step, from the rows as the workers ship them
+(``metrics.rows``): decode them and explain the tail (``analysis.tail_rows.explain_rows``), and split TTFT
+(``analysis.decompose.ttft_split``); plus the rows' msgpack bytes per request.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ import random
 import time
 from collections.abc import Callable
 
+import msgpack
+
 from benchmarks.common import git_rev
+from harness.analysis.decompose import ttft_split
 from harness.analysis.tail import TailRow, explain_tail
+from harness.analysis.tail_rows import columns, explain_rows
+from harness.metrics.record import RequestRecord
+from harness.metrics.rows import encode_row
 
 TARGET_MS = {100_000: 200.0}
 
@@ -60,6 +70,21 @@ def main() -> None:
                           "sorted_ms": round(ref, 2), "ratio_vs_sorted": round(ours / ref, 1), "target_ms": target,
                           "ok": None if target is None else ours < target,
                           "ttft_p99": result.attributions[0].line, "git": rev}, ensure_ascii=False))
+        wire = [encode_row(RequestRecord(start=0.0, ttft_s=r.ttft_s, e2e_s=r.e2e_s, ttfo_s=r.ttfo_s, headers_s=0.004,
+                                         output_tokens=r.output_tokens, prompt_tokens=r.prompt_tokens,
+                                         cached_tokens=r.cached_tokens, new_connection=bool(r.new_connection),
+                                         connect_s=0.002 if r.new_connection else None, in_flight=r.in_flight,
+                                         turn=r.turn, chunk_times=[r.ttft_s]), r.t_in_step_s, int(str(r.worker)[1:]))
+                for r in rows]
+        cols = cpu_ms(lambda wire=wire: columns(wire))
+        c = columns(wire)
+        tails, split = cpu_ms(lambda c=c: explain_rows(c)), cpu_ms(lambda c=c: ttft_split(c, None))
+        total = cols + tails + split
+        print(json.dumps({"name": "master_step", "requests": n, "columns_ms": round(cols, 1),
+                          "explain_rows_ms": round(tails, 1), "ttft_split_ms": round(split, 1),
+                          "total_ms": round(total, 1), "target_ms": target,
+                          "ok": None if target is None else total < target,
+                          "row_bytes_per_request": round(len(msgpack.packb(wire)) / n, 1), "git": rev}))
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.metrics.rows import decode_row
+from harness.analysis.tail_rows import columns
+from harness.metrics.rows import FLAG_NEW_CONNECTION
 
 __all__ = ["UNKNOWN", "ttft_split"]
 
 UNKNOWN = "unknown: the endpoint does not say"
 _QUANTILES = (0.5, 0.95)
+_TENTHS = 10_000  # the rows' tenths of a millisecond per second
 
 
 def _q(values: list[float], q: float) -> float | None:
@@ -46,45 +48,38 @@ def _stat(values: list[float]) -> dict | None:
     return out
 
 
-def ttft_split(rows: Sequence[list], server: dict | None) -> dict | None:
-    """The step's TTFT in parts (module docstring); ``server``: the step's server summary (its ``stages``, if
-    any). None without successful requests."""
-    ttft, headers, after_headers, connect, prefill, rest = [], [], [], [], [], []
-    new = 0
-    for row in rows:
-        d = decode_row(row)
-        t = d["ttft_s"]
-        if t is None:
-            continue
-        ttft.append(t)
-        if d["headers_s"] is not None:
-            headers.append(d["headers_s"])
-            after_headers.append(t - d["headers_s"])
-        if d["new_connection"]:
-            new += 1
-            if d["connect_s"] is not None:
-                connect.append(d["connect_s"])
-        if d["server_prefill_s"] is not None:
-            prefill.append(d["server_prefill_s"])
-            rest.append(t - d["server_prefill_s"])
-    if not ttft:
+def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> dict | None:
+    """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``); ``server``: the
+    step's server summary (its ``stages``, if any). None without successful requests."""
+    c = rows if isinstance(rows, dict) else columns(rows)
+    ok = [i for i, t in enumerate(c["ttft"]) if t is not None]
+    if not ok:
         return None
-    client = {"ttft": _stat(ttft), "headers": _stat(headers), "headers_to_first_token": _stat(after_headers),
-              "connect": _stat(connect), "new_connection_share": round(new / len(ttft), 4)}
+    ttft_all, headers_all, connect_all, prefill_all = c["ttft"], c["headers"], c["connect"], c["server_prefill"]
+    ttft = [ttft_all[i] / _TENTHS for i in ok]
+    headers = [(ttft_all[i] / _TENTHS, headers_all[i] / _TENTHS) for i in ok if headers_all[i] is not None]
+    new_list = [i for i in ok if c["flags"][i] & FLAG_NEW_CONNECTION]
+    new = len(new_list)
+    connect = [connect_all[i] / _TENTHS for i in new_list if connect_all[i] is not None]
+    prefill = [(ttft_all[i] / _TENTHS, prefill_all[i] / _TENTHS) for i in ok if prefill_all[i] is not None]
+    client = {"ttft": _stat(ttft), "headers": _stat([h for _, h in headers]),
+              "headers_to_first_token": _stat([t - h for t, h in headers]), "connect": _stat(connect),
+              "new_connection_share": round(new / len(ok), 4)}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
     if prefill:
-        out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)", "prefill": _stat(prefill),
-                         "queue": UNKNOWN, "network_client_queue": _stat(rest)}
+        out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)",
+                         "prefill": _stat([p for _, p in prefill]), "queue": UNKNOWN,
+                         "network_client_queue": _stat([t - p for t, p in prefill])}
     elif stages.get("ttft"):
         src = "per step: the server's /metrics histograms (bucket bounds: [estimate, low, high] ms)"
-        s_ttft, c = stages["ttft"], client["ttft"]
-        net: dict = {"mean_ms": round(c["mean_ms"] - s_ttft["mean_ms"], 3)}
+        s_ttft, ct = stages["ttft"], client["ttft"]
+        net: dict = {"mean_ms": round(ct["mean_ms"] - s_ttft["mean_ms"], 3)}
         for key in ("p50_ms", "p95_ms"):
             est, low, high = s_ttft.get(key) or (None, None, None)
             if est is not None:
-                net[key] = [round(c[key] - est, 3), None if high is None else round(c[key] - high, 3),
-                            round(c[key] - low, 3)]
+                net[key] = [round(ct[key] - est, 3), None if high is None else round(ct[key] - high, 3),
+                            round(ct[key] - low, 3)]
         out["server"] = {"source": src, "ttft": s_ttft, "queue": stages.get("queue_time") or UNKNOWN,
                          "prefill": stages.get("prefill_time") or UNKNOWN, "network_client": net}
     else:

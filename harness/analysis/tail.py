@@ -33,7 +33,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -219,9 +219,9 @@ _QUEUE_STATES = {"server_waiting", "in_flight"}
 """Features that are states at send, not properties of the request: a stall raises them too."""
 
 
-def _column(rows: Sequence[TailRow], name: str) -> tuple[list, int]:
+def _column(values: Sequence) -> tuple[list, int]:
     """A metric's values, missing ones (None, NaN: failures, one-token answers) as -inf; and how many are known."""
-    col = list(map(attrgetter(name), rows))
+    col = list(values)
     try:
         if not math.isnan(sum(col)):  # one C-level pass finds both: None raises, NaN propagates
             return col, len(col)
@@ -253,25 +253,30 @@ def _tails(col: list, known: int, uniform: list[int], quantiles: Sequence[float]
     return out
 
 
-def explain_tail(rows: Sequence[TailRow], params: TailParams = TailParams(),
+def explain_tail(rows: Sequence[TailRow] | Mapping[str, Sequence], params: TailParams = TailParams(),
                  metrics: Sequence[str] = tuple(METRICS)) -> StepTails:
     """Attribute each metric's p99 and p95 tail to a feature of the requests (module docstring); metrics that no
-    request has are left out."""
+    request has are left out. ``rows``: TailRows, or the same as columns (a list per TailRow field, all as long;
+    what the master builds from the workers' rows without a TailRow per request)."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"explain_tail: unknown metrics {unknown}; choose from {list(METRICS)}")
-    n = len(rows)
+    if isinstance(rows, Mapping):
+        return _explain(rows, len(next(iter(rows.values()), ())), params, metrics)
+    return _explain({f: list(map(attrgetter(f), rows)) for f in (*METRICS, *FEATURES)}, len(rows), params, metrics)
+
+
+def _explain(columns: Mapping[str, Sequence], n: int, params: TailParams, metrics: Sequence[str]) -> StepTails:
     uniform = sorted(random.Random(params.seed).sample(range(n), params.max_rest)) if n > params.max_rest else list(
         range(n))
     found = []
     for m in metrics:
-        col, known = _column(rows, m)
+        col, known = _column(columns[m])
         if known:
             found.append((m, col, known, _tails(col, known, uniform, params.quantiles)))
     needed = sorted(set(uniform).union(*(t for *_, per_q in found for _, _, t in per_q)))
     pos = {i: j for j, i in enumerate(needed)}
-    sub = list(map(rows.__getitem__, needed))
-    cols = {f: list(map(attrgetter(f), sub)) for f in FEATURES}
+    cols = {f: list(map(columns[f].__getitem__, needed)) for f in FEATURES}
     uni = list(map(pos.__getitem__, uniform))
     base = {f: Counter(map(cols[f].__getitem__, uni)) for f in FEATURES if f != "t_in_step_s"}
     out = []

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import encode_row
+from harness.metrics.rows import check_rows, encode_row
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
@@ -259,8 +259,7 @@ class Bucket:
         if len(cache) != 4:
             raise ValueError("cache has 4 counters")
         rows = list(d.get("rows", ()))
-        if not all(isinstance(r, list) for r in rows):
-            raise ValueError("rows are lists")
+        check_rows(rows)
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from harness.metrics.record import RequestRecord
 
-__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "ROW_FIELDS", "decode_row", "encode_row"]
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "ROW_FIELDS", "check_rows", "decode_row",
+           "encode_row"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill")
@@ -54,6 +55,15 @@ def decode_row(row: list) -> dict:
             "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
             "server_prefill_s": _seconds(prefill)}
+
+
+def check_rows(rows: object) -> None:
+    """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags and send times are
+    integers (what the master needs before it reads them by column)."""
+    n = len(ROW_FIELDS)
+    for row in rows:  # type: ignore[attr-defined]
+        if not isinstance(row, list) or len(row) != n or not isinstance(row[7], int) or not isinstance(row[9], int):
+            raise ValueError(f"a request row has {n} fields with integer flags and send time, got {row!r:.80}")
 
 
 def _seconds(tenths: int | None) -> float | None:

@@ -61,6 +61,10 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
     assert knee["users"] in (6, 8, 10), knee  # analytical knee: 8 slots, within one step
     assert summary["stop_reason"].startswith("knee confirmed")
     assert code == 0 and f"knee: {knee['users']:g} users" in output
+    # where TTFT goes: past the knee, the server's queue takes a growing share of it (vLLM-style histograms)
+    share = [s["ttft_split"]["server"]["queue"]["mean_ms"] / s["ttft_split"]["client"]["ttft"]["mean_ms"]
+             for s in summary["steps"] if s.get("ttft_split")]
+    assert share[-1] > share[0] + 0.2, share
 
 
 def test_no_knee_within_range(tmp_path):
