@@ -97,6 +97,33 @@ def _share(v: object, missing: str = "not reported") -> str:
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
 
+def _split_table(s: dict) -> str:
+    """Per step: TTFT in parts, means in ms (they add up), each server part with its source."""
+    key = level_key(s.get("mode", "closed"))
+    head = [key, "client TTFT", "headers", "headers → first token", "new conn.", "connect p50", "server TTFT",
+            "server queue", "server prefill", "network + client", "server source"]
+    rows = []
+    for st in s["steps"]:
+        sp = st.get("ttft_split")
+        if not sp:
+            continue
+        c, v = sp["client"], sp["server"]
+
+        def mean(d: object) -> object:
+            return d.get("mean_ms") if isinstance(d, dict) else None
+
+        net = v.get("network_client") or v.get("network_client_queue")
+        rows.append([st[key], mean(c["ttft"]), mean(c["headers"]), mean(c["headers_to_first_token"]),
+                     _share(c["new_connection_share"]), (c["connect"] or {}).get("p50_ms"), mean(v.get("ttft")),
+                     mean(v.get("queue")), mean(v.get("prefill")), mean(net), v["source"]])
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + "<p>Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its queue and "
+              "prefill. Server parts from its /metrics histograms (the step's delta: every request it finished then, "
+              "not only this test's; quantiles in summary.json with their bucket bounds) or llama.cpp's per-request "
+              "timings (prefill only: network + client then includes its queue).</p>")
+
+
 def _tail_table(s: dict) -> str:
     """Per step: why the p99 requests are slow, in words, per latency metric (``analysis.tail``)."""
     key = level_key(s.get("mode", "closed"))
@@ -172,6 +199,8 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
         if any(st.get("sessions") for st in steps) or any(
                 ((st.get("prefix_cache") or {}).get("client") or {}).get("cached_share") is not None for st in steps):
             parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
+        if any(st.get("ttft_split") for st in steps):
+            parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.get("tail") for st in steps):
             parts.append("<h2>Why the tail</h2>" + _tail_table(s))
         if any(st.get("server") for st in steps):

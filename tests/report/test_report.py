@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 
 from harness.report.html import compare_html, write_report
 
@@ -63,3 +64,20 @@ def test_the_report_says_why_the_tail_when_the_summary_does(tmp_path):
     assert "<h2>Why the tail</h2>" in page and "4.1× longer prompts" in page and "p95 TTFT" not in page
     (tmp_path / "summary.json").write_text(json.dumps(summary(16)))
     assert "Why the tail" not in (tmp_path / write_report(str(tmp_path))).read_text()
+
+
+def test_the_report_shows_where_ttft_goes():
+    s = summary(16)
+    s["steps"][1]["ttft_split"] = {
+        "client": {"ttft": {"n": 100, "mean_ms": 150.0}, "headers": {"n": 100, "mean_ms": 4.0},
+                   "headers_to_first_token": {"n": 100, "mean_ms": 146.0}, "connect": None,
+                   "new_connection_share": 0.0},
+        "server": {"source": "per step: the server's /metrics histograms", "ttft": {"count": 90, "mean_ms": 141.5},
+                   "queue": {"count": 90, "mean_ms": 60.25}, "prefill": {"count": 90, "mean_ms": 78.0},
+                   "network_client": {"mean_ms": 8.5}}}
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/summary.json", "w") as f:
+            f.write(json.dumps(s))
+        with open(write_report(d)) as f:
+            html = f.read()
+    assert "<h2>Where TTFT goes</h2>" in html and "60.25" in html and "141.5" in html and "8.5" in html
