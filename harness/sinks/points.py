@@ -106,7 +106,40 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if v["agent_stall_s"] is not None:
             p = p.field("agent_stall_s", float(v["agent_stall_s"]))
         out.append(p)
+    out += _split_point(step, st, ts_ms) + _tail_points(step, st, ts_ms)
     return _lines(out)
+
+
+def _mean(part: object) -> float | None:
+    return float(part["mean_ms"]) if isinstance(part, dict) and part.get("mean_ms") is not None else None
+
+
+def _split_point(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
+    """Where the step's TTFT went, means in ms (they add up), and the server side's source."""
+    sp = step.ttft_split
+    if not sp:
+        return []
+    c, v = sp["client"], sp["server"]
+    p = _point("kneecap_step_ttft", st, ts_ms).field("load", float(step.level)).field("server_source", v["source"])
+    net = v.get("network_client") or v.get("network_client_queue")
+    for name, part in (("client_ttft_ms", c["ttft"]), ("headers_ms", c["headers"]),
+                       ("headers_to_first_token_ms", c["headers_to_first_token"]), ("connect_ms", c["connect"]),
+                       ("server_ttft_ms", v.get("ttft")), ("server_queue_ms", v.get("queue")),
+                       ("server_prefill_ms", v.get("prefill")), ("network_client_ms", net)):
+        if _mean(part) is not None:
+            p = p.field(name, _mean(part))
+    return [p]
+
+
+def _tail_points(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
+    """Why the tail, per metric and quantile: the verdict, the first cause and the plain-words line."""
+    out = []
+    for a in (step.tail or {}).get("attributions", ()):
+        tags = {**st, "metric": a["metric"].removesuffix("_s"), "q": f"p{100 * a['quantile']:g}"}
+        p = _point("kneecap_step_tail", tags, ts_ms).field("verdict", a["verdict"]).field("line", a["line"]) \
+            .field("load", float(step.level))
+        out.append(p.field("cause", a["causes"][0]) if a["causes"] else p)
+    return out
 
 
 def generator_point(worker: str, lag_p99_ms: float, lag_max_ms: float, cpu: float, *, tags: dict[str, str],

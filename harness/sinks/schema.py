@@ -40,6 +40,20 @@ MEASUREMENTS: dict[str, dict] = {
         "tags": ("step",),
         "fields": ("client_cached_share", "server_hit_rate", "load"),
     },
+    "kneecap_step_ttft": {
+        "doc": "per judged step: where TTFT went, means in ms (client TTFT = network + client + server TTFT): headers, "
+               "headers to first token, connect (new connections), the server's TTFT, queue and prefill where it says, "
+               "and where that came from (server_source)",
+        "tags": ("step",),
+        "fields": ("client_ttft_ms", "headers_ms", "headers_to_first_token_ms", "connect_ms", "server_ttft_ms",
+                   "server_queue_ms", "server_prefill_ms", "network_client_ms", "server_source", "load"),
+    },
+    "kneecap_step_tail": {
+        "doc": "per judged step, latency metric and tail quantile (q: p99, p95): why the tail is slow — verdict "
+               "(cause, time, none, too_few), the first cause (a request feature) and the line in words",
+        "tags": ("step", "metric", "q"),
+        "fields": ("verdict", "cause", "line", "load"),
+    },
     "kneecap_step_client": {
         "doc": "per judged step: the client's side: requests that opened a new connection inside their own time and "
                "their share of the step's requests; the workers' CPU seconds in the step, the output tokens streamed "

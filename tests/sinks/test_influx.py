@@ -108,6 +108,12 @@ def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_t
         for metric in ("ttft", "tpot", "e2e"):
             got = points[("kneecap_step_p99", ("metric", metric), ("step", str(step["index"])))]
             assert got == [step["latency_ms"][metric]["p99"]]
+        if step.get("ttft_split"):  # where TTFT went: the summary's means, one point per step
+            got = points[("kneecap_step_ttft_client_ttft_ms", ("step", str(step["index"])))]
+            assert got == [step["ttft_split"]["client"]["ttft"]["mean_ms"]]
+        if step.get("tail"):  # why the tail: a point per metric and quantile (its words are string fields, which
+            # VictoriaMetrics does not keep; InfluxDB does)
+            assert ("kneecap_step_tail_load", ("metric", "ttft"), ("q", "p99"), ("step", str(step["index"]))) in points
     windows = sorted(v for k, vs in points.items() if k[0] == "kneecap_throughput_window" for v in vs)
     assert windows == list(range(len(windows))) and len(windows) >= 10
     # The server's side: its waiting queue is (about) empty up to the knee and grows past it. A request can
