@@ -97,6 +97,12 @@ def _share(v: object, missing: str = "not reported") -> str:
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
 
+def _table(head: list, rows: list[list], note: str) -> str:
+    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
+            + f"<p>{note}</p>")
+
+
 def _split_table(s: dict) -> str:
     """Per step: TTFT in parts, means in ms (they add up), each server part with its source."""
     key = level_key(s.get("mode", "closed"))
@@ -116,12 +122,10 @@ def _split_table(s: dict) -> str:
         rows.append([st[key], mean(c["ttft"]), mean(c["headers"]), mean(c["headers_to_first_token"]),
                      _share(c["new_connection_share"]), (c["connect"] or {}).get("p50_ms"), mean(v.get("ttft")),
                      mean(v.get("queue")), mean(v.get("prefill")), mean(net), v["source"]])
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
-            + "<p>Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its queue and "
-              "prefill. Server parts from its /metrics histograms (the step's delta: every request it finished then, "
-              "not only this test's; quantiles in summary.json with their bucket bounds) or llama.cpp's per-request "
-              "timings (prefill only: network + client then includes its queue).</p>")
+    return _table(head, rows, "Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its "
+                  "queue and prefill. Server parts from its /metrics histograms (the step's delta: every request it "
+                  "finished then, not only this test's; quantiles in summary.json with their bucket bounds) or "
+                  "llama.cpp's per-request timings (prefill only: network + client then includes its queue).")
 
 
 def _tail_table(s: dict) -> str:
@@ -132,12 +136,11 @@ def _tail_table(s: dict) -> str:
         found = {a["metric"]: a for a in (st.get("tail") or {}).get("attributions", ()) if a["quantile"] == 0.99}
         if found:
             rows.append([st[key], *((found.get(m) or {}).get("line", "") for m in ("ttft_s", "tpot_s", "e2e_s"))])
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in (key, "TTFT p99", "TPOT p99", "E2E p99")) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
-            + "<p>Each step's requests above its p99, against the rest, over every recorded feature (prompt, output "
-              "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
-              "turn, after a failure): a feature is named when it separates them significantly (Holm-corrected) and "
-              "materially; a tail clustered in time but not in features comes from outside the test.</p>")
+    return _table([key, "TTFT p99", "TPOT p99", "E2E p99"], rows,
+                  "Each step's requests above its p99, against the rest, over every recorded feature (prompt, output "
+                  "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
+                  "turn, after a failure): a feature is named when it separates them significantly (Holm-corrected) "
+                  "and materially; a tail clustered in time but not in features comes from outside the test.")
 
 
 def _sessions_table(s: dict) -> str:
@@ -158,12 +161,11 @@ def _sessions_table(s: dict) -> str:
                      v.get("agent_stall_s"), _share((cache.get("client") or {}).get("cached_share")),
                      _share((cache.get("server") or {}).get("hit_rate")),
                      *((by_turn.get(lb) or {}).get("ttft_ms", {}).get("p50") for lb in labels)])
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
-            + "<p>Sessions counted in the step they ended in; session TTFT p99 = each session's own TTFT p99 "
-              "(its worst below 100 turns), its p99 over sessions; duration includes think time; agent stall = "
-              "mean wait per session beyond the first step's speed. Cached (client): usage.prompt_tokens_details."
-              "cached_tokens / prompt tokens; hit rate (server): /metrics prefix-cache hits / queries.</p>")
+    return _table(head, rows, "Sessions counted in the step they ended in; session TTFT p99 = each session's own "
+                  "TTFT p99 (its worst below 100 turns), its p99 over sessions; duration includes think time; agent "
+                  "stall = mean wait per session beyond the first step's speed. Cached (client): "
+                  "usage.prompt_tokens_details.cached_tokens / prompt tokens; hit rate (server): /metrics prefix-cache "
+                  "hits / queries.")
 
 
 def _counts(records: list[dict], key: str) -> list[int | float]:
