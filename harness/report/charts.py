@@ -22,6 +22,7 @@ __all__ = [
     "over_time",
     "overlay",
     "server_vs_load",
+    "tail_features",
     "throughput_vs_load",
 ]
 
@@ -202,4 +203,31 @@ def over_time(history: list[dict]) -> str:
     ax.set_title("Latency over time (per window)")
     lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
+    return _svg(fig)
+
+
+_FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "output tokens (median)",
+                  "cached_tokens": "cached tokens (median)", "server_waiting": "waiting at the server (median)",
+                  "in_flight": "in flight on the worker (median)", "turn": "session turn (median)",
+                  "new_connection": "share on a new connection", "after_error": "share after a failure",
+                  "worker": "share on the worker", "t_in_step_s": "share in the hot windows"}
+
+
+def tail_features(summary: dict, metric: str = "ttft_s", quantile: float = 0.99, most: int = 4) -> str:
+    """For the last ``most`` steps whose ``metric`` tail has a cause: its first feature, tail against rest."""
+    found = []
+    for st in _steps(summary):
+        a = next((a for a in (st.get("tail") or {}).get("attributions", ())
+                  if a["metric"] == metric and a["quantile"] == quantile and a["causes"]), None)
+        test = a and next((t for t in a["tests"] if t["feature"] == a["causes"][0]), None)
+        if test:
+            found.append((st[_level_key(summary)], test))
+    found = found[-most:]
+    if not found:
+        return ""
+    fig, axes = plt.subplots(1, len(found), figsize=(1.6 * len(found) + 1.2, 2.4), squeeze=False)
+    for ax, (level, t) in zip(axes[0], found, strict=True):
+        ax.bar(["tail", "rest"], [t["tail_value"], t["rest_value"]], color=["tab:red", "tab:gray"])
+        ax.set_title(f"{level:g}: {_FEATURE_WORDS.get(t['feature'], t['feature'])}", fontsize=7)
+    fig.suptitle(f"p{100 * quantile:g} {metric.removesuffix('_s').upper()} tail against the rest, by load", fontsize=8)
     return _svg(fig)

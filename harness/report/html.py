@@ -204,7 +204,7 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
         if any(st.get("ttft_split") for st in steps):
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.get("tail") for st in steps):
-            parts.append("<h2>Why the tail</h2>" + _tail_table(s))
+            parts.append("<h2>Why the tail</h2>" + _tail_table(s) + charts.tail_features(s))
         if any(st.get("server") for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st["generator"]["lag_p99_ms"] is not None for st in steps):

@@ -57,11 +57,14 @@ def test_the_report_says_why_the_tail_when_the_summary_does(tmp_path):
     s = summary(16)
     line = "p99 TTFT requests had 4.1× longer prompts (median 3,900 vs 950 tokens): the tail is prefill-bound"
     s["steps"][2]["tail"] = {"attributions": [
-        {"metric": "ttft_s", "quantile": 0.99, "verdict": "cause", "line": line},
-        {"metric": "ttft_s", "quantile": 0.95, "verdict": "none", "line": "p95 TTFT: no single cause"}]}
+        {"metric": "ttft_s", "quantile": 0.99, "verdict": "cause", "line": line, "causes": ["prompt_tokens"],
+         "tests": [{"feature": "prompt_tokens", "tail_value": 3900, "rest_value": 950}]},
+        {"metric": "ttft_s", "quantile": 0.95, "verdict": "none", "line": "p95 TTFT: no single cause", "causes": [],
+         "tests": []}]}
     (tmp_path / "summary.json").write_text(json.dumps(s))
     page = (tmp_path / write_report(str(tmp_path))).read_text()
     assert "<h2>Why the tail</h2>" in page and "4.1× longer prompts" in page and "p95 TTFT" not in page
+    assert "prompt tokens (median)" in page and "tail against the rest" in page  # the first feature's chart
     (tmp_path / "summary.json").write_text(json.dumps(summary(16)))
     assert "Why the tail" not in (tmp_path / write_report(str(tmp_path))).read_text()
 
