@@ -213,21 +213,22 @@ _FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "o
                   "worker": "share on the worker", "t_in_step_s": "share in the hot windows"}
 
 
-def tail_features(summary: dict, metric: str = "ttft_s", quantile: float = 0.99, most: int = 4) -> str:
-    """For the last ``most`` steps whose ``metric`` tail has a cause: its first feature, tail against rest."""
+def tail_features(summary: dict, metric: str = "ttft_s", most: int = 4) -> str:
+    """For the last ``most`` steps whose ``metric`` tail has a cause (p99, else p95): its first feature, tail against
+    the rest."""
     found = []
     for st in _steps(summary):
-        a = next((a for a in (st.get("tail") or {}).get("attributions", ())
-                  if a["metric"] == metric and a["quantile"] == quantile and a["causes"]), None)
+        causes = [a for a in (st.get("tail") or {}).get("attributions", ()) if a["metric"] == metric and a["causes"]]
+        a = min(causes, key=lambda a: -a["quantile"], default=None)
         test = a and next((t for t in a["tests"] if t["feature"] == a["causes"][0]), None)
         if test:
-            found.append((st[_level_key(summary)], test))
+            found.append((st[_level_key(summary)], a["quantile"], test))
     found = found[-most:]
     if not found:
         return ""
     fig, axes = plt.subplots(1, len(found), figsize=(1.6 * len(found) + 1.2, 2.4), squeeze=False)
-    for ax, (level, t) in zip(axes[0], found, strict=True):
-        ax.bar(["tail", "rest"], [t["tail_value"], t["rest_value"]], color=["tab:red", "tab:gray"])
+    for ax, (level, q, t) in zip(axes[0], found, strict=True):
+        ax.bar([f"p{100 * q:g} tail", "rest"], [t["tail_value"], t["rest_value"]], color=["tab:red", "tab:gray"])
         ax.set_title(f"{level:g}: {_FEATURE_WORDS.get(t['feature'], t['feature'])}", fontsize=7)
-    fig.suptitle(f"p{100 * quantile:g} {metric.removesuffix('_s').upper()} tail against the rest, by load", fontsize=8)
+    fig.suptitle(f"{metric.removesuffix('_s').upper()}: the tail against the rest, by load", fontsize=8)
     return _svg(fig)
