@@ -7,17 +7,32 @@ judged step stays ~0.2 s at 100k requests (``python -m benchmarks.tail_attributi
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 from operator import itemgetter
 
 from harness.analysis.tail import StepTails, TailParams, explain_tail
 from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, ROW_FIELDS
 
-__all__ = ["NEAREST_S", "columns", "explain_rows"]
+__all__ = ["NEAREST_S", "columns", "explain_rows", "gc_paused"]
 
 NEAREST_S = 2.0
 """A server sample farther than this from a request's send says nothing about it (the scrape every 0.5 s stalled)."""
 _AT = {name: i for i, name in enumerate(ROW_FIELDS)}
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage collection inside: a step's analysis allocates ~a million small objects and no cycles, and a
+    collection in the middle costs ~10% of it (213 vs 192 ms at 100k requests)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def columns(rows: Sequence[list]) -> dict[str, list]:
