@@ -205,7 +205,7 @@ class Ledger:
                     cols = self._columns.pop(info.index, None)
                     with gc_paused():
                         self.splits[info.index] = ttft_split(cols if cols is not None else bucket.rows, r.server)
-                    bucket.rows = []  # both answers are kept: ~20 MB a 100k-request step is free again
+                    bucket.rows = []  # both answers are kept: ~30 MB a 100k-request step is free again
                 r.ttft_split = self.splits[info.index]
             out.append(r)
         return out

@@ -24,7 +24,7 @@ __all__ = ["LATENCIES", "METRICS", "Bucket", "Delta", "Fleet", "Recorder", "ci_r
            "summarize_sketch"]
 
 ROWS_CAP = 100_000
-"""Request rows kept per bucket (a step's, on the master): ~10 MB; past it a uniform sample (``Bucket.add_rows``)."""
+"""Request rows kept per bucket (a step's, on the master): ~30 MB; past it a uniform sample (``Bucket.add_rows``)."""
 
 METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
            "e2e_intended", "ttfo", "reasoning_time", "tpot_content", "tool_call")
