@@ -138,10 +138,16 @@ def test_tool_calls_are_successes_with_their_own_time(tmp_path):
           step: {{warmup_s: 0.5, min_duration_s: 2, min_requests: 10, max_duration_s: 3}}
     """, "--eos-median", "8", users=8)  # the call ends by itself (finish tool_calls), not at max_tokens
     assert records and all(r["ok"] and r["finish_reason"] == "tool_calls" for r in records), output[-2000:]
+    offsets = []
     for r in records:
         row = served[r["response_id"]]
         assert row["tool_call"] and r["ttfo_s"] is None and r["tool_call_chunks"] >= 2
-        assert r["start"] + r["tool_call_s"] - row["first_tool_call"] == pytest.approx(0, abs=0.005)
+        offsets.append(r["start"] + r["tool_call_s"] - row["first_tool_call"])
+    # Client time of the first tool-call delta − the server's send time: median within 1 ms like TTFT's (a late
+    # chunk would be one ~10 ms iteration off); single requests may be late by a CPU-starved reader whose one
+    # receive took several chunks (the kernel stamps a receive with its last segment), so only a gross bound.
+    offsets.sort()
+    assert abs(_median(offsets)) < 0.001 and offsets[0] > -0.001 and offsets[-1] < 0.05, offsets
     assert summary["steps"][0]["latency_ms"]["tool_call"]["count"] > 0
 
 
