@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, level_count
+from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import LATENCY_METRICS, SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
@@ -110,6 +111,8 @@ class Scenario:
     influxdb: dict | None = None
     description: str = ""
     source: str = "<scenario>"
+    cost: CostSpec | None = None
+    """The ``cost:`` block (``analysis.pricing``); None: no cost view."""
 
 
 DEFAULT_SCENARIO: dict = {
@@ -167,7 +170,8 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenari
 
 def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".") -> Scenario:
     check = Checker(base_dir)
-    top = check.mapping(raw, "", ("name", "description", "endpoint", "workload", "load", "slo", "sinks"),
+    top = check.mapping(raw, "", ("name", "description", "endpoint", "workload", "load", "slo", "sinks",
+                                   "cost"),
                         required=("name", "workload"))
     if top is None:
         raise ScenarioError(source, check.problems)
@@ -180,6 +184,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     load = _load(top.get("load", {}), check)
     slo = _slo(top.get("slo", {}), check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
+    cost = cost_from_spec(top["cost"], "cost", check) if "cost" in top else None
     streams = endpoint.stream and endpoint.api != "embeddings"
     knee_given = isinstance(top.get("load"), dict) and isinstance(top["load"].get("knee"), dict) \
         and "metric" in top["load"]["knee"]
@@ -207,7 +212,8 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
-                    results_dir=results_dir, influxdb=influx, description=description, source=source)
+                    results_dir=results_dir, influxdb=influx, description=description, source=source,
+                    cost=cost)
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:

@@ -26,6 +26,7 @@ from harness.analysis.failures import hint, top_failures
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
+from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
@@ -170,6 +171,15 @@ class Ledger:
                          evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
                          sum(bucket.failures.values()) / bucket.requests)
 
+    def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:
+        """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""
+        tokens = Tokens()
+        for b in (bucket, warmup or Bucket()):
+            tokens += Tokens(input=max(b.input_tokens - b.cache[2], 0), cached_input=b.cache[2], output=b.output_tokens)
+        return step_cost(self.scenario.cost, index=r.index, level=r.level, tokens=tokens,  # type: ignore[arg-type]
+                         output_tokens_per_s=r.throughput.output_tokens_per_s,
+                         floor=floor_of([t.text for t in self.scenario.slo], r.slo))
+
     def stop_reason(self) -> str | None:
         """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
         judged = sorted(self.judged.items())
@@ -196,6 +206,8 @@ class Ledger:
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
             r.server = (server or {}).get(info.index)
+            if self.scenario.cost is not None:
+                r.cost = self._cost(r, bucket, self.fleet.steps.get((info.index, "warmup")))
             r.prefix_cache = cache_view(bucket, r.server, self.scenario.endpoint.api)
             r.sessions = session_view(bucket, baseline)
             tails = self.tails.get(info.index)

@@ -9,7 +9,8 @@ run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache``
 shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
 metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md); later version-3 files add
 per step ``new_connections``/``new_connection_share`` and in ``generator`` ``cpu_s``, ``output_tokens``,
-``cpu_us_per_token``, ``gc_pause_max_ms`` (optional keys: absent in the first version-3 files). Readers
+``cpu_us_per_token``, ``gc_pause_max_ms``, and per step and per run ``cost`` when the scenario has ``cost:``
+(optional keys: absent in the first version-3 files). Readers
 of older files keep working: nothing was removed or renamed.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
@@ -18,9 +19,12 @@ Load levels are users (closed loop) or requests/s (open loop); ``level_key`` nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.knee import Knee
+
+if TYPE_CHECKING:
+    from harness.analysis.pricing import RunCost, StepCost
 
 __all__ = ["SCHEMA", "FleetEvent", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult",
            "Throughput", "level_key", "level_unit"]
@@ -125,6 +129,8 @@ class StepResult:
     new_connection_share: float | None = None
     """``new_connections`` / ``requests``; None without requests. Near 1 past the first requests: the server
     closes the connection after each response, and every request's TTFT includes a connect."""
+    cost: StepCost | None = None
+    """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
@@ -153,6 +159,8 @@ class StepResult:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:
             out["tail"] = self.tail
+        if self.cost is not None:
+            out["cost"] = self.cost.to_json()
         return out
 
 
@@ -197,6 +205,8 @@ class RunSummary:
     fleet_events: list[FleetEvent] = field(default_factory=list)
     influx: dict | None = None
     merge_errors: int = 0
+    cost: RunCost | None = None
+    """With the scenario's ``cost:``: the prices, the test's tokens and cost, figures at the reference loads."""
 
     @property
     def degraded(self) -> bool:
@@ -216,4 +226,6 @@ class RunSummary:
             out["influx"] = self.influx
         if self.merge_errors:
             out["merge_errors"] = self.merge_errors
+        if self.cost is not None:
+            out["cost"] = self.cost.to_json()
         return out

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import exitcodes
 from harness.analysis.ledger import Ledger
+from harness.analysis.pricing import cost_line, run_cost
 from harness.analysis.results import RunSummary, StepResult, level_unit
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
@@ -179,6 +180,10 @@ class MasterSide:
                                         _tail_why(steps, knee.step_index, sc.load.knee_metric)) if w)
             reason = f"{reason}; {why}" if why else reason
         slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
+        cost = None if sc.cost is None else run_cost(
+            sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee.step_index if knee.found else None,
+            judged={s.index: s.slo_passed for s in steps if s.index in ledger.judged},
+            max_load_within_slo=slo.max_load_within_slo, slo_given=bool(sc.slo), unit=level_unit(ledger.mode))
         code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
         if code == exitcodes.OK and any(e.kind == "lost" for e in ledger.fleet_events):
             code = exitcodes.DEGRADED
@@ -186,7 +191,8 @@ class MasterSide:
                           model=sc.endpoint.model, started_at=self.started_wall, ended_at=time.time(),
                           mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
                           steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
-                          exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors)
+                          exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors,
+                          cost=cost)
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
@@ -203,6 +209,8 @@ class MasterSide:
         note = connection_warning(summary.steps)
         if note:
             log.warning("kneecap: %s", note)
+        if summary.cost is not None:
+            log.info("kneecap: %s", cost_line(summary.cost))
         if self.live is not None:
             try:
                 summary.influx = self.live.close(summary.steps, summary.knee, summary.knee_reason, self.stop_reason)
