@@ -79,7 +79,8 @@ class Endpoint:
     api_key_env: str | None = None
     ignore_eos: bool = True
     extra_body: dict = field(default_factory=dict)
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    timeouts: Timeouts = field(default_factory=Timeouts.defaults)
+    """The limits left unset grow with the prompt (``client/timeouts.py``)."""
     metrics: str = "auto"
     """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
     tls: Tls = field(default_factory=Tls)
@@ -115,11 +116,12 @@ def parse_endpoint(node: Any, check: Checker) -> Endpoint:
     extra = node.get("extra_body", {})
     if not isinstance(extra, dict):
         check.fail("endpoint.extra_body", "expected a mapping of fields merged into every request body")
-    t, td = node.get("timeouts", {}), Timeouts()
+    t, td = node.get("timeouts", {}), Timeouts.defaults()
     timeouts = td
     if check.mapping(t, "endpoint.timeouts", ("connect_s", "ttft_s", "idle_s", "total_s")) is not None:
         timeouts = Timeouts(**{k: check.number(t, k, "endpoint.timeouts", getattr(td, k), above=0)
-                               for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
+                               for k in ("connect_s", "ttft_s", "idle_s", "total_s")},
+                            scale_with_prompt=td.scale_with_prompt - set(t))  # a limit set stays as set
     return Endpoint(host=host, api=check.string(node, "api", "endpoint", d.api, choices=APIS),
                     model=check.string(node, "model", "endpoint", d.model),
                     api_key_env=check.string(node, "api_key_env", "endpoint", None),

@@ -50,7 +50,7 @@ from harness.client.stream import (
 from harness.client.stream import field_count as _count
 from harness.client.stream import field_obj as _obj
 from harness.client.stream import field_str as _str
-from harness.workload.prompts import Prompt
+from harness.workload.prompts import Prompt, SplicedBody, encode_body
 
 __all__ = ["ANTHROPIC_VERSION", "MessagesTracker", "build_messages_body", "messages_headers", "parse_messages_body"]
 
@@ -75,7 +75,7 @@ def messages_headers(api_key: str | None, version: str = ANTHROPIC_VERSION) -> d
 
 
 def build_messages_body(model: str, prompt: Prompt, max_tokens: int, *, stream: bool = True,
-                        extra: dict | None = None) -> bytes:
+                        extra: dict | None = None) -> bytes | SplicedBody:
     """The JSON body (``max_tokens`` is required by the API). Chat prompts: the system messages become the
     top-level ``system`` (the API has no system role), the rest ``messages``; a text prompt is one user message.
     ``extra`` overrides any key (e.g. ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}``)."""
@@ -89,7 +89,7 @@ def build_messages_body(model: str, prompt: Prompt, max_tokens: int, *, stream: 
         body["messages"] = [{"role": "user", "content": prompt.text}]
     if extra:
         body.update(extra)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return encode_body(body)
 
 
 class MessagesTracker(OutputTracker):

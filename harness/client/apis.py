@@ -25,7 +25,8 @@ __all__ = ["EmbeddingsTracker", "Exchange", "embeddings_body", "exchange"]
 
 @dataclass
 class Exchange:
-    body: bytes
+    body: bytes | openai.SplicedBody
+    """The JSON body: a ``SplicedBody`` (a list of buffers) when it carries a long prompt (``prompts.Spliced``)."""
     tracker: OutputTracker
     parser: BodyParser | None
     """Reads a non-streaming answer (None: the answer must stream)."""
@@ -47,11 +48,11 @@ class EmbeddingsTracker(OutputTracker):
         raise StreamProtocolError("bad_response", "an embeddings answer does not stream")
 
 
-def embeddings_body(model: str, texts: list[str], extra: dict | None = None) -> bytes:
+def embeddings_body(model: str, texts: list, extra: dict | None = None) -> bytes | openai.SplicedBody:
     body: dict = {"model": model, "input": texts}
     if extra:
         body.update(extra)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return openai.encode_body(body)
 
 
 def parse_embeddings(tracker: OutputTracker, t: float, obj: object) -> None:
@@ -76,7 +77,8 @@ def exchange(ep: Endpoint, prompts: list[Prompt], max_tokens: int, *, continuous
     """The request for ``prompts`` (one, or an embeddings batch) in the endpoint's API."""
     api, extra, prompt = ep.api, ep.extra_body, prompts[0]
     if api == "embeddings":
-        texts = [p.text if p.text is not None else " ".join(m["content"] for m in p.messages or ()) for p in prompts]
+        texts = [p.text if p.text is not None else " ".join(str(m["content"]) for m in p.messages or ())
+                 for p in prompts]
         return Exchange(embeddings_body(ep.model, texts, extra), EmbeddingsTracker(start, len(prompts)),
                         parse_embeddings)
     if api == "responses":

@@ -24,13 +24,13 @@ import math
 
 from harness.client import chunk_template
 from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
-from harness.workload.prompts import Prompt
+from harness.workload.prompts import Prompt, SplicedBody, encode_body
 
-__all__ = ["StreamProtocolError", "StreamTracker", "build_body", "parse_body", "request_head"]
-
+__all__ = ["SplicedBody", "StreamProtocolError", "StreamTracker", "build_body", "encode_body", "parse_body",
+           "request_head"]
 
 def build_body(api: str, model: str, prompt: Prompt, max_tokens: int, *, ignore_eos: bool,
-               extra: dict | None = None, stream: bool = True, continuous_usage: bool = False) -> bytes:
+               extra: dict | None = None, stream: bool = True, continuous_usage: bool = False) -> bytes | SplicedBody:
     """The JSON body: streaming with usage (``continuous_usage``: on every chunk, vLLM's
     ``continuous_usage_stats``), or not streaming; exact output length via ignore_eos/min_tokens when asked."""
     body: dict = {"model": model, "stream": stream, "max_tokens": max_tokens}
@@ -46,7 +46,7 @@ def build_body(api: str, model: str, prompt: Prompt, max_tokens: int, *, ignore_
         body["min_tokens"] = max_tokens
     if extra:
         body.update(extra)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return encode_body(body)
 
 
 def request_head(method: str, path: str, host: str, body_len: int, api_key: str | None,

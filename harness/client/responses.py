@@ -34,7 +34,7 @@ from harness.client.stream import OutputTracker, StreamProtocolError, decode_jso
 from harness.client.stream import field_count as _count
 from harness.client.stream import field_obj as _obj
 from harness.client.stream import field_str as _str
-from harness.workload.prompts import Prompt
+from harness.workload.prompts import Prompt, SplicedBody, encode_body
 
 __all__ = ["ResponsesTracker", "build_responses_body", "parse_responses_body"]
 
@@ -51,7 +51,7 @@ _DELTA_KINDS = {
 
 
 def build_responses_body(model: str, prompt: Prompt, max_tokens: int, *, stream: bool = True,
-                         extra: dict | None = None) -> bytes:
+                         extra: dict | None = None) -> bytes | SplicedBody:
     """The JSON body. Chat prompts: the system messages become ``instructions``, the rest ``input`` as
     ``{role, content}`` items; a text prompt is the ``input`` string. ``store: false``: a load test's answers
     are not kept server-side (OpenAI keeps them by default); ``extra`` overrides any key."""
@@ -65,7 +65,7 @@ def build_responses_body(model: str, prompt: Prompt, max_tokens: int, *, stream:
         body["input"] = prompt.text
     if extra:
         body.update(extra)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return encode_body(body)
 
 
 class ResponsesTracker(OutputTracker):

@@ -53,12 +53,15 @@ from harness.client.sse import DEFAULT_MAX_LINE
 from harness.client.stream import OutputTracker
 from harness.client.timeouts import Timeouts
 from harness.metrics.record import RequestRecord
+from harness.workload.prompts import SplicedBody
 
 __all__ = ["Connection", "Timeouts", "resolve", "stream_request", "tls_context"]
 
 _SSL_LOCATION = re.compile(r"^\[SSL: \w+\] | \(_ssl\.c:\d+\)$")  # "[SSL: X] reason (_ssl.c:1006)" -> "reason"
 _KEEP_ALIVE_TIMEOUT = re.compile(r"timeout\s*=\s*(\d+(?:\.\d+)?)", re.I)
 _RESOLVED: dict[tuple[str, int], list[tuple]] = {}
+_IOV_MAX = 1024  # Linux's limit on buffers per sendmsg
+_TLS_SLICE = 1 << 18
 
 
 @functools.lru_cache(maxsize=8)
@@ -206,13 +209,26 @@ class Connection:
                         incoming.write_eof()
         self._send_raw(outgoing.read(), until)
 
-    def send(self, payload: bytes, until: float) -> None:
-        """All of ``payload`` by ``until`` (``TimeoutError``); ``OSError`` when the connection fails."""
+    def send(self, payload: bytes | list[bytes | memoryview], until: float) -> None:
+        """All of ``payload`` (bytes, or buffers sent in order without joining them: a long prompt's body) by
+        ``until`` (``TimeoutError``); ``OSError`` when the connection fails."""
         if self.tls_io is not None:
             obj, _, outgoing = self.tls_io
-            obj.write(payload)
-            payload = outgoing.read()
-        self._send_raw(payload, until)
+            if isinstance(payload, bytes):
+                obj.write(payload)
+                payload = outgoing.read()
+            else:
+                # TLS must copy (it encrypts into its BIO): a slice at a time, so a 6 MB body is never whole twice.
+                for part in payload:
+                    view = memoryview(part)
+                    for at in range(0, len(view), _TLS_SLICE):
+                        obj.write(view[at:at + _TLS_SLICE])
+                        self._send_raw(outgoing.read(), until)
+                return
+        if isinstance(payload, bytes):
+            self._send_raw(payload, until)
+        else:
+            self._send_parts(payload, until)
 
     def _send_raw(self, data: bytes, until: float) -> None:
         sock = self.sock
@@ -223,6 +239,27 @@ class Connection:
                 sent += sock.send(view[sent:])
             except BlockingIOError:
                 _wait(sock.fileno(), True, until - time.perf_counter(), self.cooperative)
+
+    def _send_parts(self, parts: list[bytes | memoryview], until: float) -> None:
+        """``sendmsg`` of the buffers: the kernel gathers them, nothing is joined here. A partial send (the socket's
+        buffer full, the usual case for megabytes) resumes inside the buffer it stopped in."""
+        sock = self.sock
+        assert sock is not None
+        views = [memoryview(p) for p in parts if len(p)]
+        i = 0
+        while i < len(views):
+            try:
+                n = sock.sendmsg(views[i:i + _IOV_MAX])
+            except BlockingIOError:
+                _wait(sock.fileno(), True, until - time.perf_counter(), self.cooperative)
+                continue
+            while n:
+                size = len(views[i])
+                if n < size:
+                    views[i] = views[i][n:]
+                    break
+                n -= size
+                i += 1
 
     def alive(self) -> bool:
         """The kept-alive socket can carry a request: open, within the server's keep-alive timeout, and neither
@@ -267,13 +304,14 @@ class Connection:
             self.sock = None
 
 
-def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeouts: Timeouts, *,
+def stream_request(conn: Connection, path: str, head: bytes, body: bytes | SplicedBody, timeouts: Timeouts, *,
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None,
                    keep_text: bool = False, tracker: OutputTracker | None = None,
                    body_parser: BodyParser | None = None) -> RequestRecord:
     """Send one request and read its answer to the end; never raises for network or protocol trouble.
 
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
+    A ``SplicedBody`` (a long prompt's) is sent as its buffers, the head joined to the first (small) one only.
     """
     start = time.perf_counter()
     real_minus_perf = time.time() - start
@@ -282,7 +320,8 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
     reader = ResponseReader(start, max_line_bytes=max_line_bytes, intended_start=intended_start,
                             wall_start=start + real_minus_perf, keep_text=keep_text, tracker=tracker,
                             body_parser=body_parser)
-    payload = head + body
+    payload: bytes | list[bytes | memoryview] = head + body if isinstance(body, bytes) else \
+        [head + body.parts[0], *body.parts[1:]]
     while True:
         reused = conn.alive()
         if _send(conn, payload, timeouts, start, reader, reused):
@@ -305,8 +344,8 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes, timeou
     return rec
 
 
-def _send(conn: Connection, payload: bytes, timeouts: Timeouts, start: float, reader: ResponseReader,
-          reused: bool) -> bool:
+def _send(conn: Connection, payload: bytes | list[bytes | memoryview], timeouts: Timeouts, start: float,
+          reader: ResponseReader, reused: bool) -> bool:
     """Send on the kept-alive socket or a new one; False when that failed (recorded in ``reader`` unless the socket
     was a reused one, which the caller retries)."""
     if not reused:

@@ -31,7 +31,7 @@ from locust import FastHttpUser, task
 from harness.client.apis import exchange
 from harness.client.backoff import Backoff
 from harness.client.openai import request_head
-from harness.client.timeouts import Timeouts
+from harness.client.timeouts import SCALED, Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import header_values
 from harness.errors import KneecapError
@@ -74,7 +74,9 @@ class LLMUser(FastHttpUser):
         t = ep.timeouts
         # A non-streaming answer sends nothing until it is whole: only the connect and total deadlines apply.
         self.timeouts = t if ep.stream and ep.api != "embeddings" else \
-            Timeouts(connect_s=t.connect_s, ttft_s=t.total_s, idle_s=t.total_s, total_s=t.total_s)
+            Timeouts(connect_s=t.connect_s, ttft_s=t.total_s, idle_s=t.total_s, total_s=t.total_s,
+                     scale_with_prompt=SCALED if "total_s" in t.scale_with_prompt else frozenset())
+        """The endpoint's limits; each request's are ``for_prompt`` of them (longer for long prompts)."""
         self.sessions = self.kneecap.session_sampler()
         self.sampler = None if self.sessions else self.kneecap.sampler()
         self.spare: list[Connection] = []
@@ -223,7 +225,8 @@ class LLMUser(FastHttpUser):
                           api_key=self.api_key)
             head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
                                 {**ex.headers, **self.headers}, bearer=ex.bearer)
-            rec = stream_request(conn, self.path, head, ex.body, self.timeouts, intended_start=intended_start,
+            limits = self.timeouts.for_prompt(sum(max(p.words, p.target_tokens) for p in prompts))
+            rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
                                  tracker=ex.tracker, body_parser=ex.parser)
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure

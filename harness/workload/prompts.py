@@ -8,14 +8,26 @@ differently) is learned per worker from ``usage.prompt_tokens``: a running least
 Cache control: every prompt starts with a unique nonce (prefix caches would otherwise make the test
 unrealistically fast); ``shared_prefix_tokens`` puts the same system prompt in front of every request,
 the realistic RAG/system-prompt case.
+
+Long prompts (``splice_min_words``, 16k words by default; 128K–1M tokens is 0.8–7 MB of text) are not built per
+request: their words are a prefix of one corpus string built once per worker (``_shared``, whole cycles of the
+65,536-word corpus, grown when a longer prompt is asked for), and the prompt is a ``Spliced``: the nonce, then a
+memoryview of that string. Every word count the calibration asks for is such a slice, so the calibration varies
+the length as before. The words are lowercase ASCII and the nonce hex: the parts are already JSON-escaped, and
+the request body splices them between the rest of its JSON (``client.openai.encode_body``) without a copy.
+A shorter prompt is a plain ``str`` at a random corpus offset: below ~16k words, escaping and copying it costs
+less than the splicing's bookkeeping (``benchmarks/long_context.py``).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import secrets
 from dataclasses import dataclass
 
-__all__ = ["CHAT_APIS", "Calibration", "Prompt", "PromptBuilder"]
+__all__ = ["CHAT_APIS", "SPLICE_MIN_WORDS", "Calibration", "Prompt", "PromptBuilder", "Spliced", "SplicedBody",
+           "encode_body"]
 
 CHAT_APIS = ("chat", "responses", "messages")
 """The APIs whose prompts are messages."""
@@ -35,14 +47,96 @@ _WORDS = ("time year people way day man thing woman life child world school stat
           "technology step baby computer type attention film tree source organization hair window evidence "
           "population site truth").split()
 _CORPUS_WORDS = 1 << 16
+SPLICE_MIN_WORDS = 1 << 14
+"""Prompts of at least this many words of their own are ``Spliced`` (the module docstring says why here)."""
+
+
+class Spliced:
+    """A long message's text as parts that are already JSON string content (no character needs escaping):
+    the nonce, then a view of the worker's shared corpus. ``str()`` joins them (a copy: for tests and the rare
+    reader of the text, not for request bodies)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: tuple[bytes | memoryview, ...]) -> None:
+        self.parts = parts
+        self.size = sum(len(p) for p in parts)
+        """Characters (= bytes: all ASCII)."""
+
+    def __str__(self) -> str:
+        return b"".join(self.parts).decode("ascii")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"Spliced({self.size} chars: {bytes(self.parts[0][:24])!r}...)"
+
+
+_MARK = f"\x00kneecap-splice-{secrets.token_hex(8)}\x00"
+"""Stands in for a ``Spliced`` string while the rest of the body is encoded (no real text holds it)."""
+_MARK_JSON = json.dumps(_MARK).encode()
+_SMALL = 4096
+"""Parts shorter than this are joined to their neighbours: fewer buffers per send, for a copy of a few kB."""
+
+
+class SplicedBody:
+    """A request body as a list of buffers (``parts``), sent by ``Connection.send`` without joining them: the JSON
+    around a ``Spliced`` text, and the text's own parts (views of the worker's shared corpus)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytes | memoryview]) -> None:
+        self.parts = parts
+        self.size = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def encode_body(body: dict) -> bytes | SplicedBody:
+    """``json.dumps(body)`` compact (ASCII, as every API here sends), as bytes; with a ``Spliced`` string anywhere
+    in it, a ``SplicedBody`` whose joined bytes are what json.dumps would have made of the joined text."""
+    found: list[Spliced] = []
+
+    def mark(obj: object) -> str:
+        if obj.__class__ is Spliced:
+            found.append(obj)  # type: ignore[arg-type]  # in document order: the encoder walks it in order
+            return _MARK
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+    data = json.dumps(body, separators=(",", ":"), default=mark).encode()
+    if not found:
+        return data
+    pieces = data.split(_MARK_JSON)
+    if len(pieces) != len(found) + 1:
+        raise ValueError("a request body's text holds kneecap's splice mark")
+    parts: list[bytes | memoryview] = []
+    small = pieces[0] + b'"'
+    for text, after in zip(found, pieces[1:], strict=True):
+        for p in text.parts:
+            if len(p) < _SMALL:
+                small += p
+                continue
+            if small:
+                parts.append(small)
+            parts.append(p)
+            small = b""
+        small += b'"' + after
+    parts.append(small)
+    return SplicedBody(parts)
 
 
 @dataclass
 class Prompt:
-    """One request's prompt: ``messages`` (chat) or ``text`` (completions), and its word count."""
+    """One request's prompt: ``messages`` (chat) or ``text`` (completions), and its word count. A long prompt's
+    user text (the last message's content, or ``text``) is a ``Spliced``, not a ``str``."""
 
     messages: list[dict] | None
-    text: str | None
+    text: str | Spliced | None
     words: int
     target_tokens: int
 
@@ -82,8 +176,11 @@ class Calibration:
 class PromptBuilder:
     """Builds prompts for ``api`` ("chat" or "completions"). One per worker (calibration is per worker)."""
 
-    def __init__(self, *, api: str, shared_prefix_tokens: int = 0, unique: bool = True, seed: int = 0) -> None:
+    def __init__(self, *, api: str, shared_prefix_tokens: int = 0, unique: bool = True, seed: int = 0,
+                 splice_min_words: int = SPLICE_MIN_WORDS) -> None:
         self.api = api
+        self.splice_min_words = splice_min_words
+        """Prompts with at least this many words of their own are ``Spliced`` (a huge number: never)."""
         self.chat = api in CHAT_APIS
         """Prompts as messages (a system prompt, then the user's); else one text (completions, embeddings)."""
         self.unique = unique
@@ -99,8 +196,22 @@ class PromptBuilder:
         self._starts.append(pos)
         self.shared_prefix = self._slice(0, shared_prefix_tokens) if shared_prefix_tokens else ""
         self._prefix_words = shared_prefix_tokens
+        self._prefix_bytes = f"{self.shared_prefix} ".encode() if self.shared_prefix else b""
         self._count = 0
+        self._shared = memoryview(b"")
+        """Whole cycles of the corpus, space-separated, ASCII: long prompts are views of its start."""
 
+    def _shared_words(self, n: int) -> memoryview:
+        """The first ``n`` words of the endless corpus (``_slice(0, n)``), as a view of ``_shared``."""
+        cycle = self._starts[-1]  # one corpus and its trailing space
+        cycles, rest = divmod(n, _CORPUS_WORDS)
+        end = cycles * cycle + self._starts[rest] - 1 if rest else cycles * cycle - 1
+        if end > len(self._shared):
+            # Grow by whole cycles, a quarter more than asked: calibration nudges the length up by a little at a
+            # time, and each growth copies the whole string once (views of the old one stay valid).
+            need = -(-(end + 1) // cycle)
+            self._shared = memoryview(f"{self._corpus} ".encode() * max(need, need * 5 // 4))
+        return self._shared[:end]
     def _slice(self, first: int, n: int) -> str:
         parts = []
         while n > 0:  # wrap around for prompts longer than the corpus
@@ -119,8 +230,16 @@ class PromptBuilder:
             self._count += 1
             nonce = f"{rng.getrandbits(32):08x}{self._count:x} "
         own = max(1, total_words - prefix_words - (1 if nonce else 0))
-        body = nonce + self._slice(int(rng.random() * _CORPUS_WORDS), own)
+        first = int(rng.random() * _CORPUS_WORDS)  # drawn either way: the rng's stream does not depend on the length
         words = own + prefix_words + (1 if nonce else 0)
+        if own >= self.splice_min_words:
+            view = self._shared_words(own)
+            if self.chat:
+                messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
+                messages.append({"role": "user", "content": Spliced((nonce.encode(), view) if nonce else (view,))})
+                return Prompt(messages, None, words, target_tokens)
+            return Prompt(None, Spliced((self._prefix_bytes + nonce.encode(), view)), words, target_tokens)
+        body = nonce + self._slice(first, own)
         if self.chat:
             messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
             messages.append({"role": "user", "content": body})
