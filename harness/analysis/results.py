@@ -205,6 +205,10 @@ class RunSummary:
     fleet_events: list[FleetEvent] = field(default_factory=list)
     influx: dict | None = None
     merge_errors: int = 0
+    clocks: dict[str, dict] = field(default_factory=dict)
+    """Per worker: its wall clock's offset to the master's (``metrics.clock.ClockOffset.to_json``)."""
+    clock_warnings: list[str] = field(default_factory=list)
+    """Workers whose clock is off by more than ``metrics.clock.WARN_OFFSET_S``, far away, or not measured."""
     cost: RunCost | None = None
     """With the scenario's ``cost:``: the prices, the test's tokens and cost, figures at the reference loads."""
 
@@ -226,6 +230,8 @@ class RunSummary:
             out["influx"] = self.influx
         if self.merge_errors:
             out["merge_errors"] = self.merge_errors
+        if self.clocks or self.clock_warnings:  # fleets only: local runs keep their bytes
+            out.update(clocks=self.clocks, clock_warnings=self.clock_warnings)
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
         return out

@@ -24,6 +24,8 @@ from harness.analysis.steps import StepInfo, connection_warning
 from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.context import ScenarioSource
 from harness.load.live import Live
+from harness.metrics.clock import ClockOffset
+from harness.metrics.clock import warning as clock_warning
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.scenario import DEFAULT_HOST
 from harness.sinks.files import JsonLinesWriter, write_json_atomic
@@ -65,6 +67,8 @@ class MasterSide:
         self.flushed: set[str] = set()
         """Workers whose final report arrived."""
         self.finalized = False
+        self.clocks: dict[str, ClockOffset] = {}
+        """Each worker's clock offset to this master's, as last measured (``load/clock.py``)."""
 
     @property
     def out_dir(self) -> str:
@@ -144,6 +148,23 @@ class MasterSide:
             return
         self.begin_step(first.level, first.level_index)
         self.rebalance()
+
+    def clock_measured(self, worker: str, offset: ClockOffset) -> None:
+        """A worker's clock offset came in (at test start, or when it joined): kept for the summary, said if off."""
+        self.clocks[worker] = offset
+        note = clock_warning(worker, offset)
+        if note:
+            log.warning("kneecap: %s", note)
+        else:
+            log.info("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
+                     offset.bound_s * 1000, offset.rtt_s * 1000)
+
+    def clock_warnings(self) -> list[str]:
+        """A line per worker whose clock is off, or was never measured though it reported."""
+        notes = [clock_warning(w, c) for w, c in sorted(self.clocks.items())]
+        notes += [f"worker {w}: clock offset not measured (it never answered a ping)"
+                  for w in sorted(self.ledger.reporters - set(self.clocks) - {"local"})]
+        return [n for n in notes if n]
 
     def flush(self, worker: str, payload: Any) -> None:
         """A worker's final report (it stopped): merged like the others; ``finalize`` checks every worker sent one."""

@@ -25,6 +25,7 @@ from locust.runners import (
 )
 
 from harness import exitcodes
+from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import Kneecap, ScenarioSource
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
@@ -106,6 +107,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
         w.on_test_start()
 
     ev.test_start.add_listener(on_test_start)
+    register_worker(runner, lambda offset: setattr(w, "clock_offset", offset))
     ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__(REPORT_KEY,
                                                                                     w.report().to_wire()))
     ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
@@ -131,6 +133,8 @@ def _master(environment: Any, k: Kneecap) -> None:
                               workers=lambda: max(1, runner.worker_count or 1), before_summary=collect_last_reports,
                               rebalance=rebalance)
 
+    probe = ClockProbe(runner, m.clock_measured)
+
     def alive() -> set[str]:
         return {c.id for c in runner.clients.all if c.state != STATE_MISSING}
 
@@ -146,6 +150,7 @@ def _master(environment: Any, k: Kneecap) -> None:
                     m.fleet_change("lost", worker)
                 for worker in sorted(now - known):
                     m.fleet_change("joined", worker)
+                    probe.measure(worker)  # a new host, or one back from a partition: its clock again
                 if m.stop_reason is not None and environment.shape_class is None:
                     runner.quit()  # aborted (on_worker_loss) in a plain -u/-t run; a shape ends by itself
                     return
@@ -153,6 +158,8 @@ def _master(environment: Any, k: Kneecap) -> None:
 
     def on_test_start(**_: Any) -> None:
         _start_run(environment, m)
+        for worker in sorted(alive()):
+            probe.measure(worker)
         gevent.spawn(watch)
 
     ev.test_start.add_listener(on_test_start)

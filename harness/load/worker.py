@@ -24,6 +24,7 @@ from typing import Any
 import gevent
 
 from harness.analysis.slo import request_meets
+from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
 from harness.metrics.aggregate import Recorder
 from harness.metrics.protocol import GeneratorSample, Report, StepMessage
@@ -100,6 +101,9 @@ class WorkerSide:
         """CPU seconds since the last report by the step they were spent in (charged at step changes)."""
         self.gc = GcPauses()
         self._frozen = False
+        self.wall = worker_clock()
+        self.clock_offset: float | None = None
+        """Its wall clock minus the master's, as the master measured it (``load/clock.py``); None until then."""
 
     @property
     def scenario(self) -> Scenario:
@@ -198,7 +202,8 @@ class WorkerSide:
             d = rec.to_dict()
             d.pop("chunk_times")
             d.pop("chunk_tokens")
-            d.update(step=step, phase=phase, worker=self.worker_index)
+            d.update(step=step, phase=phase, worker=self.worker_index, clock_offset_s=self.clock_offset,
+                     wall_start=self.wall() - (time.perf_counter() - rec.start) - (self.clock_offset or 0.0))
             self.records.append(d)
 
     def record_session(self, rec: SessionRecord, now: float) -> None:

@@ -65,6 +65,7 @@ SUMMARY: dict[str, Any] = {
     "exit_code": int, "degraded?": bool,
     "fleet_events?": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
     "influx?": dict, "merge_errors?": int,
+    "clocks?": {"*": {"offset_ms": _NUM, "bound_ms": _NUM, "rtt_ms": _NUM, "samples": int}}, "clock_warnings?": [str],
 }
 """The fields every reader may rely on, per docs/results.md. The fleet fields (``fleet_changed``, ``workers_lost``,
 ``workers_joined``, ``degraded``, ``fleet_events``) are optional: they joined version 2 after its first files
