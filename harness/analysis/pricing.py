@@ -275,8 +275,8 @@ def cost_line(cost: RunCost) -> str:
     if c.flat_per_mtok is not None:
         parts.append(f"flat {_money(c.flat_per_mtok)} {cur}")
     if c.metered_blended_per_mtok is not None:
-        parts.append(f"metered {_money(c.metered_blended_per_mtok)} {cur} (output price "
-                     f"{_money(c.metered_per_mtok or 0)} + the input that comes with it)")
+        parts.append(f"metered {_money(c.metered_blended_per_mtok)} {cur} (output {_money(c.metered_per_mtok or 0)}"
+                     " + its input)")
     figures = " vs ".join(parts) + " per 1M output tokens" if parts else "; ".join(c.notes)
     line = f"cost at {c.level:g} {cost.unit} ({BASES[basis]}): {figures}"
     if c.break_even_tokens_per_month is not None:

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from harness.analysis.results import level_key
 
 __all__ = [
+    "cost_vs_load",
     "errors_vs_load",
     "generator_chart",
     "histogram",
@@ -118,6 +119,30 @@ def errors_vs_load(summary: dict) -> str:
     ax.set_title("Error rate by class")
     if classes:
         ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def cost_vs_load(summary: dict) -> str:
+    """Cost per 1M output tokens by load: flat (price / sustained throughput) against metered (docs/cost.md)."""
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    steps = [s for s in _steps(summary) if s.get("cost")]
+    loads = [s[_level_key(summary)] for s in steps]
+
+    def series(name: str) -> list[float]:
+        return [float("nan") if s["cost"][name] is None else s["cost"][name] for s in steps]
+
+    for name, style, label in (("flat_per_mtok", "-", "flat (price / throughput)"),
+                               ("metered_blended_per_mtok", "--", "metered, with the input"),
+                               ("metered_per_mtok", ":", "metered output price")):
+        ys = series(name)
+        if any(y == y for y in ys):
+            ax.plot(loads, ys, style, marker="o", markersize=3, label=label)
+    _mark_knee(ax, summary)
+    ax.set_yscale("log")  # flat at a light load costs orders of magnitude more per token than at the knee
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_ylabel(f"{summary['cost']['currency']} per 1M output tokens")
+    ax.set_title("Cost per 1M output tokens vs load")
+    ax.legend(fontsize=7)
     return _svg(fig)
 
 

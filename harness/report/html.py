@@ -45,6 +45,8 @@ def _verdict(s: dict) -> str:
         cls, word = ("pass", "PASSED") if slo.get("passed") else ("fail", "FAILED")
         k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({_e(', '.join(slo['thresholds']))}); "
               f"largest load within SLO: {_e(slo.get('max_load_within_slo'))}")
+    if s.get("cost"):
+        k += f"<br><span id='cost'>{_e(s['cost']['line'])}</span>"
     return f"<div class='verdict'>{k}<br>Exit code {_e(s.get('exit_code'))}; stop: {_e(s.get('stop_reason'))}</div>"
 
 
@@ -91,6 +93,26 @@ def _generator_table(s: dict) -> str:
             + "<p>ms, over the step's reports from every worker. Worker CPU: process CPU seconds (user + system) "
               "of all workers while the step ran, warm-up included; tokens: output tokens streamed in the same "
               "period; CPU µs/token: the client's cost per streamed token.</p>")
+
+
+def _cost_table(s: dict) -> str:
+    """Per step: the tokens it consumed, what they cost metered, cost per 1M output tokens flat vs metered, the
+    break-even (docs/cost.md)."""
+    key, cur = level_key(s.get("mode", "closed")), s["cost"]["currency"]
+    head = [key, "out tok/s", "input tokens", "cached input", "output tokens", f"test cost {cur}",
+            f"flat {cur}/1M out", f"metered {cur}/1M out", f"metered + input {cur}/1M out",
+            "break-even out tok/month", "capacity out tok/month", "speed floor", "notes"]
+    rows = [[st[key], st["throughput"]["output_tokens_per_s"], c["tokens"]["input"], c["tokens"]["cached_input"],
+             c["tokens"]["output"], c["test_cost"], c["flat_per_mtok"], c["metered_per_mtok"],
+             c["metered_blended_per_mtok"], c["break_even_tokens_per_month"], c["capacity_tokens_per_month"],
+             c["floor"], "; ".join(c["notes"])] for st in s["steps"] if (c := st.get("cost"))]
+    prices = ", ".join(f"{k}: {v}" for k, v in s["cost"]["prices"].items())
+    return _table(head, rows, f"Prices ({_e(prices)}); a month is {s['cost']['hours_per_month']:g} hours. Flat per "
+                  "1M output tokens: the flat price over the step's sustained output tokens/s (the deployment kept "
+                  "at this load). Metered + input: the output price plus the input tokens that come with each "
+                  "output token at this step's mix. Break-even: output tokens a month above which flat costs less "
+                  "than metered, counted where the speed floor holds; reachable at this load when it is below the "
+                  "capacity. Tokens from the server's usage, warm-up included.")
 
 
 def _share(v: object, missing: str = "not reported") -> str:
@@ -205,6 +227,8 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.get("tail") for st in steps):
             parts.append("<h2>Why the tail</h2>" + _tail_table(s) + charts.tail_features(s))
+        if s.get("cost"):
+            parts.append(f"<h2>Cost</h2>{charts.cost_vs_load(s)}{_cost_table(s)}")
         if any(st.get("server") for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st["generator"]["lag_p99_ms"] is not None for st in steps):
@@ -222,19 +246,34 @@ def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:  # None
                  if st[key] == load and not st.get("fleet_changed")), None)
 
 
+def _knee_cost(s: dict) -> list[str]:
+    """Cost per 1M output tokens at the run's knee, flat and metered (docs/cost.md), each with its currency."""
+    cost = s.get("cost")
+    if not cost:
+        return ["no cost: block", ""]
+    at = cost["at"].get("knee")
+    if at is None:
+        return ["no knee", ""]
+    return [f"{v:.4g} {cost['currency']}" if v is not None else "n/a"
+            for v in (at["flat_per_mtok"], at["metered_blended_per_mtok"])]
+
+
 def compare_html(runs: list[tuple[str, dict]]) -> str:
     base_name, base = runs[0]
     key = level_key(base.get("mode", "closed"))
     common = sorted(set.intersection(*({st[key] for st in s["steps"]} for _, s in runs)))
+    costs = any(s.get("cost") for _, s in runs)
     rows = []
     for name, s in runs:
         knee = s.get("knee") or {}
         level = knee.get(key) if knee.get("found") else None
         p99 = {load: _p99_at(s, load) for load in common}
-        rows.append([name, level, (s.get("slo") or {}).get("max_load_within_slo"),
+        rows.append([name, level, (s.get("slo") or {}).get("max_load_within_slo"), *(_knee_cost(s) if costs else []),
                      *(f"{p99[load]} ({p99[load] / _p99_at(base, load) - 1:+.0%})" if p99[load] and
                        _p99_at(base, load) else p99[load] for load in common)])
-    head = ["run", "knee", "max load within SLO", *(f"TTFT p99 @ {load:g}" for load in common)]
+    head = ["run", "knee", "max load within SLO",
+            *(["flat per 1M out @ knee", "metered + input per 1M out @ knee"] if costs else []),
+            *(f"TTFT p99 @ {load:g}" for load in common)]
     table = ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
              + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
     body = (f"<h1>kneecap compare</h1><p>Deltas against the first run, <b>{_e(base_name)}</b>.</p>{table}"

@@ -36,6 +36,12 @@ _STAT = {"count": int, "mean?": _NUM, "p50?": _NUM, "p90?": _NUM, "p95?": _NUM, 
          "max?": _NUM, "p99_ci?": ([float, float], None), "p99_slo?": (float, str, None)}
 """A metric's percentiles (``metrics.aggregate.summarize_sketch``): only ``count`` when it had no data."""
 
+_TOKENS = {"input": int, "cached_input": int, "output": int}
+_COST = {"currency": str, "tokens": _TOKENS, "test_cost": _NUM, "flat_per_mtok": _NUM, "metered_per_mtok": _NUM,
+         "metered_blended_per_mtok": _NUM, "break_even_tokens_per_month": _NUM, "capacity_tokens_per_month": _NUM,
+         "floor": str, "floor_held": (bool, None), "notes": [str], "index?": int, "level?": float}
+"""A step's cost figures (``analysis.pricing``, docs/cost.md); in ``cost.at`` with the step's index and level."""
+
 _STEP = {
     "index": int, "$level": float, "duration_s": float, "warmup_s": float, "requests": int, "ok": int,
     "failures": {"*": int}, "failure_samples?": {"*": str}, "warmup_requests": int, "arrivals_per_s?": _NUM,
@@ -51,7 +57,7 @@ _STEP = {
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
     "server?": {"stages?": dict, "*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
     "stream?": dict, "new_connections?": int, "new_connection_share?": _NUM,
-    "tail?": {"attributions": [dict]}, "ttft_split?": {"client": dict, "server": dict},
+    "tail?": {"attributions": [dict]}, "ttft_split?": {"client": dict, "server": dict}, "cost?": _COST,
 }
 
 SUMMARY: dict[str, Any] = {
@@ -66,6 +72,8 @@ SUMMARY: dict[str, Any] = {
     "fleet_events?": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
     "influx?": dict, "merge_errors?": int,
     "clocks?": {"*": {"offset_ms": _NUM, "bound_ms": _NUM, "rtt_ms": _NUM, "samples": int}}, "clock_warnings?": [str],
+    "cost?": {"currency": str, "hours_per_month": float, "prices": dict, "tokens": _TOKENS, "test_cost": _NUM,
+              "at": {"*": _COST}, "reference": (str, None), "note": str, "line": str},
 }
 """The fields every reader may rely on, per docs/results.md. The fleet fields (``fleet_changed``, ``workers_lost``,
 ``workers_joined``, ``degraded``, ``fleet_events``) are optional: they joined version 2 after its first files

@@ -67,8 +67,8 @@ def _session_stats(step: StepResult) -> list[tuple[str, dict]]:
 
 
 def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
-    """A judged step's summary.json numbers, one point per metric; the client side (connections, CPU); the prefix cache
-    and sessions when known."""
+    """A judged step's summary.json numbers, one point per metric; the client side (connections, CPU); the prefix cache,
+    sessions and cost when known."""
     out = []
     st = {**tags, "step": str(step.index)}
     for metric, stats in [*step.latency_ms.items(), *_session_stats(step)]:
@@ -106,8 +106,25 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if v["agent_stall_s"] is not None:
             p = p.field("agent_stall_s", float(v["agent_stall_s"]))
         out.append(p)
-    out += _split_point(step, st, ts_ms) + _tail_points(step, st, ts_ms)
+    out += _split_point(step, st, ts_ms) + _tail_points(step, st, ts_ms) + _cost_point(step, st, ts_ms)
     return _lines(out)
+
+
+def _cost_point(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
+    """The step's cost figures (docs/cost.md); a figure that is None (a missing price, no throughput) is left out."""
+    c = step.cost
+    if c is None:
+        return []
+    p = _point("kneecap_step_cost", {**st, "currency": c.currency}, ts_ms).field("load", float(step.level)) \
+        .field("input_tokens", c.tokens.input).field("cached_input_tokens", c.tokens.cached_input) \
+        .field("output_tokens", c.tokens.output)
+    for name in ("test_cost", "flat_per_mtok", "metered_per_mtok", "metered_blended_per_mtok",
+                 "break_even_tokens_per_month", "capacity_tokens_per_month"):
+        if getattr(c, name) is not None:
+            p = p.field(name, float(getattr(c, name)))
+    if c.floor_held is not None:  # a number: 1 held, 0 not (TSDBs that keep numbers only keep it too)
+        p = p.field("floor_held", int(c.floor_held))
+    return [p]
 
 
 def _mean(part: object) -> float | None:

@@ -62,6 +62,16 @@ MEASUREMENTS: dict[str, dict] = {
         "fields": ("new_connections", "new_connection_share", "cpu_s", "output_tokens", "cpu_us_per_token",
                    "gc_pause_max_ms", "load"),
     },
+    "kneecap_step_cost": {
+        "doc": "per judged step, with the scenario's cost: block (docs/cost.md): the tokens it consumed (warm-up "
+               "included), what they cost metered, cost per 1M output tokens flat (flat price / sustained output "
+               "tokens/s) and metered (as is, and blended with the step's input), the break-even output tokens a "
+               "month, the monthly capacity at this load, whether the speed floor held (1/0; absent: no floor)",
+        "tags": ("step", "currency"),
+        "fields": ("input_tokens", "cached_input_tokens", "output_tokens", "test_cost", "flat_per_mtok",
+                   "metered_per_mtok", "metered_blended_per_mtok", "break_even_tokens_per_month",
+                   "capacity_tokens_per_month", "floor_held", "load"),
+    },
     "kneecap_step_sessions": {
         "doc": "per judged step of a sessions workload: sessions ended and failed, mean turns, agent stall (s)",
         "tags": ("step",),

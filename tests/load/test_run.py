@@ -6,6 +6,7 @@ users and jumps beyond (README, "Where the knee is").
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -35,6 +36,10 @@ load:
   users: {start: 2, step: 2, max: 16}
   step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
 """
+
+
+def step_keys(summary: dict) -> set[str]:
+    return {k for s in summary["steps"] for k in s}
 
 
 def curve(summary: dict) -> list:
@@ -87,12 +92,32 @@ load: {mode: constant, users: 4, duration_s: 3, step: {warmup_s: 0.5}}
 """
 
 
+# The passing run also prices its capacity (docs/cost.md), with a speed floor it holds; the failing one has no cost:
+COST = 'cost: {per_hour: 4.2, currency: EUR, input_per_mtok: 0.5, output_per_mtok: 1.5}\n'
+
+
 @pytest.mark.parametrize("budget,code", [("p(95)<5000", 0), ("p(95)<1", 3)])
 def test_slo_decides_the_exit_code(tmp_path, budget, code):
-    got, summary, output = run(tmp_path, scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"}}\n"))
+    floor = ', tokens_per_s_per_user: "p(5)>1"' if code == 0 else ""
+    got, summary, output = run(tmp_path, scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"{floor}}}\n"
+                                                  + (COST if code == 0 else "")))
     assert got == code and summary["exit_code"] == code, output
     assert summary["slo"]["passed"] is (code == 0)
     assert ("SLO PASSED" if code == 0 else "SLO FAILED") in output
+    report = (tmp_path / "out" / "report.html").read_text()
+    if code == 0:  # the cost view: the console line, the summary's figures, the report's table and plot
+        cost, step = summary["cost"], summary["steps"][0]
+        assert cost["reference"] == "max_load_within_slo" and cost["currency"] == "EUR", cost
+        at = cost["at"]["max_load_within_slo"]
+        assert at["floor_held"] is True and at["notes"] == [] and at == {**step["cost"], "index": 0, "level": 4}
+        tps = step["throughput"]["output_tokens_per_s"]
+        assert at["flat_per_mtok"] == pytest.approx(4.2 / (tps * 3600) * 1e6, rel=1e-4), (at, tps)
+        assert at["tokens"]["output"] == step["generator"]["output_tokens"]  # warm-up included, like the CPU's
+        assert f"cost at 4 users (largest load within SLO): flat {at['flat_per_mtok']:.3g} EUR" in output, output
+        assert "<h2>Cost</h2>" in report and "EUR per 1M output tokens" in report  # the table and the plot
+        assert html.escape(cost["line"]) in report
+    else:
+        assert "cost" not in summary and "cost" not in step_keys(summary) and "<h2>Cost</h2>" not in report
     # the client's own side: connections paid, worker CPU per token, GC pauses, each process's CPU
     (step,) = summary["steps"]
     gen = step["generator"]

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from harness.analysis.knee import Knee
+from harness.analysis.pricing import CostSpec, Tokens, floor_of, run_cost, step_cost
 from harness.analysis.results import FleetEvent, RunSummary, SloCheck, SloVerdict
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.metrics.aggregate import Bucket
@@ -31,8 +32,9 @@ def _bucket(n: int, fail: int = 0, open_loop: bool = False) -> Bucket:
     return b
 
 
-def written(mode: str = "closed") -> dict:
-    """A summary.json exactly as the master writes it (the real result types, not a hand-made dict)."""
+def written(mode: str = "closed", cost: bool = False) -> dict:
+    """A summary.json exactly as the master writes it (the real result types, not a hand-made dict); ``cost``: with
+    the cost view of a scenario with a ``cost:`` block."""
     lag = Sketch()
     lag.add(0.002)
     gen = Generator(lag=lag, cpu_max_pct=40.0)
@@ -48,7 +50,11 @@ def written(mode: str = "closed") -> dict:
         steps.append(r)
     steps.append(step_result(StepInfo(index=3, level=16, started=40.0, warmup_s=1.0), Bucket(), None, now=40.5,
                              mode=mode))  # cut short: no data
-    return RunSummary(run_id="r1", scenario="s", host="http://127.0.0.1:8000", model="m", started_at=1.7e9,
+    spec = CostSpec(per_hour=4.2, input_per_mtok=0.5, output_per_mtok=1.5)
+    for r in steps if cost else ():
+        r.cost = step_cost(spec, index=r.index, level=r.level, tokens=Tokens(input=100 * r.ok, output=3 * r.ok),
+                           output_tokens_per_s=r.throughput.output_tokens_per_s, floor=floor_of([], r.slo))
+    summary = RunSummary(run_id="r1", scenario="s", host="http://127.0.0.1:8000", model="m", started_at=1.7e9,
                       ended_at=1.7e9 + 60, mode=mode, stop_reason="knee confirmed at 8", workers=2, steps=steps,
                       knee=Knee(True, confirmed=True, step_index=1, load=8, p99_before_ms=80.0, p99_after_ms=900.0,
                                 throughput_before=100.0, throughput_after=101.0, confidence="high", reason="why"),
@@ -56,7 +62,11 @@ def written(mode: str = "closed") -> dict:
                       slo=SloVerdict(thresholds=["ttft: p(95)<500"], passed=True, max_load_within_slo=8),
                       fleet_events=[FleetEvent(kind="lost", worker="w2", at=1.7e9 + 30, steps=[2])],
                       influx={"written": 10, "unwritten": 0, "spool_file": None, "last_error": None},
-                      merge_errors=1).to_json()
+                      merge_errors=1)
+    if cost:
+        summary.cost = run_cost(spec, [r.cost for r in steps], judged={0: True, 1: True}, knee_index=1,
+                                max_load_within_slo=8, slo_given=True)
+    return summary.to_json()
 
 
 def version1(summary: dict) -> dict:
@@ -80,6 +90,16 @@ def test_what_kneecap_writes_is_valid(mode):
     assert s["steps"][0]["latency_ms"]["ttft"]["p99_slo"] and s["steps"][3]["latency_ms"] == {}
     assert summary_problems(s) == []
     assert summary_problems(version1(s)) == []
+
+
+def test_the_cost_view_is_valid_and_checked():
+    s = json.loads(json.dumps(written(cost=True)))
+    assert s["cost"]["reference"] == "max_load_within_slo" and s["steps"][3]["cost"]["flat_per_mtok"] is None
+    assert summary_problems(s) == []
+    s["cost"]["at"]["knee"]["flat_per_mtok"] = "cheap"
+    s["steps"][0]["cost"]["tokens"]["output"] = 1.5
+    assert summary_problems(s) == ["steps[0].cost.tokens.output: expected an integer, got a number 1.5",
+                                   "cost.at.knee.flat_per_mtok: expected a number or null, got a string 'cheap'"]
 
 
 def test_a_newer_field_is_allowed_a_missing_one_is_not():

@@ -98,9 +98,13 @@ load:
 """
 
 
+COST = "cost: {per_hour: 4.2, input_per_mtok: 0.5, output_per_mtok: 1.5}\n"
+
+
 def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_the_knee(tmp_path):
     with victoria(tmp_path / "vm", free_port()) as url:
-        out, _ = run(tmp_path, scenario(tmp_path, STAIRS, url), "--sim-arg=--max-num-seqs=8").communicate(timeout=120)
+        out, _ = run(tmp_path, scenario(tmp_path, STAIRS + COST, url),
+                     "--sim-arg=--max-num-seqs=8").communicate(timeout=120)
         s = summary_of(tmp_path)
         points = export(url, s["run_id"])
     assert s["influx"]["unwritten"] == 0 and s["influx"]["written"] > 50, (s.get("influx"), out)
@@ -114,6 +118,11 @@ def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_t
         if step.get("tail"):  # why the tail: a point per metric and quantile (its words are string fields, which
             # VictoriaMetrics does not keep; InfluxDB does)
             assert ("kneecap_step_tail_load", ("metric", "ttft"), ("q", "p99"), ("step", str(step["index"]))) in points
+        cost = step["cost"]  # the cost view (docs/cost.md): the summary's figures, one point per step
+        for field in ("flat_per_mtok", "metered_blended_per_mtok", "output_tokens"):
+            value = cost["tokens"]["output"] if field == "output_tokens" else cost[field]
+            got = points[(f"kneecap_step_cost_{field}", ("currency", "USD"), ("step", str(step["index"])))]
+            assert got == [pytest.approx(value, rel=1e-9)], (field, got, cost)
     windows = sorted(v for k, vs in points.items() if k[0] == "kneecap_throughput_window" for v in vs)
     assert windows == list(range(len(windows))) and len(windows) >= 10
     # The server's side: its waiting queue is (about) empty up to the knee and grows past it. A request can
