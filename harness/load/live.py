@@ -100,7 +100,7 @@ class Live:
     def observe(self, worker: str, report: Report) -> None:
         """A merged worker report: its deltas join the window, its health replaces the worker's last one."""
         for _, _, delta in report.buckets:
-            self._bucket.merge(delta)
+            self._bucket.merge(delta, rows=False)  # the window's figures are sketches; rows are the ledger's
         if report.gen is not None:
             self._gen[worker] = report.gen
             cost = self._cost.setdefault(worker, [0.0, -1.0])  # a window can hold several reports: add them up

@@ -190,7 +190,8 @@ class Bucket:
         if rec.ttft_p99_s is not None and not rec.failed:
             sk("session_ttft").add(rec.ttft_p99_s)
 
-    def merge(self, other: Bucket) -> None:
+    def merge(self, other: Bucket, *, rows: bool = True) -> None:
+        """Add ``other``; ``rows=False`` leaves its per-request rows out (a window that never reads them)."""
         for name, s in other.sketches.items():
             self._sk(name).merge(s)
         self.requests += other.requests
@@ -216,7 +217,7 @@ class Bucket:
             if self.sessions is None:
                 self.sessions = SessionStats()
             self.sessions.merge(other.sessions)
-        if other.rows:
+        if rows and other.rows:
             self.add_rows(other.rows, other.rows_seen)
 
     def add_rows(self, rows: list[list], seen: int) -> None:
@@ -227,8 +228,19 @@ class Bucket:
         else:  # each side keeps its share of the cap, drawn uniformly (seeded: the same data, the same rows)
             rng = random.Random(total)
             mine = round(ROWS_CAP * self.rows_seen / total)
-            self.rows = rng.sample(self.rows, min(mine, len(self.rows))) + \
-                rng.sample(rows, min(ROWS_CAP - mine, len(rows)))
+            keep = min(mine, len(self.rows))
+            new = rng.sample(rows, min(ROWS_CAP - mine, len(rows)))
+            # Drop a uniform choice of the rows this bucket loses and put the new ones in their places: O(batch),
+            # not O(cap), per merge — a master merges hundreds of small reports into a full bucket every 3 s.
+            drop = rng.sample(range(len(self.rows)), len(self.rows) - keep)
+            mine_rows = self.rows
+            for i, row in zip(drop, new, strict=False):  # the shorter decides; the rest below
+                mine_rows[i] = row
+            if len(drop) > len(new):  # this side shrank more than the other side adds (two large buckets)
+                gone = set(drop[len(new):])
+                mine_rows[:] = [r for i, r in enumerate(mine_rows) if i not in gone]
+            else:
+                mine_rows.extend(new[len(drop):])
         self.rows_seen = total
 
     def to_wire(self) -> dict:

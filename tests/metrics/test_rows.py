@@ -69,3 +69,30 @@ def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):
         fleet.merge(b)
     assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
     assert 700 <= sum(r[11] == 0 for r in fleet.rows) <= 800
+
+
+def test_small_reports_into_a_full_bucket_keep_the_sample_uniform(monkeypatch):
+    """The master's case: a full bucket takes many small reports; each costs O(report), and every request keeps
+    the same chance to be among the rows (here the first 2000 and the 40 later reports of 50 end up ~half each)."""
+    monkeypatch.setattr(aggregate, "ROWS_CAP", 1000)
+    fleet = Bucket()
+    first = Bucket()
+    first.add_rows([[None] * 11 + [0, None, None, None] for _ in range(2000)], 2000)
+    fleet.merge(first)
+    for k in range(40):
+        b = Bucket()
+        b.add_rows([[None] * 11 + [1, k, None, None] for _ in range(50)], 50)
+        fleet.merge(b)
+    assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
+    assert 420 <= sum(r[11] == 1 for r in fleet.rows) <= 580
+    early, late = (sum(r[11] == 1 and r[12] < 20 for r in fleet.rows), sum(r[12] is not None and r[12] >= 20
+                                                                            for r in fleet.rows))
+    assert 0.7 < early / late < 1.4  # neither the early nor the late reports crowd the others out
+
+
+def test_a_window_merge_can_leave_the_rows_out():
+    b = Bucket()
+    b.add_rows([[None] * 15], 1)
+    window = Bucket()
+    window.merge(b, rows=False)
+    assert window.rows == [] and window.rows_seen == 0

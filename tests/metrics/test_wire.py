@@ -140,3 +140,26 @@ def _without(*names: str) -> dict:
 def test_malformed_payload_gives_a_clear_error(payload: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decode_sketch(payload)  # type: ignore[arg-type]
+
+
+def test_the_fast_decoder_reads_exactly_what_the_checked_one_reads(monkeypatch) -> None:
+    """``decode_sketch`` takes a short path for well-formed payloads (the master decodes thousands per round):
+    random sketches, and payloads near the edges (ints for floats, one bin, empty), decode the same both ways."""
+    from harness.metrics import wire
+
+    rng = np.random.default_rng(3)
+    payloads = [GOLDEN_V1, {**GOLDEN_V1, "sum": 152, "min": 0, "max": 3}, encode_sketch(Sketch())]
+    for n in (1, 7, 500, 20_000):
+        s = Sketch()
+        for x in rng.lognormal(-2, 1.5, n):
+            s.add(float(x))
+        s.add(0.0)
+        payloads.append(msgpack.unpackb(msgpack.packb(encode_sketch(s))))
+    fast = [decode_sketch(p) for p in payloads]
+    assert all(wire._decode_well_formed(p) is not None for p in payloads)  # the short path did take them
+    monkeypatch.setattr(wire, "_decode_well_formed", lambda p: None)
+    for p, f in zip(payloads, fast, strict=True):
+        slow = decode_sketch(p)
+        assert (f.bins(), f.count, f.sum, f.min, f.max, f.zero_count, f.overflow, f.relative_accuracy) == \
+            (slow.bins(), slow.count, slow.sum, slow.min, slow.max, slow.zero_count, slow.overflow,
+             slow.relative_accuracy)

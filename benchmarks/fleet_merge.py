@@ -1,0 +1,153 @@
+"""The master's merge cost with a large fleet: ``python -m benchmarks.fleet_merge [--workers 100 200 500]``.
+
+Protects: with 100 workers each reporting every 3 s (Locust's ``report_to_master``), one merge round — every
+worker's report through Locust's own ``Message.unserialize`` and ``MasterSide.merge`` — costs < 20 ms of the
+master's CPU, and one worker report is < 10 KB on the wire.
+
+The reports are real: each worker is a ``WorkerSide`` (the object users record into) fed ``RequestRecord``s shaped
+like a worker holding ``--streams`` streams of ``--output`` tokens at ``--tok-s`` tokens/s each (so ~streams ×
+tok_s / output requests finish per second), with every chunk's time; its ``report()`` is what goes on the wire
+(sketches for TTFT, TPOT, ITL, E2E, tokens/s and the rest, the compact rows, the generator's health). A step
+boundary falls every 4 rounds; at each the master judges the step as it does in a run (``judge``), timed apart.
+
+Reference measured in the same run: ``unserialize_ms``, Locust's msgpack decode of the same round's messages (the
+part no merge can avoid); ``ratio_vs_unserialize`` is the whole round / that. CPU time (``time.process_time``),
+median over the rounds. One JSON line per fleet size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from argparse import Namespace
+from types import SimpleNamespace
+
+os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")  # read by locust/__init__.py: this process keeps threads
+
+from benchmarks.common import git_rev
+from harness.metrics.protocol import REPORT_KEY, StepMessage
+from harness.metrics.record import RequestRecord
+
+ROUND_S = 3.0
+STEP_ROUNDS = 4
+TARGET_ROUND_MS, TARGET_PAYLOAD_KB = 20.0, 10.0
+
+
+def _env(out: str, index: int | None) -> SimpleNamespace:
+    overrides = {"load.users": {"start": 100, "step": 100, "max": 100000}, "endpoint.metrics": "off",
+                 "load.step": {"warmup_s": 0, "min_duration_s": STEP_ROUNDS * ROUND_S, "min_requests": 1,
+                               "max_duration_s": 10 ** 6}}
+    options = Namespace(scenario="", overrides=json.dumps(overrides), results_dir=out, save_requests="",
+                        run_id="fleet-merge", num_users=None, influx_url="")
+    runner = SimpleNamespace(worker_index=index, current_cpu_usage=40.0)
+    return SimpleNamespace(parsed_options=options, host="http://127.0.0.1:9", runner=runner, shape_class=object,
+                           process_exit_code=None)
+
+
+def _record(rng: random.Random, output: int, tok_s: float) -> RequestRecord:
+    ttft = rng.lognormvariate(-2.3, 0.3)  # ~100 ms
+    gaps = [rng.lognormvariate(0, 0.2) / tok_s for _ in range(output - 1)]
+    times, t = [ttft], ttft
+    for g in gaps:
+        t += g
+        times.append(t)
+    return RequestRecord(start=0.0, ttft_s=ttft, e2e_s=t, chunk_times=times, output_tokens=output,
+                         prompt_tokens=rng.randint(500, 2000), new_connection=rng.random() < 0.01,
+                         in_flight=rng.randint(90, 100))
+
+
+def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed: int) -> dict:
+    from locust.rpc.protocol import Message
+
+    from harness.load.context import Kneecap, ScenarioSource
+    from harness.load.master import MasterSide
+    from harness.load.worker import WorkerSide
+
+    rng = random.Random(seed)
+    per_round = max(1, round(streams * tok_s / output * ROUND_S))
+    clock = SimpleNamespace(t=1000.0)
+    with tempfile.TemporaryDirectory() as out:
+        sides = []
+        for i in range(workers):
+            env = _env(out, i)
+            w = WorkerSide(env, ScenarioSource(env))
+            env.kneecap = Kneecap(w.source, worker=w)
+            sides.append(w)
+        env = _env(out, None)
+
+        def send_step(msg: StepMessage) -> None:
+            for w in sides:
+                w.on_step(StepMessage.from_wire(msg.to_wire()), clock.t)
+
+        master = MasterSide(env, ScenarioSource(env), send_step=send_step, workers=lambda: workers,
+                            clock=lambda: clock.t)
+        master.start_run()
+        master.begin_step(100.0, 0)
+        round_ms, decode_ms, judge_ms, sizes = [], [], [], []
+        # A pool of distinct records, cycled: building 200-token records dominates otherwise, and it is the workers'.
+        pool = [_record(rng, output, tok_s) for _ in range(512)]
+        k = 0
+        for r in range(rounds):
+            clock.t += ROUND_S
+            wires = []
+            for i, w in enumerate(sides):
+                for _ in range(per_round):
+                    w.record(pool[k % len(pool)], clock.t - rng.random() * ROUND_S)
+                    k += 1
+                data = {REPORT_KEY: w.report().to_wire()}
+                wires.append(Message("stats", data, f"worker-{i}").serialize())
+            sizes += [len(b) for b in wires]
+            t0 = time.process_time()
+            msgs = [Message.unserialize(b) for b in wires]
+            t1 = time.process_time()
+            for m in msgs:
+                master.merge(m.node_id, m.data[REPORT_KEY])
+            t2 = time.process_time()
+            decode_ms.append((t1 - t0) * 1e3)
+            round_ms.append((t2 - t0) * 1e3)
+            if r % STEP_ROUNDS == STEP_ROUNDS - 1:
+                step = master.ledger.steps[-1]
+                master.begin_step(step.level + 100.0, step.level_index + 1)  # ends the step; workers tagged next
+                for i, w in enumerate(sides):  # the ended step's last deltas reach the master
+                    master.merge(f"worker-{i}", Message.unserialize(
+                        Message("stats", {REPORT_KEY: w.report().to_wire()}, f"worker-{i}").serialize()).data[
+                        REPORT_KEY])
+                t3 = time.process_time()
+                master.judge()
+                judge_ms.append((time.process_time() - t3) * 1e3)
+        judged = len(master.ledger.judged)
+    med = statistics.median
+    return {"bench": "fleet_merge", "rev": git_rev(), "workers": workers, "rounds": rounds,
+            "requests_per_worker_report": per_round, "output_tokens": output, "steps_judged": judged,
+            "round_cpu_ms": round(med(round_ms), 2), "round_cpu_ms_max": round(max(round_ms), 2),
+            "per_report_us": round(med(round_ms) / workers * 1e3, 1),
+            "unserialize_ms": round(med(decode_ms), 2),
+            "ratio_vs_unserialize": round(med(round_ms) / med(decode_ms), 2) if med(decode_ms) else None,
+            "judge_step_cpu_ms": round(med(judge_ms), 1) if judge_ms else None,
+            "payload_kb_median": round(med(sizes) / 1024, 2), "payload_kb_max": round(max(sizes) / 1024, 2),
+            "target": {"round_cpu_ms": TARGET_ROUND_MS, "payload_kb": TARGET_PAYLOAD_KB},
+            "met": med(round_ms) < TARGET_ROUND_MS if workers == 100 else None}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, nargs="+", default=[100, 200, 500])
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--streams", type=int, default=100, help="streams per worker")
+    p.add_argument("--output", type=int, default=200, help="output tokens per request")
+    p.add_argument("--tok-s", type=float, default=30.0, help="tokens/s per stream")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    for n in a.workers:
+        print(json.dumps(run(n, a.rounds, a.streams, a.output, a.tok_s, a.seed)), flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
