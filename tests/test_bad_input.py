@@ -89,6 +89,11 @@ CASES = [
     scenario("users-quoted", GOOD + "load: {users: {max: '64'}}", ["load.users.max: expected an integer, got the "
                                                                    "string '64'"]),
     # the host
+    scenario("cost-flat-twice", GOOD + "cost: {per_hour: 4.2, per_month: 4999, currency: INR}",
+             ["cost: give per_hour or per_month, not both"]),
+    scenario("cost-negative-quoted", GOOD + "cost: {input_per_mtok: -0.5, output_per_mtok: '1.5'}",
+             ["cost.input_per_mtok: must be >= 0, got -0.5",
+              "cost.output_per_mtok: expected a number, got the string"]),
     scenario("host-empty-authority", GOOD + "endpoint: {host: 'http://'}", ["endpoint.host: expected a host name"]),
     scenario("host-no-scheme", GOOD + "endpoint: {host: not-a-url}",
              ["endpoint.host: expected a URL starting with http:// or https://", "did you mean 'http://not-a-url'"]),

@@ -98,6 +98,12 @@ MALFORMED = [
     (GOOD + "sinks: {influxdb: {url: 'http://x', org: o, bucket: b, token: secret}}",
      "secrets never go in the file: name the variable with token_env"),
     (GOOD + "sinks: {influxdb: {org: o, bucket: b}}", "sinks.influxdb: give exactly one of url or url_env"),
+    (GOOD + "cost: {per_hour: 4.2, per_month: 4999}", "cost: give per_hour or per_month, not both"),
+    (GOOD + "cost: {per_hour: -4.2}", "cost.per_hour: must be > 0, got -4.2"),
+    (GOOD + "cost: {output_per_mtok: 1.5, input_per_mtk: 0.5}", "cost: unknown key 'input_per_mtk'; did you mean "
+                                                                "'input_per_mtok'?"),
+    (GOOD + "cost: {output_per_mtok: 1.5}", "cost: metered prices need both input_per_mtok and output_per_mtok"),
+    (GOOD + "cost: {per_month: [4999]}", "cost.per_month: expected a number, got a list"),
 ]
 
 

@@ -84,3 +84,26 @@ def test_the_report_shows_where_ttft_goes():
         with open(write_report(d)) as f:
             html = f.read()
     assert "<h2>Where TTFT goes</h2>" in html and "60.25" in html and "141.5" in html and "8.5" in html
+
+
+def test_compare_shows_cost_per_1m_tokens_at_each_runs_knee(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from tests.report.test_validate import written
+
+    for name, s in (("priced", written(cost=True)), ("plain", written())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    knee = written(cost=True)["cost"]["at"]["knee"]
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "priced"), str(tmp_path / "plain"),
+                                       "--out", str(tmp_path / "cmp.html")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "cmp.html").read_text()
+    assert "<th>flat per 1M out @ knee</th>" in page and "<th>metered + input per 1M out @ knee</th>" in page
+    assert f"<td>{knee['flat_per_mtok']:.4g} USD</td><td>{knee['metered_blended_per_mtok']:.4g} USD</td>" in page
+    assert "<td>no cost: block</td>" in page
+    assert "per 1M out" not in compare_html([("a", summary(16)), ("b", summary(24))])  # no cost: block anywhere
+    # the report of a priced run whose last step was cut short (no throughput: its figures are null)
+    page = (tmp_path / "priced" / write_report(str(tmp_path / "priced"))).read_text()
+    assert "<h2>Cost</h2>" in page and "no output throughput at this step" in page
