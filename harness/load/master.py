@@ -213,7 +213,8 @@ class MasterSide:
                           mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
                           steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
                           exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors,
-                          cost=cost)
+                          cost=cost, clocks={w: c.to_json() for w, c in sorted(self.clocks.items())},
+                          clock_warnings=self.clock_warnings())
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
