@@ -8,8 +8,9 @@ worker's clock), the master receives the answer at t3. With a symmetric path::
 
 Whatever the asymmetry of the two directions, the true offset lies within ``offset ± rtt / 2``: that is the
 error bound of one sample. ``estimate`` takes the median offset of several samples (one slow round trip,
-e.g. a greenlet busy at the wrong moment, does not move it) and reports as its bound half the largest rtt of
-the samples (the median sample's own bound is no larger).
+e.g. a greenlet busy at the wrong moment, does not move it) and as its bound half the rtt of the sample the
+median is (for an even count, the larger of the two it averages): the true offset lies in each sample's
+interval, so in the median sample's too.
 
 Which clock: the wall clock (``time.time()``), the one NTP disciplines and the only one two hosts can share.
 Monotonic clocks (``perf_counter``) start at each host's boot, so their "offset" means nothing.
@@ -70,7 +71,7 @@ class ClockOffset:
     offset_s: float | None
     """The worker's clock minus the master's (median over the samples)."""
     bound_s: float | None
-    """The true offset is within ``offset_s ± bound_s`` (half the largest round trip)."""
+    """The true offset is within ``offset_s ± bound_s`` (half the median sample's round trip)."""
     rtt_s: float | None
     """The median round trip."""
     samples: int
@@ -87,7 +88,10 @@ def estimate(trips: Sequence[RoundTrip], *, min_samples: int = MIN_SAMPLES) -> C
     good = [t for t in trips if t.rtt >= 0]
     if len(good) < min_samples:
         return ClockOffset(None, None, None, len(good))
-    return ClockOffset(statistics.median(t.offset for t in good), max(t.rtt for t in good) / 2,
+    ranked = sorted(good, key=lambda t: t.offset)
+    n = len(ranked)
+    middle = ranked[(n - 1) // 2:n // 2 + 1]  # the one (odd n) or two (even n) samples the median is made of
+    return ClockOffset(statistics.median(t.offset for t in good), max(t.rtt for t in middle) / 2,
                        statistics.median(t.rtt for t in good), len(good))
 
 

@@ -40,9 +40,19 @@ def test_the_median_ignores_a_few_slow_one_sided_trips():
     trips[5] = trip(-0.120, 0.001, 0.090)
     c = estimate(trips)
     assert c.offset_s == pytest.approx(-0.120, abs=1e-4) and c.samples == 8
-    assert c.bound_s == pytest.approx(0.201 / 2, abs=1e-6)  # half the largest trip: a bound that holds
+    assert c.bound_s == pytest.approx(0.001, abs=1e-4)  # half the rtt of the samples the median is made of
     assert abs(c.offset_s - -0.120) <= c.bound_s
     assert c.rtt_s == pytest.approx(0.002, abs=2e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_bound_always_holds_whatever_the_delays(seed):
+    rng = random.Random(seed)
+    offset = rng.uniform(-2, 2)
+    delay = lambda: rng.expovariate(1 / 0.004)  # noqa: E731 - one-way delays, independent each way
+    trips = [trip(offset, delay(), delay(), at=i) for i in range(rng.randint(3, 9))]
+    c = estimate(trips)
+    assert abs(c.offset_s - offset) <= c.bound_s + 1e-12
 
 
 def test_too_few_answers_or_a_stepped_clock_leave_the_offset_unknown():
