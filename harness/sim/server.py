@@ -43,7 +43,7 @@ from harness.sim.plan import Behavior
 from harness.sim.prefix import message_hash
 from harness.sim.responses import parse_responses
 
-__all__ = ["SimConfig", "SimServer"]
+__all__ = ["BODY_BYTES_PER_TOKEN", "SimConfig", "SimServer", "body_limit"]
 
 _RESYNC_S = 0.05
 """A loop this far behind its schedule gives up catching up (the server is overloaded, not jittery)."""
@@ -64,7 +64,8 @@ class SimConfig:
     max_waiting: int | None = field(default=None, metadata={
         "help": "Answer 429 when this many requests wait [unlimited]."})
     """Beyond this many queued requests answer 429 with Retry-After (a throttled shared endpoint)."""
-    max_body_bytes: int = field(default=8 << 20, metadata={"help": "Largest accepted request body."})
+    max_body_bytes: int = field(default=8 << 20, metadata={
+        "help": "Largest accepted request body (at least 16 bytes per token of the context window)."})
     trace_file: str | None = field(default=None, metadata={
         "help": "Write one JSON line per request with server-side times (ground truth)."})
     seed: int = field(default=0, metadata={"help": "Seed of output lengths and faults."})
@@ -72,6 +73,16 @@ class SimConfig:
         "help": "Close the connection after a generation response with this probability (Connection: close)."})
     accept_delay_ms: float = field(default=0.0, metadata={
         "help": "Leave a new connection's first request unread this long (a slow TLS/connection set-up)."})
+
+
+BODY_BYTES_PER_TOKEN = 16
+"""A prompt of the whole context window must fit: ~6.5 bytes per word-token of JSON, with room for templates."""
+
+
+def body_limit(config: SimConfig) -> int:
+    """The largest request body accepted: ``max_body_bytes``, or a full context window's worth when that is more
+    (16 MB for the long preset's 1M tokens)."""
+    return max(config.max_body_bytes, config.engine.max_model_len * BODY_BYTES_PER_TOKEN)
 
 
 _KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses",
@@ -105,7 +116,7 @@ class SimServer:
     async def serve(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: Connection(self.handle, max_body_bytes=self.config.max_body_bytes,
+            lambda: Connection(self.handle, max_body_bytes=body_limit(self.config),
                                accept_delay_s=self.config.accept_delay_ms / 1000), host, port, backlog=2048)
         self._loop_task = loop.create_task(self._engine_loop())
         return self._server.sockets[0].getsockname()[1]
