@@ -1,0 +1,107 @@
+"""Long prompts: built once per worker, spliced into request bodies byte-for-byte as json.dumps would, calibrated.
+
+Pure: no sockets. The reference for every body is the old path, ``json.dumps`` of the same request with the prompt's
+text as a plain ``str``; the spliced body must parse (as a server does) to the same object, for each API.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from harness.client import anthropic, apis, openai, responses
+from harness.endpoint import Endpoint
+from harness.workload.prompts import SPLICE_MIN_WORDS, Prompt, PromptBuilder, Spliced, SplicedBody, encode_body
+
+
+def plain(prompt: Prompt) -> Prompt:
+    """The same prompt with every Spliced text as the str it stands for (what the old path sent)."""
+    msgs = None if prompt.messages is None else [{**m, "content": str(m["content"])} for m in prompt.messages]
+    return Prompt(msgs, None if prompt.text is None else str(prompt.text), prompt.words, prompt.target_tokens)
+
+
+BUILD = {
+    "chat": lambda p, extra: openai.build_body("chat", "m", p, 64, ignore_eos=True, extra=extra, continuous_usage=True),
+    "completions": lambda p, extra: openai.build_body("completions", "m", p, 64, ignore_eos=False, extra=extra),
+    "responses": lambda p, extra: responses.build_responses_body("m", p, 64, extra=extra),
+    "messages": lambda p, extra: anthropic.build_messages_body("m", p, 64, extra=extra),
+}
+
+
+@pytest.mark.parametrize("api", sorted(BUILD))
+@pytest.mark.parametrize("shared_prefix", [0, 300])
+def test_a_spliced_body_is_what_json_dumps_made(api, shared_prefix):
+    b = PromptBuilder(api=api, shared_prefix_tokens=shared_prefix, seed=3)
+    extra = {"temperature": 0.5, "metadata": {"note": "ünïcode \"quoted\"\n"}}  # escaping around the splice
+    for target in (SPLICE_MIN_WORDS + shared_prefix + 10, 300_000):
+        prompt = b.build(target, random.Random(target))
+        spliced, reference = BUILD[api](prompt, extra), BUILD[api](plain(prompt), extra)
+        assert isinstance(spliced, SplicedBody) and isinstance(reference, bytes)
+        assert bytes(spliced) == reference  # byte for byte, so also what a server parses
+        assert json.loads(bytes(spliced)) == json.loads(reference) and len(spliced) == len(reference)
+        # the long text is sent from the shared corpus, not a copy: one big buffer, a view
+        big = [p for p in spliced.parts if len(p) > 100_000]
+        assert len(big) == 1 and isinstance(big[0], memoryview)
+
+
+def test_embeddings_and_a_short_prompt_keep_the_plain_path():
+    b = PromptBuilder(api="completions")
+    short = b.build(SPLICE_MIN_WORDS // 2, random.Random(1))
+    assert isinstance(short.text, str) and isinstance(BUILD["completions"](short, None), bytes)
+    long = b.build(SPLICE_MIN_WORDS * 2, random.Random(2))
+    ex = apis.exchange(Endpoint(api="embeddings", model="m"), [long, short], 1)
+    assert json.loads(bytes(ex.body))["input"] == [str(long.text), short.text]
+
+
+def test_prompts_share_one_corpus_and_differ_only_by_the_nonce():
+    b = PromptBuilder(api="chat")
+    rng = random.Random(0)
+    one, two = (b.build(200_000, rng).messages[-1]["content"] for _ in range(2))
+    assert isinstance(one, Spliced) and one.parts[1].obj is two.parts[1].obj  # the same buffer, viewed twice
+    assert one.parts[0] != two.parts[0] and bytes(one.parts[1]) == bytes(two.parts[1])
+    # the text is the words the old path took, from the corpus start: a prefix of the endless corpus
+    words = str(one).split()
+    assert len(words) == 200_000 and " ".join(words[1:]) == b._slice(0, 200_000 - 1)
+    unique_off = PromptBuilder(api="chat", unique=False).build(200_000, rng).messages[-1]["content"]
+    assert len(unique_off.parts) == 1 and len(str(unique_off).split()) == 200_000
+
+
+def test_the_shared_corpus_grows_by_whole_cycles_and_keeps_old_views_valid():
+    b = PromptBuilder(api="completions", unique=False)
+    small = b.build(100_000, random.Random(0)).text
+    before = small.parts[-1].obj
+    big = b.build(1_000_000, random.Random(0)).text
+    assert big.parts[-1].obj is not before and len(str(big).split()) == 1_000_000
+    assert str(small).split() == str(big).split()[:100_000]  # the old view still reads the old (same) words
+
+
+def test_a_body_whose_text_holds_the_mark_is_refused():
+    from harness.workload import prompts
+
+    text = Spliced((b"x" * 10,))
+    with pytest.raises(ValueError, match="splice mark"):
+        encode_body({"a": text, "b": prompts._MARK})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_body({"a": object()})
+
+
+@pytest.mark.parametrize("per_word,overhead", [(1.0, 7), (1.3, 12), (0.77, 3)])
+def test_calibration_hits_a_1m_token_target_within_1_percent(per_word, overhead):
+    """A fake server's count (its own tokens per word, a template's overhead); targets vary around 1M tokens, so
+    the calibration must vary the word count per target, from one shared corpus."""
+    b = PromptBuilder(api="chat")
+    rng = random.Random(7)
+    errors = []
+    for i in range(12):
+        target = int(1_000_000 * (0.9 + 0.2 * rng.random()))
+        prompt = b.build(target, rng)
+        words = b"".join(prompt.messages[-1]["content"].parts).count(b" ") + 1  # what a split would count
+        assert words == prompt.words
+        reported = math.ceil(words * per_word) + overhead
+        if i >= 2:  # the first two learn the ratio
+            errors.append(abs(reported - target) / target)
+        b.observe(prompt, reported)
+    assert max(errors) < 0.01, errors
