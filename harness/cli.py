@@ -179,6 +179,39 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     raise SystemExit(code)
 
 
+def _check_master(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value.strip() or any(c.isspace() for c in value) or "://" in value:
+        raise click.BadParameter(f"expected the master's host name or IP address (e.g. 10.0.0.5), got {value!r}")
+    return value
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--master", "master_host", required=True, callback=_check_master,
+              help="The master's host name or address (its --master-bind-host).")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=5557, show_default=True,
+              help="The master's --master-bind-port.")
+@click.option("-f", "--locustfile", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Locustfile [kneecap's own]; the master's must define the same user classes.")
+@click.argument("locust_args", nargs=-1, type=click.UNPROCESSED)
+def worker(master_host: str, master_port: int, locustfile: str | None, locust_args: tuple[str, ...]) -> None:
+    """Run one Locust worker of a master on another host (this process becomes ``locust --worker``).
+
+    Plain Locust underneath: ``locust -f LOCUSTFILE --worker --master-host MASTER --master-port PORT
+    [LOCUST_ARGS]`` (e.g. ``--processes 4``). The scenario, and every file it names, must be at the same path
+    as on the master: workers load the path the master was given. See docs/fleets.md."""
+    import os
+    import shlex
+    import sys
+
+    from harness.run import LOCUSTFILE
+
+    argv = [sys.executable, "-m", "locust", "-f", locustfile or LOCUSTFILE, "--worker", "--master-host",
+            master_host, "--master-port", str(master_port), *locust_args]
+    click.echo(f"kneecap worker: exec {shlex.join(argv[1:])}", err=True)
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)  # no parent left behind: signals and the exit code are Locust's own
+
+
 @main.command()
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--input", "input_col", default=None, help="Prompt-token column [guessed from common names].")

@@ -5,8 +5,9 @@ made here): the target (the simulator) .1, the master .2, worker-a .11, worker-b
 sits in a sixth namespace. Loopback stays down in every one of them, so nothing can go over it. One run, shared by
 the tests below (it is the expensive part): a staircase on workers a and b; at step 2 worker-b's link goes down
 for 10 s (a partition: its TCP connections stay open, ZeroMQ queues what it sends); once the master has marked it
-lost, worker-c boots and joins; the link comes back and b's heartbeats and queued reports arrive late. Worker-c's
-clock is skewed +250 ms (``KNEECAP_FAKE_CLOCK_SKEW_S``): the master must measure it and warn.
+lost, worker-c boots (``kneecap worker --master``) and joins; the link comes back and b's heartbeats and queued
+reports arrive late. Worker-c's clock is skewed +250 ms (``KNEECAP_FAKE_CLOCK_SKEW_S``): the master must measure
+it and warn. Whole run: ~34 s.
 
 Root only: skipped, saying why, where a namespace cannot be created. Everything is removed at the end, on failure
 too: processes killed by process group, namespaces deleted (their veths and the bridge go with them).
@@ -168,8 +169,9 @@ def run(tmp_path_factory) -> Iterator[SimpleNamespace]:
         t.down_wall, down = time.time(), time.monotonic()
         lab.link("wb", "down")
         t.lost_line = lines.wait_for("lost (no heartbeat, or it quit) during step", timeout=30)
-        lab.spawn("wc", worker, log=str(tmp / "wc.log"), hostname="worker-c", env={"KNEECAP_FAKE_CLOCK_SKEW_S":
-                                                                                      str(SKEW_S)}, cwd=str(tmp))
+        kneecap_worker = [*LOCUST[:1], "-m", "harness.cli", "worker", "--master", MASTER, "--master-port", str(PORT)]
+        lab.spawn("wc", kneecap_worker, log=str(tmp / "wc.log"), hostname="worker-c",
+                  env={"KNEECAP_FAKE_CLOCK_SKEW_S": str(SKEW_S)}, cwd=str(tmp))  # the convenience: plain Locust
         time.sleep(max(0.0, down + PARTITION_S - time.monotonic()))  # the partition's length, not a wait for state
         lab.link("wb", "up")
         t.up_wall = time.time()
@@ -177,10 +179,13 @@ def run(tmp_path_factory) -> Iterator[SimpleNamespace]:
         lines.join()
         t.master_rc = master.returncode
         t.loopback = {h: ip("-n", lab.ns(h), "-o", "link", "show", "lo") for h in HOSTS}
+        t.sim_metrics = ip("netns", "exec", lab.ns("wa"), LOCUST[0], "-c", "import urllib.request; print(urllib."
+                           f"request.urlopen('http://{TARGET}:8000/metrics', timeout=5).read().decode())")
         t.summary = json.loads((results / "summary.json").read_text())
         t.records = [json.loads(x) for x in (results / "requests.jsonl").read_text().splitlines()]
         t.text = lines.text()
         (tmp / "master.log").write_text(t.text)  # for a failure's post-mortem
+        (tmp / "sim_metrics.txt").write_text(t.sim_metrics)
         ready = re.finditer(r"(worker-[abc]_\w+) \(index (\d+)\) reported as ready", t.text)
         t.index = {m.group(1): int(m.group(2)) for m in ready}
         for p in lab.procs[3:]:  # the workers end when the master quits
@@ -252,9 +257,16 @@ def test_no_report_counted_twice_and_late_ones_counted_once(run):
     cut_off = [r for r in records if r["worker"] == b_index and run.down_wall + 1 < r["wall_start"] < run.up_wall - 1]
     assert cut_off, "worker-b recorded nothing during its partition"
     assert sum(not r["ok"] for r in cut_off) > 0  # its requests to the target failed while its cable was out
+    # and against the target's own count of requests it finished (no kneecap code on that path): none twice, and
+    # none lost beyond those the target finished but the client did not see (cut by the partition or the end)
+    served = next(float(x.split()[-1]) for x in run.sim_metrics.splitlines()
+                  if x.startswith("vllm:e2e_request_latency_seconds_count"))
+    ok = sum(r["ok"] for r in records)
+    assert ok <= served <= ok + 12, (ok, served)
 
 
 def test_a_third_host_joins_mid_run(run):
+    assert "kneecap worker: exec -m locust -f " in run.worker_logs["wc"]  # `kneecap worker` became Locust
     c = worker_id(run.summary, "worker-c")
     joined = [e for e in run.summary["fleet_events"] if e["worker"] == c]
     assert [e["kind"] for e in joined] == ["joined"] and run.down_wall < joined[0]["at"]
