@@ -120,7 +120,7 @@ class LLMUser(FastHttpUser):
             rng = worker_rng(k.scenario.workload.seed, step.index, "arrivals")  # the same on every worker
             for t in arrival_times(load.arrival, step.rate, rng, cv=load.burstiness_cv, gaps=load.trace_gaps,
                                    stride=step.stride, offset=k.worker_index % step.stride):
-                due = step.t0 + t
+                due = step.t0 + t  # t0: this worker's own clock when the step message came; no other host's clock
                 while (wait := due - time.perf_counter()) > 0 and k.open_step is step:
                     gevent.sleep(min(wait, 0.05))  # wake up to notice a step change
                 if k.open_step is not step:

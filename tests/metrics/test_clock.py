@@ -78,3 +78,17 @@ def test_json_is_in_milliseconds():
     c = ClockOffset(0.0012345, 0.0005, 0.001, 8)
     assert c.to_json() == {"offset_ms": 1.234, "bound_ms": 0.5, "rtt_ms": 1.0, "samples": 8}
     assert ClockOffset(None, None, None, 1).to_json()["offset_ms"] is None
+
+
+
+def test_the_summary_schema_takes_clocks_and_refuses_broken_ones():
+    from harness.report.validate import summary_problems
+    from tests.report.test_validate import written
+
+    summary = written()
+    good = {"w1": estimate([trip(0.0, 0.001, 0.001, at=i) for i in range(4)]).to_json(),
+            "w2": ClockOffset(None, None, None, 1).to_json()}
+    summary.update(clocks=good, clock_warnings=[warning("w2", ClockOffset(None, None, None, 1))])
+    assert summary_problems(summary) == []
+    summary["clocks"]["w1"]["samples"] = "8"
+    assert summary_problems(summary) == ["clocks.w1.samples: expected an integer, got a string '8'"]
