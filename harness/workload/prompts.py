@@ -9,14 +9,14 @@ Cache control: every prompt starts with a unique nonce (prefix caches would othe
 unrealistically fast); ``shared_prefix_tokens`` puts the same system prompt in front of every request,
 the realistic RAG/system-prompt case.
 
-Long prompts (``splice_min_words``, 16k words by default; 128K–1M tokens is 0.8–7 MB of text) are not built per
-request: their words are a prefix of one corpus string built once per worker (``_shared``, whole cycles of the
+Long prompts (``SPLICE_MIN_WORDS``: 8192 words or more; 128K–1M tokens is 0.8–6.5 MB of text) are not built per
+request: their words are a view of one corpus string built once per worker (``_shared``: whole cycles of the
 65,536-word corpus, grown when a longer prompt is asked for), and the prompt is a ``Spliced``: the nonce, then a
-memoryview of that string. Every word count the calibration asks for is such a slice, so the calibration varies
-the length as before. The words are lowercase ASCII and the nonce hex: the parts are already JSON-escaped, and
-the request body splices them between the rest of its JSON (``client.openai.encode_body``) without a copy.
-A shorter prompt is a plain ``str`` at a random corpus offset: below ~16k words, escaping and copying it costs
-less than the splicing's bookkeeping (``benchmarks/long_context.py``).
+memoryview of that string, at the same random offset and of the same words as the plain path would have
+joined. Every word count the calibration asks for is such a slice, so the calibration varies the length as
+before. The words are lowercase ASCII and the nonce hex: the parts are already JSON string content, and the
+request body splices them between the rest of its JSON (``encode_body``) without copying them; the transport
+sends the buffers with ``sendmsg``. Shorter prompts are a plain ``str`` (``SPLICE_MIN_WORDS`` says why).
 """
 
 from __future__ import annotations
@@ -47,8 +47,11 @@ _WORDS = ("time year people way day man thing woman life child world school stat
           "technology step baby computer type attention film tree source organization hair window evidence "
           "population site truth").split()
 _CORPUS_WORDS = 1 << 16
-SPLICE_MIN_WORDS = 1 << 14
-"""Prompts of at least this many words of their own are ``Spliced`` (the module docstring says why here)."""
+SPLICE_MIN_WORDS = 8192
+"""Prompts of at least this many words of their own are ``Spliced``. Measured (build + send over loopback, one
+request): a ``Spliced`` prompt costs 25 µs against 117 µs for a ``str`` at 8192 words, 18 against 27 at 1024,
+the same at 256. Shorter prompts stay ``str``: what they save is small, and a ``str`` is what code that reads
+or dumps ``Prompt.messages`` itself (a user class, a script) expects."""
 
 
 class Spliced:
@@ -201,17 +204,18 @@ class PromptBuilder:
         self._shared = memoryview(b"")
         """Whole cycles of the corpus, space-separated, ASCII: long prompts are views of its start."""
 
-    def _shared_words(self, n: int) -> memoryview:
-        """The first ``n`` words of the endless corpus (``_slice(0, n)``), as a view of ``_shared``."""
+    def _shared_words(self, first: int, n: int) -> memoryview:
+        """Words ``first`` to ``first + n`` of the endless corpus (``_slice(first, n)``), as a view of ``_shared``."""
         cycle = self._starts[-1]  # one corpus and its trailing space
-        cycles, rest = divmod(n, _CORPUS_WORDS)
+        cycles, rest = divmod(first + n, _CORPUS_WORDS)
         end = cycles * cycle + self._starts[rest] - 1 if rest else cycles * cycle - 1
         if end > len(self._shared):
             # Grow by whole cycles, a quarter more than asked: calibration nudges the length up by a little at a
             # time, and each growth copies the whole string once (views of the old one stay valid).
             need = -(-(end + 1) // cycle)
             self._shared = memoryview(f"{self._corpus} ".encode() * max(need, need * 5 // 4))
-        return self._shared[:end]
+        return self._shared[self._starts[first]:end]
+
     def _slice(self, first: int, n: int) -> str:
         parts = []
         while n > 0:  # wrap around for prompts longer than the corpus
@@ -230,10 +234,10 @@ class PromptBuilder:
             self._count += 1
             nonce = f"{rng.getrandbits(32):08x}{self._count:x} "
         own = max(1, total_words - prefix_words - (1 if nonce else 0))
-        first = int(rng.random() * _CORPUS_WORDS)  # drawn either way: the rng's stream does not depend on the length
+        first = int(rng.random() * _CORPUS_WORDS)
         words = own + prefix_words + (1 if nonce else 0)
         if own >= self.splice_min_words:
-            view = self._shared_words(own)
+            view = self._shared_words(first, own)
             if self.chat:
                 messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
                 messages.append({"role": "user", "content": Spliced((nonce.encode(), view) if nonce else (view,))})
