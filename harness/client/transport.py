@@ -199,7 +199,7 @@ class Connection:
                 obj.do_handshake()
                 break
             except ssl.SSLWantReadError:
-                self._send_raw(outgoing.read(), until)
+                self._send_raw([outgoing.read()], until)
                 _wait(sock.fileno(), False, until - time.perf_counter(), self.cooperative)
                 with contextlib.suppress(BlockingIOError):
                     data = sock.recv(RECV_BYTES)
@@ -207,42 +207,25 @@ class Connection:
                         incoming.write(data)
                     else:
                         incoming.write_eof()
-        self._send_raw(outgoing.read(), until)
+        self._send_raw([outgoing.read()], until)
 
     def send(self, payload: bytes | list[bytes | memoryview], until: float) -> None:
         """All of ``payload`` (bytes, or buffers sent in order without joining them: a long prompt's body) by
         ``until`` (``TimeoutError``); ``OSError`` when the connection fails."""
-        if self.tls_io is not None:
-            obj, _, outgoing = self.tls_io
-            if isinstance(payload, bytes):
-                obj.write(payload)
-                payload = outgoing.read()
-            else:
-                # TLS must copy (it encrypts into its BIO): a slice at a time, so a 6 MB body is never whole twice.
-                for part in payload:
-                    view = memoryview(part)
-                    for at in range(0, len(view), _TLS_SLICE):
-                        obj.write(view[at:at + _TLS_SLICE])
-                        self._send_raw(outgoing.read(), until)
-                return
-        if isinstance(payload, bytes):
-            self._send_raw(payload, until)
-        else:
-            self._send_parts(payload, until)
+        parts = [payload] if isinstance(payload, bytes) else payload
+        if self.tls_io is None:
+            self._send_raw(parts, until)
+            return
+        obj, _, outgoing = self.tls_io
+        for part in parts:  # TLS must copy (it encrypts into its BIO): a slice at a time, never a whole 6 MB twice
+            view = memoryview(part)
+            for at in range(0, len(view), _TLS_SLICE):
+                obj.write(view[at:at + _TLS_SLICE])
+                self._send_raw([outgoing.read()], until)
 
-    def _send_raw(self, data: bytes, until: float) -> None:
-        sock = self.sock
-        assert sock is not None
-        view, sent = memoryview(data), 0
-        while sent < len(view):
-            try:
-                sent += sock.send(view[sent:])
-            except BlockingIOError:
-                _wait(sock.fileno(), True, until - time.perf_counter(), self.cooperative)
-
-    def _send_parts(self, parts: list[bytes | memoryview], until: float) -> None:
-        """``sendmsg`` of the buffers: the kernel gathers them, nothing is joined here. A partial send (the socket's
-        buffer full, the usual case for megabytes) resumes inside the buffer it stopped in."""
+    def _send_raw(self, parts: list[bytes | memoryview], until: float) -> None:
+        """``sendmsg`` of the buffers (the kernel gathers them, nothing is joined here); a partial send, the usual
+        case for megabytes, resumes inside the buffer it stopped in."""
         sock = self.sock
         assert sock is not None
         views = [memoryview(p) for p in parts if len(p)]
