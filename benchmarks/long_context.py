@@ -11,6 +11,8 @@ a worker with 100 1M-token requests in flight stays under 1 GB RSS.
    every byte (no answer). Per request: CPU (``process_time``; the server is another process), wall, and the
    peak of memory allocated during it (tracemalloc, in separate rounds: tracing slows the code). The corpus is
    built once per worker, before the first long prompt: that one-time cost is printed apart.
+   The splice threshold (``SPLICE_MIN_WORDS``) comes from the same measurement at 256–8192 words, each prompt
+   sent both ways (``threshold`` lines: median µs of build + send).
 2. RSS with ``--inflight`` 1M-token requests in flight: a child process (gevent, as a Locust worker: monkey-
    patched, one greenlet per request, the real ``stream_request`` and worker mux) sends them to a server that
    reads each whole body and never answers; once the server holds all of them, the child's VmRSS and VmHWM
@@ -152,6 +154,34 @@ def build_and_send(rounds: int) -> list[dict]:
     return out
 
 
+def threshold(rounds: int = 1500) -> list[dict]:
+    """Build + send at short lengths, the same prompt spliced and as a ``str``: where splicing starts to pay."""
+    server, port = _server("drain")
+    out = []
+    try:
+        conn = Connection(f"http://127.0.0.1:{port}")
+        conn.open(5)
+        for words in (256, 1024, 4096, 8192):
+            row: dict = {"bench": "long_context.threshold", "words": words, "rev": git_rev()}
+            for name, least in (("spliced_us", 1), ("str_us", 1 << 62)):
+                b, rng = PromptBuilder(api="chat", splice_min_words=least), random.Random(0)
+                times = []
+                for _ in range(rounds):
+                    t = time.perf_counter()
+                    body = build_body("chat", MODEL, b.build(words, rng), 256, ignore_eos=True)
+                    head = request_head("POST", "/v1/chat/completions", conn.host_header, len(body), None)
+                    conn.send(head + body if isinstance(body, bytes) else [head + body.parts[0], *body.parts[1:]],
+                              time.perf_counter() + 60)
+                    times.append(time.perf_counter() - t)
+                row[name] = statistics.median(times) * 1e6
+            out.append(row)
+        conn.close()
+    finally:
+        server.kill()
+        server.wait()
+    return out
+
+
 def _child(port: int, n: int, plain: bool) -> None:
     """The in-flight child: ``n`` greenlets, each one 1M-token request held by the server."""
     from gevent import monkey
@@ -218,7 +248,7 @@ def main() -> None:
     if args.child:
         _child(int(args.child[0]), int(args.child[1]), args.child[2] == "plain")
         return
-    rows = build_and_send(args.rounds)
+    rows = threshold() + build_and_send(args.rounds)
     rows.append(in_flight_rss(args.inflight, plain=False))
     if not args.no_reference_rss:
         rows.append(in_flight_rss(args.inflight, plain=True))
@@ -231,6 +261,9 @@ def main() -> None:
             k, r = row["kneecap"], row["reference"]
             print(f"{row['prompt_tokens']:>13,} | {k['cpu_ms']:>14.2f} {k['wall_ms']:>8.2f} {k['alloc_mb']:>8.3f} | "
                   f"{r['cpu_ms']:>16.2f} {r['wall_ms']:>8.2f} {r['alloc_mb']:>8.3f}")
+    print("splice threshold (build + send, median µs): " + ", ".join(
+        f"{r['words']} words {r['spliced_us']:.0f} spliced / {r['str_us']:.0f} str" for r in rows
+        if r["bench"].endswith("threshold")))
     for row in rows:
         if row["bench"].endswith("rss"):
             print(f"{row['path']}: {row['in_flight']} x {row['prompt_tokens']:,}-token requests in flight: RSS "

@@ -9,7 +9,7 @@ Cache control: every prompt starts with a unique nonce (prefix caches would othe
 unrealistically fast); ``shared_prefix_tokens`` puts the same system prompt in front of every request,
 the realistic RAG/system-prompt case.
 
-Long prompts (``SPLICE_MIN_WORDS``: 8192 words or more; 128K–1M tokens is 0.8–6.5 MB of text) are not built per
+Long prompts (``SPLICE_MIN_WORDS``: 4096 words or more; 128K–1M tokens is 0.8–6.5 MB of text) are not built per
 request: their words are a view of one corpus string built once per worker (``_shared``: whole cycles of the
 65,536-word corpus, grown when a longer prompt is asked for), and the prompt is a ``Spliced``: the nonce, then a
 memoryview of that string, at the same random offset and of the same words as the plain path would have
@@ -47,11 +47,12 @@ _WORDS = ("time year people way day man thing woman life child world school stat
           "technology step baby computer type attention film tree source organization hair window evidence "
           "population site truth").split()
 _CORPUS_WORDS = 1 << 16
-SPLICE_MIN_WORDS = 8192
-"""Prompts of at least this many words of their own are ``Spliced``. Measured (build + send over loopback, one
-request): a ``Spliced`` prompt costs 25 µs against 117 µs for a ``str`` at 8192 words, 18 against 27 at 1024,
-the same at 256. Shorter prompts stay ``str``: what they save is small, and a ``str`` is what code that reads
-or dumps ``Prompt.messages`` itself (a user class, a script) expects."""
+SPLICE_MIN_WORDS = 4096
+"""Prompts of at least this many words of their own are ``Spliced``. Measured (``benchmarks/long_context.py``,
+build + send over loopback, median): a ``Spliced`` prompt costs 20 µs against 64 µs for a ``str`` at 4096 words,
+22 against 118 at 8192, 18 against 27 at 1024, the same at 256. Shorter prompts stay ``str``: what they would
+save is small, and a ``str`` is what code that reads or dumps ``Prompt.messages`` itself (a user class, a
+script) expects."""
 
 
 class Spliced:
