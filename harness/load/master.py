@@ -155,9 +155,9 @@ class MasterSide:
         note = clock_warning(worker, offset)
         if note:
             log.warning("kneecap: %s", note)
-        else:
-            log.info("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
-                     offset.bound_s * 1000, offset.rtt_s * 1000)
+        else:  # one line for the fleet at the end, not one per worker here
+            log.debug("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
+                      offset.bound_s * 1000, offset.rtt_s * 1000)
 
     def clock_warnings(self) -> list[str]:
         """A line per worker whose clock is off, or was never measured though it reported."""
@@ -231,6 +231,9 @@ class MasterSide:
         note = connection_warning(summary.steps)
         if note:
             log.warning("kneecap: %s", note)
+        measured = [abs(c.offset_s) for c in self.clocks.values() if c.offset_s is not None]
+        if measured and not summary.clock_warnings:
+            log.info("kneecap: worker clocks: %d within %.2f ms of the master's", len(measured), max(measured) * 1000)
         if summary.cost is not None:
             log.info("kneecap: %s", cost_line(summary.cost))
         if self.live is not None:
