@@ -220,6 +220,9 @@ def _verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | Non
     if slo.get("thresholds"):
         verdict = "PASSED" if slo.get("passed") else "FAILED"
         say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
+    cost = summary.get("cost") or {}
+    if cost.get("line"):  # the master logged it mid-output; the verdict's lines are where a user looks
+        say(cost["line"])
     t0 = _thread_cpu()
     try:
         from harness.report.html import write_report  # here: its imports count as the report's cost
