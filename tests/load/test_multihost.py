@@ -102,12 +102,20 @@ class Lab:
         return [line.split()[0] for line in ip("netns", "list").splitlines() if line.startswith(self.tag)]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
+    except OSError:
+        return False
+
+
 def sweep_stale() -> None:
     """Namespaces of an earlier run whose pytest died by SIGKILL (no teardown ran): kill what runs in them, delete."""
     for line in ip("netns", "list").splitlines():
         name = line.split()[0]
         m = re.fullmatch(r"kc(\d+)-\w+", name)
-        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+        if not m or _alive(int(m.group(1))):
             continue
         for pid in ip("netns", "pids", name, check=False).split():
             with contextlib.suppress(ProcessLookupError):
