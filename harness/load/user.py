@@ -48,6 +48,16 @@ __all__ = ["LLMUser"]
 log = logging.getLogger("kneecap")
 
 
+def _prompt_tokens(prompts: list[Prompt]) -> int:
+    """About how long the prompts are, for the timeouts: the target (or words); a session's later turn, which has
+    neither, by its characters (~6 per word-token of the corpus)."""
+    n = sum(max(p.words, p.target_tokens) for p in prompts)
+    if n == 0:
+        p = prompts[0]
+        n = (len(p.text) if p.text is not None else sum(len(m.get("content") or "") for m in p.messages or ())) // 6
+    return n
+
+
 class StreamFailure(KneecapError):
     """How a failed request appears in Locust's failure table: one row per error class."""
 
@@ -225,7 +235,7 @@ class LLMUser(FastHttpUser):
                           api_key=self.api_key)
             head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
                                 {**ex.headers, **self.headers}, bearer=ex.bearer)
-            limits = self.timeouts.for_prompt(sum(max(p.words, p.target_tokens) for p in prompts))
+            limits = self.timeouts.for_prompt(_prompt_tokens(prompts))
             rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
                                  tracker=ex.tracker, body_parser=ex.parser)
             if not (asked and k.refused_continuous_usage(rec)):
