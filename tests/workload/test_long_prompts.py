@@ -115,3 +115,25 @@ def test_calibration_hits_a_1m_token_target_within_1_percent(per_word, overhead)
             errors.append(abs(reported - target) / target)
         b.observe(prompt, reported)
     assert max(errors) < 0.01, errors
+
+
+def test_the_long_context_scenario_fits_the_long_preset():
+    """scenarios/long-context.yaml validates and runs against ``kneecap sim --preset long``: its prompts and answers
+    fit the context window, every user's context fits the KV cache, its body fits the simulator's limit."""
+    import os
+
+    from harness.scenario import load_scenario
+    from harness.sim.presets import PRESETS
+    from harness.sim.server import SimConfig, body_limit
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    s = load_scenario(os.path.join(root, "scenarios", "long-context.yaml"))
+    long = PRESETS["long"]
+    assert s.endpoint.model == "sim-long" and long.max_model_len >= 1 << 20
+    n_in, n_out = s.workload.input_tokens.sample(random.Random(0)), s.workload.output_tokens.sample(random.Random(0))
+    assert n_in == 262_144 and n_in + n_out <= long.max_model_len
+    assert min(s.load.max, long.max_num_seqs) * (n_in + n_out) <= long.kv_cache_tokens
+    floor = [t for t in s.slo if t.metric == "tokens_per_s_per_user"]
+    assert [(t.percentile, t.op, t.value) for t in floor] == [(5.0, ">=", 60.0)]
+    prompt = PromptBuilder(api="chat").build(long.max_model_len - 1024, random.Random(0))
+    assert len(BUILD["chat"](prompt, None)) < body_limit(SimConfig(engine=long)) == 16 << 20
