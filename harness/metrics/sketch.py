@@ -135,8 +135,12 @@ class Sketch:
                 "give every worker the same relative_accuracy"
             )
         bins = self._bins
-        for key, n in list(other._bins.items()):  # list(): other may be self
-            bins[key] = bins.get(key, 0) + n
+        if not bins:
+            bins.update(other._bins)  # the common first merge into an empty bucket
+        else:
+            get = bins.get
+            for key, n in list(other._bins.items()):  # list(): other may be self
+                bins[key] = get(key, 0) + n
         self._zero += other._zero
         self._count += other._count
         self._overflow += other._overflow
