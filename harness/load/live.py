@@ -22,7 +22,7 @@ from harness.analysis.server import ServerStep
 from harness.analysis.steps import StepInfo
 from harness.client.server_metrics import scrape
 from harness.client.transport import tls_context
-from harness.metrics.aggregate import Bucket
+from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.protocol import GeneratorSample, Report
 from harness.scenario import Scenario
 from harness.sinks.config import DEFAULT_WINDOW_S, InfluxConfig
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["Live"]
 
 log = logging.getLogger("kneecap")
+HISTORY_SKETCHES = ("ttft", "tpot")
+"""The metrics of the web UI's chart page (``history``)."""
 SCRAPE_EVERY_S = 0.5
 
 
@@ -71,6 +73,8 @@ class Live:
         self.tags = {"run": run_id, "scenario": scenario.name, "model": scenario.endpoint.model}
         self.window = 0
         self._bucket = Bucket()
+        self._window_sketches = LATENCIES if self.sink is not None else HISTORY_SKETCHES
+        """What a window reads: the sink's latencies, else only the web UI's chart's (rows never: the ledger's)."""
         self._gen: dict[str, GeneratorSample] = {}
         self._cost: dict[str, list[float]] = {}
         """Per worker over the window: [CPU seconds, longest GC pause (s)] (-1: not measured)."""
@@ -100,7 +104,7 @@ class Live:
     def observe(self, worker: str, report: Report) -> None:
         """A merged worker report: its deltas join the window, its health replaces the worker's last one."""
         for _, _, delta in report.buckets:
-            self._bucket.merge(delta, rows=False)  # the window's figures are sketches; rows are the ledger's
+            self._bucket.merge(delta, rows=False, sketches=self._window_sketches)
         if report.gen is not None:
             self._gen[worker] = report.gen
             cost = self._cost.setdefault(worker, [0.0, -1.0])  # a window can hold several reports: add them up
@@ -137,7 +141,7 @@ class Live:
         gens, self._gen = self._gen, {}
         costs, self._cost = self._cost, {}
         entry = {"t": round(time.monotonic() - self._t0, 1), "load": step.level if step else 0.0}
-        for metric in ("ttft", "tpot"):
+        for metric in HISTORY_SKETCHES:
             s = b.sketches.get(metric)
             if s is not None and s.count:
                 entry[f"{metric}_p50"] = s.quantile(0.5) * 1000

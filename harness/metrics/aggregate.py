@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from harness.metrics.record import RequestRecord
@@ -190,10 +190,12 @@ class Bucket:
         if rec.ttft_p99_s is not None and not rec.failed:
             sk("session_ttft").add(rec.ttft_p99_s)
 
-    def merge(self, other: Bucket, *, rows: bool = True) -> None:
-        """Add ``other``; ``rows=False`` leaves its per-request rows out (a window that never reads them)."""
+    def merge(self, other: Bucket, *, rows: bool = True, sketches: Collection[str] | None = None) -> None:
+        """Add ``other``; ``rows=False`` leaves its per-request rows out and ``sketches`` names the only sketches
+        to merge (a live window reads a few, never the rows: the master merges every report twice)."""
         for name, s in other.sketches.items():
-            self._sk(name).merge(s)
+            if sketches is None or name in sketches:
+                self._sk(name).merge(s)
         self.requests += other.requests
         self.ok += other.ok
         self.good += other.good
