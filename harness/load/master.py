@@ -60,6 +60,8 @@ class MasterSide:
         self.run_id = ""
         self.started_wall = 0.0
         self.stop_reason: str | None = None
+        self.step_message: StepMessage | None = None
+        """The last step boundary sent: a worker that connects mid-run gets it first (``load/wiring.py``)."""
         self.merge_errors = 0
         """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
         self.requests_file: JsonLinesWriter | None = None
@@ -102,6 +104,7 @@ class MasterSide:
         log.info("kneecap: %s", text)
         if self.live is not None:
             self.live.event("step", text, level)
+        self.step_message = msg
         self.send_step(msg)
         return info
 
@@ -109,7 +112,8 @@ class MasterSide:
         """Close the last step now: workers move to a step past the plan (their records from here on are
         not part of any step) and open-loop drivers stop dispatching."""
         if self.ledger.end_step(self.clock()):
-            self.send_step(StepMessage(index=len(self.ledger.steps), end=True))
+            self.step_message = StepMessage(index=len(self.ledger.steps), end=True)
+            self.send_step(self.step_message)
 
     def stop(self, reason: str) -> None:
         """End the plan for ``reason`` (the shape then returns None and Locust stops the users)."""

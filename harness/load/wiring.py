@@ -162,7 +162,15 @@ def _master(environment: Any, k: Kneecap) -> None:
             probe.measure(worker)
         gevent.spawn(watch)
 
+    def on_worker_connect(client_id: str, **_: Any) -> None:
+        # Locust acks a worker, fires this, then rebalances users onto it: the step under way reaches the worker
+        # first (one socket, in order), so its first records are that step's, not step 0's (which a worker's
+        # recorder starts in). The watch marks the step as the join changed it.
+        if m.step_message is not None:
+            runner.send_message(STEP_MESSAGE, m.step_message.to_wire(), client_id=client_id)
+
     ev.test_start.add_listener(on_test_start)
+    ev.worker_connect.add_listener(on_worker_connect)
     ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
     runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.flush(msg.node_id, msg.data))

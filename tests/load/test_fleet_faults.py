@@ -71,3 +71,6 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
     in_steps = [r for r in records if r["step"] < len(steps)]
     assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(in_steps) > 0
     assert len({r["worker"] for r in records}) == 2  # both workers delivered
+    # The late worker's first users start as it connects (Locust rebalances at once): their records belong to the
+    # step under way, which the join marked, never to step 0 (the step a worker starts in before it is told).
+    assert min(r["step"] for r in records if r["worker"] == 1) >= min(joined["steps"]) >= 1

@@ -296,6 +296,9 @@ def test_a_third_host_joins_mid_run(run):
     last = run.summary["steps"][-1]
     assert run.index[c] == 2 and not last["fleet_changed"]
     assert {r["worker"] for r in run.records if r["step"] == last["index"]} == {0, 1, 2}  # all three hosts
+    # Its first users start as it connects: their records are the step under way's (which the join marked), not
+    # step 0's, where a worker's recorder starts before it is told (CI once saw them there, before the fix).
+    assert min(r["step"] for r in run.records if r["worker"] == 2) >= min(joined[0]["steps"]) >= 1
 
 
 def test_clock_offsets_are_measured_and_a_skewed_host_is_warned_about(run):
