@@ -156,9 +156,11 @@ def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sess
     assert knee["found"], proc.stdout + proc.stderr
     assert 7 <= knee["users"] <= 13
     assert "prefix cache hit" in knee["reason"], knee["reason"]
+    # Past the knee the cache stops holding the sessions (the step's share collapses: first turns never hit, so it
+    # can lag the later turns' misses by a step, which the reason then names by turn).
     shares = {s["users"]: s["prefix_cache"]["client"].get("cached_share") for s in summary["steps"]}
-    after = next(s["users"] for s in summary["steps"] if s["users"] > knee["users"])
-    assert shares[4] > 0.8 and shares[after] < shares[4] - 0.2, shares
+    past = [share for users, share in shares.items() if users > knee["users"] and share is not None]
+    assert shares[4] > 0.8 and past and min(past) < shares[4] - 0.2, shares
     assert knee["reason"] in proc.stdout  # the console says it too
 
 

@@ -101,3 +101,16 @@ def test_explain_cache_only_when_the_hit_rate_falls():
 def test_nearest_rank():
     assert nearest_rank([3.0, 1.0, 2.0], 0.99) == 3.0
     assert nearest_rank(list(range(1, 201)), 0.99) == 198
+
+
+def test_explain_cache_names_the_turns_that_began_to_miss_when_the_step_rate_hides_it():
+    """A real knee (the KV-bound simulator, 7 -> 10 sessions): the step's hit rate barely moved (first turns, which
+    never hit, weigh in), but the later turns began to miss: that is the knee's cache side."""
+    at7 = {"client": {"cached_share": 0.8367, "by_turn": {"1": 0.0, "2-4": 0.9586, "5-16": 0.9635}}, "server": {}}
+    at10 = {"client": {"cached_share": 0.8145, "by_turn": {"1": 0.0, "2-4": 0.9593, "5-16": 0.8529}}, "server": {}}
+    assert explain_cache(at7, at10) == "prefix cache hit on turns 5-16 96% -> 85% (client side)"
+    assert explain_cache(at10, at7) == ""  # it rose
+    flat = {"client": {"cached_share": 0.8, "by_turn": {"1": 0.0, "2-4": 0.96}}, "server": {}}
+    assert explain_cache(flat, {"client": {"cached_share": 0.79, "by_turn": {"1": 0.0, "2-4": 0.93}}}) == ""
+    low = {"client": {"cached_share": 0.1, "by_turn": {"1": 0.0, "2-4": 0.3}}, "server": {}}  # never hit much
+    assert explain_cache(low, {"client": {"cached_share": 0.09, "by_turn": {"1": 0.0, "2-4": 0.1}}}) == ""
