@@ -72,6 +72,7 @@ class LLMUser(FastHttpUser):
 
     def on_start(self) -> None:
         self.kneecap = self.environment.kneecap.worker  # set up by harness.load.wiring at init
+        self.kneecap.wait_for_step()
         scenario = self.kneecap.scenario
         ep = scenario.endpoint
         base = self.environment.host or ep.host or DEFAULT_HOST

@@ -29,7 +29,7 @@ from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import Kneecap, ScenarioSource
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
-from harness.metrics.protocol import FLUSH_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
+from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError, url_problem
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
     ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
     runner.register_message(STEP_MESSAGE, lambda environment, msg, **kw: w.on_step(StepMessage.from_wire(msg.data),
                                                                                      time.perf_counter()))
+    runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 
 def _master(environment: Any, k: Kneecap) -> None:
@@ -162,15 +163,14 @@ def _master(environment: Any, k: Kneecap) -> None:
             probe.measure(worker)
         gevent.spawn(watch)
 
-    def on_worker_connect(client_id: str, **_: Any) -> None:
-        # Locust acks a worker, fires this, then rebalances users onto it: the step under way reaches the worker
-        # first (one socket, in order), so its first records are that step's, not step 0's (which a worker's
-        # recorder starts in). The watch marks the step as the join changed it.
+    def on_hello(msg: Any, **_: Any) -> None:
+        # A worker's handlers are up (a message sent as it connects would be dropped): tell it the step under way.
+        # Its users wait for this, so its first records are that step's; the watch marks the step the join changed.
         if m.step_message is not None:
-            runner.send_message(STEP_MESSAGE, m.step_message.to_wire(), client_id=client_id)
+            runner.send_message(STEP_MESSAGE, m.step_message.to_wire(), client_id=msg.node_id)
 
     ev.test_start.add_listener(on_test_start)
-    ev.worker_connect.add_listener(on_worker_connect)
+    runner.register_message(HELLO_MESSAGE, on_hello)
     ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
     runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.flush(msg.node_id, msg.data))

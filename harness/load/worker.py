@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gevent
+from gevent.event import Event
 
 from harness.analysis.slo import request_meets
 from harness.load.clock import worker_clock
@@ -41,6 +42,8 @@ log = logging.getLogger("kneecap")
 __all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
 
 LAG_PERIOD_S = 0.1
+TOLD_TIMEOUT_S = 10.0
+"""How long a user waits for the master to say which step is under way (it answers in ~1 ms)."""
 
 
 class GcPauses:
@@ -87,6 +90,8 @@ class WorkerSide:
         self.lag = Sketch()
         self.records: list[dict] = []
         self.open_step: OpenStep | None = None
+        self.told = Event()
+        """Set once the master said which step is under way: users wait for it (``wait_for_step``)."""
         self.in_flight = 0
         """Requests in flight on this worker now (each record keeps the count at its send)."""
         self.logged_errors: set[type] = set()
@@ -95,6 +100,7 @@ class WorkerSide:
         self._usage_refused = False
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._samplers = 0
+        self._told_warned = False
         self._monitor: gevent.Greenlet | None = None
         self._cpu_mark = time.process_time()
         self._cpu_steps: dict[int, float] = {}
@@ -216,10 +222,24 @@ class WorkerSide:
         """The master began a step (or ended the plan): tag records (and CPU) with it from ``now`` on."""
         self._charge_cpu()
         self.recorder.set_step(msg.index, now)
+        self.told.set()
         if msg.end:
             self.open_step = None
         elif msg.rate:
             self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
+
+    def wait_for_step(self) -> None:
+        """A user's first act: wait until this worker knows the step under way. A worker that joins a running test
+        gets its users as it connects, its step only once its handlers are up (``protocol.HELLO_MESSAGE``): a
+        record made before would land in step 0. Without an answer in ``TOLD_TIMEOUT_S`` (an older master), go on
+        and say so."""
+        if self.told.wait(TOLD_TIMEOUT_S):
+            return
+        if not self._told_warned:
+            self._told_warned = True
+            log.warning("kneecap: the master has not said which step is under way after %.0f s; this worker's "
+                        "records count in step %d until it does (is the master an older kneecap?)", TOLD_TIMEOUT_S,
+                        self.recorder.step)
 
     def report(self) -> Report:
         """Everything since the last report; the worker starts empty again."""

@@ -31,6 +31,11 @@ Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the p
     {"index": 3, "rate": 12.0, "stride": 2}        open loop: also the fleet's rate and the worker count
     {"index": 4, "end": True}                      the plan ended: no step from here on, arrivals stop
 
+Worker → master, ``HELLO_MESSAGE`` (no data) once its handlers are registered: the master answers with the
+``STEP_MESSAGE`` under way, if any. A worker joining a running test learns its step that way — a message sent
+as it connects would be dropped (Locust connects a worker before the ``init`` event registers kneecap's
+handlers) — and its users wait for the answer, so none of its records lands in the wrong step.
+
 The master's clock is authoritative for step boundaries: a worker's step (and its warm-up) starts when
 this message arrives, which is the master's start plus the message's delivery time (~1 ms on one host).
 """
@@ -44,13 +49,14 @@ from harness.metrics.aggregate import Bucket, Delta
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["FLUSH_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "STEP_MESSAGE", "GeneratorSample", "ProtocolError",
-           "Report", "StepMessage"]
+__all__ = ["FLUSH_MESSAGE", "HELLO_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "STEP_MESSAGE", "GeneratorSample",
+           "ProtocolError", "Report", "StepMessage"]
 
 PROTOCOL_VERSION = 1
 REPORT_KEY = "kneecap"
 STEP_MESSAGE = "kneecap_step"
 FLUSH_MESSAGE = "kneecap_flush"
+HELLO_MESSAGE = "kneecap_hello"
 
 
 class ProtocolError(KneecapError):

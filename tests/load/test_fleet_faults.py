@@ -42,7 +42,8 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
         lines = Lines(master.stdout)  # type: ignore[arg-type]
         try:
             lines.wait_for("kneecap: step 1:", timeout=60)
-            late = subprocess.Popen(worker, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(tmp_path / "late.log", "w") as late_log:
+                late = subprocess.Popen(worker, cwd=tmp_path, stdout=late_log, stderr=subprocess.STDOUT)
             lines.wait_for("joined during step", timeout=30)
             lines.wait_for("kneecap: step 3:", timeout=60)
             late.send_signal(signal.SIGKILL)
@@ -74,3 +75,5 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
     # The late worker's first users start as it connects (Locust rebalances at once): their records belong to the
     # step under way, which the join marked, never to step 0 (the step a worker starts in before it is told).
     assert min(r["step"] for r in records if r["worker"] == 1) >= min(joined["steps"]) >= 1
+    late_text = (tmp_path / "late.log").read_text()
+    assert "Unknown message type" not in late_text and "has not said which step" not in late_text, late_text[-2000:]
