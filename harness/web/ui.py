@@ -12,9 +12,10 @@ from harness.analysis.results import level_key, level_unit
 from harness.metrics.aggregate import summarize_sketch
 
 if TYPE_CHECKING:
+    from harness.analysis.ledger import Ledger
     from harness.load.master import RunView
 
-__all__ = ["llm_rows", "register"]
+__all__ = ["llm_rows", "register", "why_rows"]
 
 _COLUMNS = ("metric", "count", "p50", "p90", "p95", "p99", "p999")
 
@@ -44,8 +45,49 @@ def llm_rows(view: RunView) -> list[dict]:
     knee = ledger.knee
     rows.append({"metric": "knee", "count": f"{knee.load:g} {unit}" if knee.found else "not yet",
                  "p50": knee.confidence or "", "p90": knee.reason[:160]})
+    rows += why_rows(ledger)
     rows.append({"metric": "charts", "p50": "/kneecap/charts"})
     return rows
+
+
+def why_rows(ledger: Ledger) -> list[dict]:
+    """What the console says beside the numbers: fleet changes (the steps they voided), and for the last judged
+    step, where its TTFT went and what its tail requests share (``analysis/decompose.py``, ``analysis/tail.py``)."""
+    rows = []
+    for e in ledger.fleet_events:
+        rows.append({"metric": f"fleet: worker {e.worker} {e.kind}", "count": f"step {', '.join(map(str, e.steps))}",
+                     "p50": "not judged, level re-run" if e.steps else ""})
+    # The last judged step that has each answer (a split is worked out when the summary is next made).
+    last = max((i for i in ledger.judged if ledger.splits.get(i)), default=None)
+    if last is not None:
+        rows.append({"metric": f"where TTFT goes, p50 ms (step {last})", **_split_cells(ledger.splits[last])})
+    last = max((i for i in ledger.judged if i in ledger.tails), default=None)
+    for a in ledger.tails[last].attributions if last is not None else ():
+        if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
+            rows.append({"metric": f"tail p{a.quantile * 100:g} ttft (step {last})", "count": a.n_tail,
+                         "p50": a.line[:200]})
+    return rows
+
+
+def _split_cells(split: dict) -> dict:
+    def ms(part: dict | None, key: str = "p50_ms") -> str:
+        v = (part or {}).get(key)
+        v = v[0] if isinstance(v, list) else v  # server histograms: [estimate, low, high]
+        return "n/a" if v is None else f"{v:.1f}"
+
+    c, srv = split["client"], split.get("server") or {}
+    cells = {"count": (c["ttft"] or {}).get("n", 0), "p50": f"ttft {ms(c['ttft'])}",
+             "p90": f"headers {ms(c['headers'])}", "p95": f"to first token {ms(c['headers_to_first_token'])}",
+             "p99": f"new conn {c['new_connection_share']:.0%}"}
+    if isinstance(srv.get("prefill"), dict):
+        queue = srv.get("queue")
+        cells["p999"] = f"server prefill {ms(srv['prefill'])}" + (
+            f", queue {ms(queue)}" if isinstance(queue, dict) else "")
+    elif isinstance(srv.get("ttft"), dict):
+        cells["p999"] = f"server ttft {ms(srv['ttft'])}"
+    else:
+        cells["p999"] = "server: not reported"
+    return cells
 
 
 def _charts_page(view: RunView) -> str:

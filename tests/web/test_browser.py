@@ -100,6 +100,10 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
             page.screenshot(path=os.path.join(ARTIFACTS, "web-llm-tab.png"), full_page=True)
             last = live["steps"][-1]["latency_ms"]["ttft"]
             assert float(cells[2]) == pytest.approx(last["p50"]) and float(cells[5]) == pytest.approx(last["p99"])
+            judged = [st for st in live["steps"] if st.get("ttft_split")]
+            split = page.get_by_role("row").filter(has_text=f"where TTFT goes, p50 ms (step {judged[-1]['index']})")
+            p50 = judged[-1]["ttft_split"]["client"]["ttft"]["p50_ms"]
+            assert f"ttft {p50:.1f}" in split.inner_text(timeout=10_000)
             assert not errors, errors
 
             page, errors = open_page(browser, base + "/kneecap/charts")
