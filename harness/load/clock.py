@@ -1,9 +1,10 @@
 """Measuring each worker's clock offset over Locust's own message channel (the math: ``metrics/clock.py``).
 
-The master pings a worker ``ROUNDS`` times, one round trip after the other, when the test starts and whenever a
-worker joins; the worker answers each ping at once with its receive and send times; the master estimates the
-offset, keeps it for summary.json (``clocks``), warns when it is off (``metrics.clock.warning``), and tells the
-worker its offset (``CLOCK_MESSAGE``), which then puts its saved requests' wall times on the master's clock.
+The master pings a worker ``ROUNDS`` times, one round trip after the other, when the test starts, whenever a
+worker joins and every ``CLOCK_EVERY_S``; the worker answers each ping at once with its receive and send times;
+the master estimates the offset, keeps it for summary.json (``clocks``), warns when it is off
+(``metrics.clock.warning``), and tells the worker its offset (``CLOCK_MESSAGE``), which then puts its saved
+requests' wall times on the master's clock.
 
 Messages (msgpack, plain dicts), all kneecap's own types beside Locust's::
 
@@ -11,8 +12,13 @@ Messages (msgpack, plain dicts), all kneecap's own types beside Locust's::
     worker → master  "kneecap_pong"   {"seq": 3, "t0": ..., "t1": ..., "t2": ...}
     master → worker  "kneecap_clock"  {"offset": 0.0004}      (or null: not measured)
 
+The master measures again every ``CLOCK_EVERY_S`` (``KNEECAP_CLOCK_EVERY_S`` overrides it): a clock that drifts
+or is stepped mid-run is warned about (``metrics.clock.drift_warning``), and the workers' wall times follow it.
+
 ``KNEECAP_FAKE_CLOCK_SKEW_S`` (tests only) adds that many seconds to every wall-clock reading of a worker
 process, as a host whose clock is off would: it exercises the warning and the correction on one kernel's clock.
+``KNEECAP_FAKE_CLOCK_DRIFT`` (tests only) makes that clock run fast by that many seconds per second (0.001: 1 ms
+a second), as an undisciplined one drifts.
 """
 
 from __future__ import annotations
@@ -28,27 +34,40 @@ from gevent.event import AsyncResult
 
 from harness.metrics.clock import ROUNDS, ClockOffset, RoundTrip, estimate
 
-__all__ = ["CLOCK_MESSAGE", "PING_MESSAGE", "PONG_MESSAGE", "ClockProbe", "register_worker", "worker_clock"]
+__all__ = ["CLOCK_EVERY_S", "CLOCK_MESSAGE", "PING_MESSAGE", "PONG_MESSAGE", "ClockProbe", "clock_every_s",
+           "register_worker", "worker_clock"]
 
 log = logging.getLogger("kneecap")
 PING_MESSAGE = "kneecap_ping"
 PONG_MESSAGE = "kneecap_pong"
 CLOCK_MESSAGE = "kneecap_clock"
 ANSWER_TIMEOUT_S = 1.0
+CLOCK_EVERY_S = 60.0
+"""How often the master measures every worker's clock again during a run."""
 SKEW_ENV = "KNEECAP_FAKE_CLOCK_SKEW_S"
+DRIFT_ENV = "KNEECAP_FAKE_CLOCK_DRIFT"
+EVERY_ENV = "KNEECAP_CLOCK_EVERY_S"
 
 
-def _skew() -> float:
+def _number(name: str, default: float) -> float:
     try:
-        return float(os.environ.get(SKEW_ENV) or 0.0)
+        return float(os.environ.get(name) or default)
     except ValueError:
-        log.warning("kneecap: %s=%r is not a number; ignored", SKEW_ENV, os.environ.get(SKEW_ENV))
-        return 0.0
+        log.warning("kneecap: %s=%r is not a number; using %g", name, os.environ.get(name), default)
+        return default
+
+
+def clock_every_s() -> float:
+    """The period of the master's clock measurements (``CLOCK_EVERY_S``, or ``KNEECAP_CLOCK_EVERY_S``; at least 1 s)."""
+    return max(1.0, _number(EVERY_ENV, CLOCK_EVERY_S))
 
 
 def worker_clock() -> Callable[[], float]:
-    """This worker's wall clock (``time.time``, skewed only for tests)."""
-    skew = _skew()
+    """This worker's wall clock (``time.time``, skewed and drifting only for tests)."""
+    skew, rate = _number(SKEW_ENV, 0.0), _number(DRIFT_ENV, 0.0)
+    if rate:
+        t0 = time.monotonic()
+        return lambda: time.time() + skew + rate * (time.monotonic() - t0)
     return (lambda: time.time() + skew) if skew else time.time
 
 

@@ -25,6 +25,8 @@ from harness.analysis.verdict import exit_code, slo_verdict
 from harness.load.context import ScenarioSource
 from harness.load.live import Live
 from harness.metrics.clock import ClockOffset
+from harness.metrics.clock import drift as clock_drift
+from harness.metrics.clock import drift_warning as clock_drift_warning
 from harness.metrics.clock import warning as clock_warning
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.scenario import DEFAULT_HOST
@@ -71,6 +73,8 @@ class MasterSide:
         self.finalized = False
         self.clocks: dict[str, ClockOffset] = {}
         """Each worker's clock offset to this master's, as last measured (``load/clock.py``)."""
+        self.first_clocks: dict[str, ClockOffset] = {}
+        """Each worker's first measured offset: against the last, how far its clock moved during the run."""
 
     @property
     def out_dir(self) -> str:
@@ -154,21 +158,45 @@ class MasterSide:
         self.rebalance()
 
     def clock_measured(self, worker: str, offset: ClockOffset) -> None:
-        """A worker's clock offset came in (at test start, or when it joined): kept for the summary, said if off."""
+        """A worker's clock offset came in (at test start, when it joined, then every ``load.clock.CLOCK_EVERY_S``):
+        kept for the summary, said if off or if it moved since the first."""
+        old = self.clocks.get(worker)
+        if offset.offset_s is None and old is not None and old.offset_s is not None:
+            log.debug("kneecap: worker %s clock not re-measured (%d round trips answered); keeping the last",
+                      worker, offset.samples)
+            return
         self.clocks[worker] = offset
-        note = clock_warning(worker, offset)
-        if note:
+        if offset.offset_s is not None:
+            self.first_clocks.setdefault(worker, offset)
+        first = self.first_clocks.get(worker, offset)
+        checks = (lambda c: clock_warning(worker, c), lambda c: clock_drift_warning(worker, first, c))
+        # each said once, as it first shows (the summary has the last figures)
+        notes = [n for check in checks if (n := check(offset)) and (old is None or not check(old))]
+        for note in notes:
             log.warning("kneecap: %s", note)
-        else:  # one line for the fleet at the end, not one per worker here
+        if not notes and offset.offset_s is not None:  # one line for the fleet at the end, not one per worker here
             log.debug("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
                       offset.bound_s * 1000, offset.rtt_s * 1000)
 
     def clock_warnings(self) -> list[str]:
-        """A line per worker whose clock is off, or was never measured though it reported."""
+        """A line per worker whose clock is off, moved during the run, or was never measured though it reported."""
         notes = [clock_warning(w, c) for w, c in sorted(self.clocks.items())]
+        notes += [clock_drift_warning(w, self.first_clocks[w], c) for w, c in sorted(self.clocks.items())
+                  if w in self.first_clocks]
         notes += [f"worker {w}: clock offset not measured (it never answered a ping)"
                   for w in sorted(self.ledger.reporters - set(self.clocks) - {"local"})]
         return [n for n in notes if n]
+
+    def clocks_json(self) -> dict[str, dict]:
+        """summary.json's ``clocks``: the last measurement of each worker, and ``drift_ms`` once measured twice."""
+        out = {}
+        for w, c in sorted(self.clocks.items()):
+            d = c.to_json()
+            moved = clock_drift(self.first_clocks[w], c) if w in self.first_clocks else None
+            if moved is not None and self.first_clocks[w] is not c:
+                d["drift_ms"] = round(moved * 1000, 3)
+            out[w] = d
+        return out
 
     def flush(self, worker: str, payload: Any) -> None:
         """A worker's final report (it stopped): merged like the others; ``finalize`` checks every worker sent one."""
@@ -217,7 +245,7 @@ class MasterSide:
                           mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
                           steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
                           exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors,
-                          cost=cost, clocks={w: c.to_json() for w, c in sorted(self.clocks.items())},
+                          cost=cost, clocks=self.clocks_json(),
                           clock_warnings=self.clock_warnings())
 
     def finalize(self, **_: Any) -> None:

@@ -25,7 +25,7 @@ from locust.runners import (
 )
 
 from harness import exitcodes
-from harness.load.clock import ClockProbe, register_worker
+from harness.load.clock import ClockProbe, clock_every_s, register_worker
 from harness.load.context import Kneecap, ScenarioSource
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
@@ -107,7 +107,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
         w.on_test_start()
 
     ev.test_start.add_listener(on_test_start)
-    register_worker(runner, lambda offset: setattr(w, "clock_offset", offset))
+    register_worker(runner, w.clock_measured)
     ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__(REPORT_KEY,
                                                                                     w.report().to_wire()))
     ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
@@ -142,11 +142,15 @@ def _master(environment: Any, k: Kneecap) -> None:
     def watch() -> None:
         """Locust's worker states, read every 0.5 s: a worker missing (3 heartbeats) or gone is lost, a new one
         joined. Locust keeps the load going on the others; the master re-runs the step (MasterSide.fleet_change)."""
-        known = alive()
+        known, clocks_due = alive(), time.monotonic() + clock_every_s()
         while not m.finalized:
             gevent.sleep(WATCH_EVERY_S)
             now = alive()
             if runner.state in (STATE_RUNNING, STATE_SPAWNING):  # not the workers stopping at the end
+                if time.monotonic() >= clocks_due:  # clocks drift and get stepped: measure them again
+                    clocks_due = time.monotonic() + clock_every_s()
+                    for worker in sorted(now & known):
+                        probe.measure(worker)
                 for worker in sorted(known - now):
                     m.fleet_change("lost", worker)
                 for worker in sorted(now - known):

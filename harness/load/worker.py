@@ -228,6 +228,12 @@ class WorkerSide:
         elif msg.rate:
             self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
 
+    def clock_measured(self, offset: float | None) -> None:
+        """The master measured this worker's clock offset (``load/clock.py``): saved requests' wall times use it from
+        now on. A re-measurement that failed (None) keeps the last good one."""
+        if offset is not None or self.clock_offset is None:
+            self.clock_offset = offset
+
     def wait_for_step(self) -> None:
         """A user's first act: wait until this worker knows the step under way. A worker that joins a running test
         gets its users as it connects, its step only once its handlers are up (``protocol.HELLO_MESSAGE``): a

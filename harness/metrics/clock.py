@@ -30,8 +30,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MIN_SAMPLES", "ROUNDS", "WARN_OFFSET_S", "WARN_RTT_S", "ClockOffset", "RoundTrip", "estimate",
-           "warning"]
+__all__ = ["MIN_SAMPLES", "ROUNDS", "WARN_DRIFT_S", "WARN_OFFSET_S", "WARN_RTT_S", "ClockOffset", "RoundTrip",
+           "drift", "drift_warning", "estimate", "warning"]
 
 ROUNDS = 8
 """Round trips per worker (one after the other); a few more than needed, as some may be lost or slow."""
@@ -44,6 +44,10 @@ often also stepping or drifting during the run; run NTP (chrony) on every host."
 WARN_RTT_S = 0.050
 """A median round trip above 50 ms: step messages reach that worker late enough to matter against short warm-ups
 (each worker's step starts when the message arrives)."""
+WARN_DRIFT_S = 0.002
+"""A worker's offset moved more than this between its first and its last measurement, beyond both measurements'
+bounds: its clock drifts (no NTP: tens of ppm, i.e. ms per minute) or is being stepped. Its wall times follow the
+latest measurement, so those made between two measurements may be off by up to the move."""
 
 
 @dataclass(frozen=True)
@@ -107,3 +111,20 @@ def warning(worker: str, c: ClockOffset) -> str | None:
         return (f"worker {worker}: round trip to the master {c.rtt_s * 1000:.0f} ms, more than "
                 f"{WARN_RTT_S * 1000:g} ms: its steps start that much after the master's; keep warm-ups long")
     return None
+
+
+def drift(first: ClockOffset, last: ClockOffset) -> float | None:
+    """How far the offset moved from ``first`` to ``last`` (s); None when either was not measured."""
+    if first.offset_s is None or last.offset_s is None:
+        return None
+    return last.offset_s - first.offset_s
+
+
+def drift_warning(worker: str, first: ClockOffset, last: ClockOffset) -> str | None:
+    """What to tell the user when ``worker``'s clock moved against the master's during the run, or None."""
+    moved = drift(first, last)
+    if moved is None or abs(moved) <= WARN_DRIFT_S + first.bound_s + last.bound_s:  # type: ignore[operator]
+        return None
+    return (f"worker {worker}: clock moved {moved * 1000:+.1f} ms against the master's during the run "
+            f"({first.offset_s * 1000:+.1f} -> {last.offset_s * 1000:+.1f} ms): it drifts or is being stepped; run "  # type: ignore[operator]
+            f"NTP on every host; its wall times follow the latest measurement")

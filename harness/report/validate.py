@@ -71,7 +71,8 @@ SUMMARY: dict[str, Any] = {
     "exit_code": int, "degraded?": bool,
     "fleet_events?": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
     "influx?": dict, "merge_errors?": int,
-    "clocks?": {"*": {"offset_ms": _NUM, "bound_ms": _NUM, "rtt_ms": _NUM, "samples": int}}, "clock_warnings?": [str],
+    "clocks?": {"*": {"offset_ms": _NUM, "bound_ms": _NUM, "rtt_ms": _NUM, "samples": int, "drift_ms?": _NUM}},
+    "clock_warnings?": [str],
     "cost?": {"currency": str, "hours_per_month": float, "prices": dict, "tokens": _TOKENS, "test_cost": _NUM,
               "at": {"*": _COST}, "reference": (str, None), "note": str, "line": str},
 }

@@ -200,6 +200,10 @@ def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(lo
     assert lost > 0
     assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent) - lost
     assert summary["exit_code"] == 5 and fleet.env.process_exit_code == 5
+    from harness.web.ui import llm_rows
+
+    rows = {r["metric"]: r for r in llm_rows(fleet.master.view)}  # the LLM tab says it too
+    assert rows["fleet: worker worker-1 lost"]["count"] == "step 1"
 
 
 def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
@@ -228,3 +232,26 @@ def test_the_web_views_read_the_master(locust, tmp_path):
     assert f"<p id='knee'>Knee: {SLOTS:g} (" in page and page.count("<svg") == 3  # ttft, tpot, throughput
     rows = {r["metric"]: r for r in llm_rows(fleet.master.view)}
     assert rows["knee"]["count"] == f"{SLOTS:g} users" and rows["ttft (ms)"]["count"] > 0
+
+
+def test_a_clock_that_moves_during_the_run_is_warned_about_once_and_its_last_figures_kept(locust, tmp_path, caplog):
+    from harness.metrics.clock import ClockOffset
+
+    fleet = Fleet(locust, tmp_path)
+    m = fleet.master
+    with caplog.at_level("WARNING", logger="kneecap"):
+        m.clock_measured("worker-0", ClockOffset(0.0001, 0.0002, 0.0004, 8))
+        m.clock_measured("worker-1", ClockOffset(0.0002, 0.0002, 0.0004, 8))
+        m.clock_measured("worker-1", ClockOffset(0.0014, 0.0002, 0.0004, 8))  # moved 1.2 ms: within the bound
+        m.clock_measured("worker-1", ClockOffset(0.0102, 0.0003, 0.0006, 8))  # 10 ms: drifting, and now off
+        m.clock_measured("worker-1", ClockOffset(0.0152, 0.0002, 0.0004, 8))  # still: not said again
+        m.clock_measured("worker-1", ClockOffset(None, None, None, 1))  # a re-measurement lost: the last one stays
+    said = [r.getMessage() for r in caplog.records if "worker-1" in r.getMessage()]
+    assert len(said) == 2 and "clock +10.2 ms" in said[0] and "moved +10.0 ms" in said[1], said
+    summary = fleet.run()
+    assert summary["clocks"]["worker-0"] == {"offset_ms": 0.1, "bound_ms": 0.2, "rtt_ms": 0.4, "samples": 8}
+    assert summary["clocks"]["worker-1"] == {"offset_ms": 15.2, "bound_ms": 0.2, "rtt_ms": 0.4, "samples": 8,
+                                             "drift_ms": 15.0}
+    assert [w for w in summary["clock_warnings"] if "moved" in w] == [
+        "worker worker-1: clock moved +15.0 ms against the master's during the run (+0.2 -> +15.2 ms): it drifts or "
+        "is being stepped; run NTP on every host; its wall times follow the latest measurement"]

@@ -6,7 +6,18 @@ import random
 
 import pytest
 
-from harness.metrics.clock import MIN_SAMPLES, WARN_OFFSET_S, WARN_RTT_S, ClockOffset, RoundTrip, estimate, warning
+from harness.metrics.clock import (
+    MIN_SAMPLES,
+    WARN_DRIFT_S,
+    WARN_OFFSET_S,
+    WARN_RTT_S,
+    ClockOffset,
+    RoundTrip,
+    drift,
+    drift_warning,
+    estimate,
+    warning,
+)
 
 
 def trip(offset: float, out: float, back: float, *, at: float = 1000.0, hold: float = 0.0002) -> RoundTrip:
@@ -72,6 +83,19 @@ def test_warnings_name_the_worker_and_fire_only_past_their_bounds():
     assert note is not None and "worker-b_1f" in note and "-7.5 ms" in note and "NTP" in note
     slow = estimate([trip(0.0, WARN_RTT_S, WARN_RTT_S, at=i) for i in range(5)])
     assert "round trip" in (warning("w", slow) or "")
+
+
+def test_drift_is_the_move_from_the_first_offset_and_warns_only_past_both_bounds():
+    first = ClockOffset(0.001, 0.0005, 0.001, 8)
+    assert drift(first, ClockOffset(0.004, 0.0005, 0.001, 8)) == pytest.approx(0.003)
+    unknown = ClockOffset(None, None, None, 1)
+    assert drift(first, unknown) is None and drift(unknown, first) is None
+    edge = WARN_DRIFT_S + 0.001  # the allowance: WARN_DRIFT_S plus the two bounds
+    assert drift_warning("w", first, ClockOffset(0.001 + edge * 0.99, 0.0005, 0.001, 8)) is None
+    note = drift_warning("w7", first, ClockOffset(0.001 - edge * 1.5, 0.0005, 0.001, 8))
+    assert note is not None and note.startswith("worker w7: clock moved -4.5 ms") and "NTP" in note
+    loose = ClockOffset(0.001 - edge * 1.5, 0.01, 0.02, 8)  # a move the measurements cannot tell from noise
+    assert drift_warning("w", first, loose) is None
 
 
 def test_json_is_in_milliseconds():
