@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.client import transport
+from harness.client import connection
 from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, Timeouts, stream_request
 from harness.workload.prompts import Prompt
@@ -108,7 +108,7 @@ def test_the_host_is_resolved_once_per_process_and_again_after_a_failed_connect(
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", counting)
-    monkeypatch.setattr(transport, "_RESOLVED", {})
+    monkeypatch.setattr(connection, "_RESOLVED", {})
     with CannedServer(sse_reply(), close_after_each=True) as srv:
         conn = Connection(f"http://localhost:{srv.port}")
         recs = []
@@ -119,4 +119,4 @@ def test_the_host_is_resolved_once_per_process_and_again_after_a_failed_connect(
         literal = Connection(srv.url)
         assert send(literal).ok and calls == ["localhost"]  # 127.0.0.1 needs no lookup
     refused = send(conn)  # the server is gone: a failed connect forgets the address
-    assert refused.error == "connect_error" and ("localhost", srv.port) not in transport._RESOLVED
+    assert refused.error == "connect_error" and ("localhost", srv.port) not in connection._RESOLVED
