@@ -12,7 +12,6 @@ from harness.analysis.results import level_key, level_unit
 from harness.metrics.aggregate import summarize_sketch
 
 if TYPE_CHECKING:
-    from harness.analysis.ledger import Ledger
     from harness.load.master import RunView
 
 __all__ = ["llm_rows", "register", "why_rows"]
@@ -21,7 +20,7 @@ _COLUMNS = ("metric", "count", "p50", "p90", "p95", "p99", "p999")
 
 
 def llm_rows(view: RunView) -> list[dict]:
-    """Rows of the LLM tab: the current step's merged percentiles (ms), speed, goodput, step, knee."""
+    """Rows of the LLM tab: the current step's merged percentiles (ms), speed, goodput, step, knee, and why."""
     ledger = view.ledger
     step = ledger.current
     if step is None:
@@ -42,30 +41,36 @@ def llm_rows(view: RunView) -> list[dict]:
     rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,
                  "p50": f"goodput {b.good} ok", "p90": f"failures {sum(b.failures.values())}",
                  "p95": f"generator reliable: {reliable}"})
-    knee = ledger.knee
-    rows.append({"metric": "knee", "count": f"{knee.load:g} {unit}" if knee.found else "not yet",
-                 "p50": knee.confidence or "", "p90": knee.reason[:160]})
-    rows += why_rows(ledger)
+    summary = view.summary_json()  # ~1 ms: the knee's reason with its why, and the rows below, as summary.json says
+    knee = summary["knee"]
+    rows.append({"metric": "knee", "count": f"{knee[level_key(ledger.mode)]:g} {unit}" if knee["found"] else "not yet",
+                 "p50": knee.get("confidence") or "", "p90": knee["reason"][:400]})
+    rows += why_rows(summary)
     rows.append({"metric": "charts", "p50": "/kneecap/charts"})
     return rows
 
 
-def why_rows(ledger: Ledger) -> list[dict]:
-    """What the console says beside the numbers: fleet changes (the steps they voided), and for the last judged
-    step, where its TTFT went and what its tail requests share (``analysis/decompose.py``, ``analysis/tail.py``)."""
+def why_rows(summary: dict) -> list[dict]:
+    """What the console says beside the numbers, from the live summary: fleet changes (the steps they voided),
+    clock warnings, the cost line, and for the last judged step where its TTFT went and what its tail requests
+    share (``analysis/decompose.py``, ``analysis/tail.py``)."""
     rows = []
-    for e in ledger.fleet_events:
-        rows.append({"metric": f"fleet: worker {e.worker} {e.kind}", "count": f"step {', '.join(map(str, e.steps))}",
-                     "p50": "not judged, level re-run" if e.steps else ""})
-    # The last judged step that has each answer (a split is worked out when the summary is next made).
-    last = max((i for i in ledger.judged if ledger.splits.get(i)), default=None)
-    if last is not None:
-        rows.append({"metric": f"where TTFT goes, p50 ms (step {last})", **_split_cells(ledger.splits[last])})
-    last = max((i for i in ledger.judged if i in ledger.tails), default=None)
-    for a in ledger.tails[last].attributions if last is not None else ():
-        if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
-            rows.append({"metric": f"tail p{a.quantile * 100:g} ttft (step {last})", "count": a.n_tail,
-                         "p50": a.line[:200]})
+    for e in summary.get("fleet_events", ()):
+        rows.append({"metric": f"fleet: worker {e['worker']} {e['kind']}",
+                     "count": f"step {', '.join(map(str, e['steps']))}",
+                     "p50": "not judged, level re-run" if e["steps"] else ""})
+    rows += [{"metric": "clock", "p50": note} for note in summary.get("clock_warnings", ())]
+    if summary.get("cost"):
+        rows.append({"metric": "cost", "p50": summary["cost"]["line"]})
+    steps = summary.get("steps", ())
+    split = next((s for s in reversed(steps) if s.get("ttft_split")), None)
+    if split is not None:
+        rows.append({"metric": f"where TTFT goes, p50 ms (step {split['index']})", **_split_cells(split["ttft_split"])})
+    tail = next((s for s in reversed(steps) if s.get("tail")), None)
+    for a in tail["tail"]["attributions"] if tail is not None else ():
+        if a["metric"] == "ttft_s" and a["verdict"] in ("cause", "time"):
+            rows.append({"metric": f"tail p{a['quantile'] * 100:g} ttft (step {tail['index']})", "count": a["n_tail"],
+                         "p50": a["line"][:200]})
     return rows
 
 

@@ -70,6 +70,7 @@ def scenario(tmp_path) -> str:
           users: {start: 2, step: 2, max: 16}
           step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
         slo: {ttft: "p(95)<100"}
+        cost: {per_hour: 2.5, currency: EUR, input_per_mtok: 0.2, output_per_mtok: 0.8}
     """))
     return str(path)
 
@@ -104,6 +105,8 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
             split = page.get_by_role("row").filter(has_text=f"where TTFT goes, p50 ms (step {judged[-1]['index']})")
             p50 = judged[-1]["ttft_split"]["client"]["ttft"]["p50_ms"]
             assert f"ttft {p50:.1f}" in split.inner_text(timeout=10_000)
+            cost = page.get_by_role("row").filter(has_text="cost at ")  # the console's cost line, in the tab
+            assert live["cost"]["line"] in cost.inner_text(timeout=10_000)
             assert not errors, errors
 
             page, errors = open_page(browser, base + "/kneecap/charts")
