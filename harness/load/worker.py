@@ -239,7 +239,7 @@ class WorkerSide:
         gets its users as it connects, its step only once its handlers are up (``protocol.HELLO_MESSAGE``): a
         record made before would land in step 0. Without an answer in ``TOLD_TIMEOUT_S`` (an older master), go on
         and say so."""
-        if self.told.wait(TOLD_TIMEOUT_S):
+        if self._told_warned or self.told.wait(TOLD_TIMEOUT_S):  # waited once already: the others go on at once
             return
         if not self._told_warned:
             self._told_warned = True

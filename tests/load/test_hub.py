@@ -255,3 +255,21 @@ def test_a_clock_that_moves_during_the_run_is_warned_about_once_and_its_last_fig
     assert [w for w in summary["clock_warnings"] if "moved" in w] == [
         "worker worker-1: clock moved +15.0 ms against the master's during the run (+0.2 -> +15.2 ms): it drifts or "
         "is being stepped; run NTP on every host; its wall times follow the latest measurement"]
+
+
+def test_users_wait_for_the_step_under_way_and_without_an_answer_go_on_once_warned(locust, tmp_path, caplog,
+                                                                                   monkeypatch):
+    from harness.load import worker
+
+    fleet = Fleet(locust, tmp_path)
+    w = fleet.workers[0]
+    monkeypatch.setattr(worker, "TOLD_TIMEOUT_S", 0.05)
+    with caplog.at_level("WARNING", logger="kneecap"):
+        w.wait_for_step()  # never told (an older master): waits, then says so
+        w.wait_for_step()  # the next user does not wait again
+    said = [r.getMessage() for r in caplog.records if "has not said which step" in r.getMessage()]
+    assert len(said) == 1 and "step 0" in said[0]
+    told = fleet.workers[1]
+    fleet.ticker.tick(fleet.clock())  # the shape begins step 0: the master tells both workers
+    assert told.told.is_set()
+    told.wait_for_step()  # returns at once
