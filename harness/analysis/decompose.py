@@ -83,5 +83,5 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
         out["server"] = {"source": src, "ttft": s_ttft, "queue": stages.get("queue_time") or UNKNOWN,
                          "prefill": stages.get("prefill_time") or UNKNOWN, "network_client": net}
     else:
-        out["server"] = {"source": UNKNOWN}
+        out["server"] = {"source": (server or {}).get("stages_note") or UNKNOWN}
     return out

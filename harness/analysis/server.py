@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from harness.analysis.histogram import delta, mean, quantile
 from harness.client.server_metrics import ServerSample
 
-__all__ = ["STAGES", "ServerStep", "explain"]
+__all__ = ["NO_STAGE_DELTA", "STAGES", "ServerStep", "explain"]
 
 STAGES = ("queue_time", "prefill_time", "decode_time", "ttft")
 """The server's per-request latency histograms a step reports (``client.server_metrics``): their step deltas."""
+NO_STAGE_DELTA = ("not measured in this step: the server has the histograms, but no request ended between two of "
+                  "the step's scrapes (a step cut short, or a counter reset)")
 
 
 @dataclass
@@ -55,6 +57,8 @@ class ServerStep:
         stages = self.stages()
         if stages:
             out["stages"] = stages
+        elif any(getattr(self.first, name, None) is not None for name in STAGES):
+            out["stages_note"] = NO_STAGE_DELTA  # the server has them: this step just has no delta of them
         return out
 
     def stages(self) -> dict:

@@ -55,7 +55,8 @@ _STEP = {
     "fleet_changed?": bool, "workers_lost?": [str], "workers_joined?": [str],
     "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
     "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
-    "server?": {"stages?": dict, "*": _NUM}, "prefix_cache?": {"client": dict, "server": dict}, "sessions?": dict,
+    "server?": {"stages?": dict, "stages_note?": str, "*": _NUM}, "prefix_cache?": {"client": dict, "server": dict},
+    "sessions?": dict,
     "stream?": dict, "new_connections?": int, "new_connection_share?": _NUM,
     "tail?": {"attributions": [dict]}, "ttft_split?": {"client": dict, "server": dict}, "cost?": _COST,
 }

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, request
 
+from harness.analysis.decompose import UNKNOWN
 from harness.analysis.results import level_key, level_unit
 from harness.metrics.aggregate import summarize_sketch
 
@@ -90,8 +91,8 @@ def _split_cells(split: dict) -> dict:
             f", queue {ms(queue)}" if isinstance(queue, dict) else "")
     elif isinstance(srv.get("ttft"), dict):
         cells["p999"] = f"server ttft {ms(srv['ttft'])}"
-    else:
-        cells["p999"] = "server: not reported"
+    else:  # the endpoint does not say, or did but not within this step (``analysis/server.NO_STAGE_DELTA``)
+        cells["p999"] = "server: not reported" if srv.get("source", UNKNOWN) == UNKNOWN else "server: not in this step"
     return cells
 
 

@@ -50,3 +50,26 @@ def test_histograms_give_the_server_ttft_and_the_rest_with_bucket_bounds():
 
 def test_no_successful_request_no_split():
     assert ttft_split([encode_row(RequestRecord(start=0.0, error="reset"), 0.0, worker=0)], None) is None
+
+
+def test_a_step_without_a_histogram_delta_says_so_rather_than_that_the_server_is_silent():
+    from harness.analysis.server import NO_STAGE_DELTA, ServerStep
+    from harness.client.server_metrics import Histogram, ServerSample
+
+    def sample(n: float) -> ServerSample:
+        h = Histogram(bounds=(0.1, 1.0, float("inf")), counts=(n, n, n), sum=0.05 * n, count=n)
+        return ServerSample(running=1.0, waiting=0.0, kv_cache_usage=0.1, preemptions=0.0, ttft=h, queue_time=h)
+
+    cut_short = ServerStep()
+    cut_short.add(sample(10))  # one scrape in the step: no delta
+    summary = cut_short.summary()
+    assert "stages" not in summary and summary["stages_note"] == NO_STAGE_DELTA
+    assert ttft_split(rows(), summary)["server"] == {"source": NO_STAGE_DELTA}
+    full = ServerStep()
+    full.add(sample(10))
+    full.add(sample(30))
+    assert full.summary()["stages"]["ttft"]["count"] == 20 and "stages_note" not in full.summary()
+    silent = ServerStep()  # a server without the histograms: nothing to note
+    silent.add(ServerSample(running=1.0, waiting=0.0, kv_cache_usage=None, preemptions=None))
+    assert "stages_note" not in silent.summary() and ttft_split(rows(), silent.summary())["server"] == {
+        "source": UNKNOWN}

@@ -48,6 +48,10 @@ def test_a_server_that_says_nothing_is_named_so():
     server = {"source": "histograms", "ttft": {"p50_ms": [90.0, 80.0, 100.0]}, "queue": UNKNOWN, "prefill": UNKNOWN}
     rows = why_rows({"steps": [step(0, ttft_split={"client": CLIENT, "server": server})]})
     assert rows[0]["p999"] == "server ttft 90.0"
+    from harness.analysis.server import NO_STAGE_DELTA
+
+    rows = why_rows({"steps": [step(0, ttft_split={"client": CLIENT, "server": {"source": NO_STAGE_DELTA}})]})
+    assert rows[0]["p999"] == "server: not in this step"
 
 
 def test_tail_rows_only_where_the_tail_has_a_finding():
