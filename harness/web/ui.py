@@ -58,7 +58,7 @@ def why_rows(summary: dict) -> list[dict]:
     rows = []
     for e in summary.get("fleet_events", ()):
         rows.append({"metric": f"fleet: worker {e['worker']} {e['kind']}",
-                     "count": f"step {', '.join(map(str, e['steps']))}",
+                     "count": f"step {', '.join(map(str, e['steps']))}" if e["steps"] else "",
                      "p50": "not judged, level re-run" if e["steps"] else ""})
     rows += [{"metric": "clock", "p50": note} for note in summary.get("clock_warnings", ())]
     if summary.get("cost"):

@@ -24,10 +24,12 @@ def test_nothing_to_say_before_a_step_is_judged():
 
 
 def test_fleet_events_clock_warnings_and_the_cost_line_are_said():
-    summary = {"steps": [], "fleet_events": [{"kind": "lost", "worker": "w2", "at": 0.0, "steps": [3, 4]}],
+    summary = {"steps": [], "fleet_events": [{"kind": "lost", "worker": "w2", "at": 0.0, "steps": [3, 4]},
+                                             {"kind": "joined", "worker": "w3", "at": 0.0, "steps": []}],
                "clock_warnings": ["worker w2: clock moved +9.0 ms"], "cost": {"line": "cost at 8 users (the knee): …"}}
     assert why_rows(summary) == [
         {"metric": "fleet: worker w2 lost", "count": "step 3, 4", "p50": "not judged, level re-run"},
+        {"metric": "fleet: worker w3 joined", "count": "", "p50": ""},  # before any step: nothing voided
         {"metric": "clock", "p50": "worker w2: clock moved +9.0 ms"},
         {"metric": "cost", "p50": "cost at 8 users (the knee): …"}]
 
