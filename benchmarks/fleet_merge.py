@@ -71,7 +71,8 @@ def _reports(workers: int, rounds: int, streams: int, output: int, tok_s: float,
     what a real master does (its garbage collector sees only its own objects)."""
     from locust.rpc.protocol import Message
 
-    from harness.load.context import Kneecap, ScenarioSource
+    from harness.load.context import ScenarioSource
+    from harness.load.wiring import Kneecap
     from harness.load.worker import WorkerSide
 
     rng = random.Random(seed)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, level_count
+from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, LoadPlan, StepSpec, level_count
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import LATENCY_METRICS, SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker, decode_text
@@ -67,37 +67,6 @@ class Workload:
     """Multi-turn sessions instead of independent requests (``harness.workload.sessions``)."""
     batch: Length | None = None
     """``api: embeddings``: inputs per request (each of ``input_tokens``); None: one."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepSpec:
-    warmup_s: float = 5.0
-    min_duration_s: float = 20.0
-    min_requests: int = 200
-    max_duration_s: float = 120.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoadPlan:
-    mode: str = "staircase"
-    start: float = 4
-    """Users (closed loop) or requests/s (open loop) of the first step."""
-    step_by: float = 4
-    max: float = 64
-    spawn_rate: float = 50.0
-    duration_s: float = 60.0
-    """``constant`` mode only."""
-    arrival: str = "poisson"
-    burstiness_cv: float = 1.0
-    trace_gaps: tuple[float, ...] | None = None
-    """``arrival.process: trace``: the trace's inter-arrival gaps (seconds), replayed rescaled to each rate."""
-    max_in_flight: int = 1000
-    """Open loop: arrivals beyond this many requests in flight per worker are dropped and counted."""
-    step: StepSpec = field(default_factory=StepSpec)
-    knee_metric: str = "ttft"
-    confirm_steps: int = 1
-    on_worker_loss: str = "continue"
-    """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,8 +1,8 @@
 """The tree reads as the data's path: pure layers import neither Locust nor gevent, nothing imports upward, no cycles.
 
-Read from the source (ast), so importing Locust's monkey-patching never happens here. Imports under
-``if TYPE_CHECKING:`` are annotations only and do not count; imports inside functions count for the pure
-check (a pure module must not reach Locust even lazily) but not for cycles (they run after import).
+Read from the source (ast), so importing Locust's monkey-patching never happens here. Every import counts:
+under ``if TYPE_CHECKING:`` (an annotation is still a dependency a reader must follow), inside a function
+(a late import that dodges a cycle is still a cycle), and a package's ``__init__`` (importing ``a.b`` runs it).
 """
 
 from __future__ import annotations
@@ -44,27 +44,18 @@ def _modules() -> dict[str, pathlib.Path]:
 MODULES = _modules()
 
 
-def _imports(path: pathlib.Path, *, top_level_only: bool) -> set[str]:
-    """Modules named by import statements (``from a import b`` gives a, and a.b when that is a module)."""
+def _imports(path: pathlib.Path) -> set[str]:
+    """Modules named by any import statement, wherever it stands (``from a import b`` gives a, and a.b when that
+    is a module; ``from a import b`` where b is a module names only a.b, since a is a package already run)."""
     out: set[str] = set()
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for n in nodes:
-            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
-                continue
-            if isinstance(n, ast.Import):
-                out.update(a.name for a in n.names)
-            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.Import):
+            out.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            subs = {f"{n.module}.{a.name}" for a in n.names if f"{n.module}.{a.name}" in MODULES}
+            out |= subs
+            if len(subs) < len(n.names):  # something other than a submodule is taken from n.module itself
                 out.add(n.module)
-                out.update(f"{n.module}.{a.name}" for a in n.names if f"{n.module}.{a.name}" in MODULES)
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if not top_level_only:
-                    visit(n.body)
-            else:
-                for field in ("body", "orelse", "finalbody", "handlers"):
-                    visit(getattr(n, field, []) or [])
-
-    visit(ast.parse(path.read_text(encoding="utf-8")).body)
     return out
 
 
@@ -77,7 +68,7 @@ def test_the_tree_was_found():
 
 
 def test_pure_layers_import_no_glue():
-    bad = {m: sorted(i for i in _imports(p, top_level_only=False) if i.split(".")[0] in GLUE)
+    bad = {m: sorted(i for i in _imports(p) if i.split(".")[0] in GLUE)
            for m, p in MODULES.items() if any(_under(m, pure) for pure in PURE)}
     assert {m: v for m, v in bad.items() if v} == {}
 
@@ -87,7 +78,7 @@ def test_nothing_imports_upward():
     for m, p in MODULES.items():
         for layer, above in UPWARD.items():
             if _under(m, layer):
-                bad += [f"{m} imports {i}" for i in _imports(p, top_level_only=False)
+                bad += [f"{m} imports {i}" for i in _imports(p)
                         if any(_under(i, a) for a in above)]
     assert bad == []
 
@@ -95,7 +86,7 @@ def test_nothing_imports_upward():
 def test_no_import_cycle():
     graph = {}
     for m, p in MODULES.items():
-        deps = {i for i in _imports(p, top_level_only=True) if i in MODULES and i != m}
+        deps = {i for i in _imports(p) if i in MODULES and i != m}
         # importing a.b.c first runs a/__init__ and a/b/__init__
         deps |= {".".join(i.split(".")[:k]) for i in deps for k in range(2, i.count(".") + 1)} - {m}
         graph[m] = deps
@@ -116,4 +107,4 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if m not in state:
             walk(m, [m])
-    assert cycles == []
+    assert cycles == [], "\n".join(cycles)

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, overload
+from dataclasses import dataclass, field
+from typing import overload
 
 from harness.analysis.knee import Knee
 
-if TYPE_CHECKING:
-    from harness.scenario import LoadPlan
-
-__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "Levels", "Step", "StepPlan", "level_count", "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "Levels", "LoadPlan", "Step", "StepPlan", "StepSpec",
+           "level_count", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -28,6 +26,38 @@ MAX_LEVEL = 1_000_000
 
 MAX_LEVELS = 10_000
 """The most levels a staircase may have: at the default 20 s per step, 10,000 levels already run 55 hours."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSpec:
+    warmup_s: float = 5.0
+    min_duration_s: float = 20.0
+    min_requests: int = 200
+    max_duration_s: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadPlan:
+    mode: str = "staircase"
+    start: float = 4
+    """Users (closed loop) or requests/s (open loop) of the first step."""
+    step_by: float = 4
+    max: float = 64
+    spawn_rate: float = 50.0
+    duration_s: float = 60.0
+    """``constant`` mode only."""
+    arrival: str = "poisson"
+    burstiness_cv: float = 1.0
+    trace_gaps: tuple[float, ...] | None = None
+    """``arrival.process: trace``: the trace's inter-arrival gaps (seconds), replayed rescaled to each rate."""
+    max_in_flight: int = 1000
+    """Open loop: arrivals beyond this many requests in flight per worker are dropped and counted."""
+    step: StepSpec = field(default_factory=StepSpec)
+    knee_metric: str = "ttft"
+    confirm_steps: int = 1
+    on_worker_loss: str = "continue"
+    """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""
+
 
 _EPS = 1e-9
 """Float slack so that 0.1-steps reach their max (0.1 + 0.2 > 0.3 in binary)."""

@@ -13,14 +13,40 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from harness.analysis.rank_tests import chi2_independence, fisher_exact, mann_whitney_counts
 
-if TYPE_CHECKING:
-    from harness.analysis.tail import TailParams
 
-__all__ = ["CAUSES", "FEATURES", "MISSING", "connect_cost", "feature_test"]
+@dataclass(frozen=True)
+class TailParams:
+    quantiles: tuple[float, ...] = (0.99, 0.95)
+    alpha: float = 0.01
+    """Family-wise error per (metric, quantile), Holm–Bonferroni over the features tested."""
+    min_tail: int = 8
+    min_ratio: float = 1.5
+    """Material numeric effect: medians ≥ 1.5× apart. A smaller gap in, say, prompt length moves prefill time by
+    < 1.5×, too little to explain a p99 that usually sits 2–10× above the median."""
+    min_share_points: float = 0.20
+    """Material flag effect: shares ≥ 20 points apart, i.e. the flag accounts for at least a fifth of the tail."""
+    max_rest: int = 5_000
+    """Above this many requests the rest is a uniform sample of this size (every tail request is kept)."""
+    seed: int = 0
+    hot_factor: float = 3.0
+    tail_per_window: int = 2
+    """Expected tail requests per time window: fine enough to see a 200 ms stall, coarse enough for χ²."""
+
+    def __post_init__(self) -> None:
+        problems = [f"quantiles: each must be in (0, 1), got {q!r}" for q in self.quantiles if not 0 < q < 1]
+        problems += ["quantiles: give at least one, got ()"] if not self.quantiles else []
+        problems += [f"alpha: must be in (0, 1), got {self.alpha!r}"] if not 0 < self.alpha < 1 else []
+        problems += [f"min_tail: must be >= 2, got {self.min_tail!r}"] if self.min_tail < 2 else []
+        problems += [f"max_rest: must be >= 100, got {self.max_rest!r}"] if self.max_rest < 100 else []
+        problems += [f"min_ratio: must be > 1, got {self.min_ratio!r}"] if not self.min_ratio > 1 else []
+        problems += [f"tail_per_window: must be >= 1, got {self.tail_per_window!r}"] if self.tail_per_window < 1 else []
+        if problems:
+            raise ValueError("TailParams: " + "; ".join(problems))
+
+__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "connect_cost", "feature_test"]
 
 CAUSES = {
     "prefill": "the tail is prefill-bound",

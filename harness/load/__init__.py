@@ -1,6 +1,5 @@
-"""Locust glue: the LLM user, the fleet plumbing, load shapes. The only package (with web/) importing locust."""
+"""Locust glue: the LLM user, the fleet plumbing, load shapes. The only package (with web/) importing locust.
 
-from harness.load.user import LLMUser
-from harness.load.wiring import setup
-
-__all__ = ["LLMUser", "setup"]
+Import the modules themselves (``harness.load.user``, ``harness.load.wiring``): this package runs nothing on
+import, so a module that needs one piece of it never drags in the rest.
+"""

@@ -1,23 +1,17 @@
-"""What one Locust process holds of kneecap: the scenario it runs and its role objects.
+"""The scenario one Locust process runs, named by its options and loaded once (``ScenarioSource``).
 
-``environment.kneecap`` is a ``Kneecap``: a worker process has a ``worker`` side, a master a
-``master`` side, and a local (single-process) run both, joined directly instead of through messages
-(``load/wiring.py``). Users use only the worker side; the shape and the web UI only the master side.
+The process's role objects (``environment.kneecap``, a ``wiring.Kneecap``) hold it; they import this
+module, never the other way round.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.scenario import Scenario, ScenarioError, default_scenario, load_scenario
 
-if TYPE_CHECKING:
-    from harness.load.master import MasterSide
-    from harness.load.worker import WorkerSide
-
-__all__ = ["Kneecap", "ScenarioSource"]
+__all__ = ["ScenarioSource"]
 
 
 class ScenarioSource:
@@ -55,12 +49,3 @@ class ScenarioSource:
     @property
     def open_loop(self) -> bool:
         return self.scenario.load.mode == "open_staircase"
-
-
-@dataclass
-class Kneecap:
-    """``environment.kneecap``: this process's scenario and role objects (see the module docstring)."""
-
-    source: ScenarioSource
-    worker: WorkerSide | None = None
-    master: MasterSide | None = None

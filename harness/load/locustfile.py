@@ -6,7 +6,8 @@ scenario's knee-seeking plan; ``kneecap run`` does that for you.
 
 from locust import events
 
-from harness.load import LLMUser, setup
+from harness.load.user import LLMUser
+from harness.load.wiring import setup
 
 __all__ = ["LLMUser"]
 

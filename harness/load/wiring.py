@@ -10,6 +10,7 @@ import functools
 import logging
 import signal
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -26,7 +27,7 @@ from locust.runners import (
 
 from harness import exitcodes
 from harness.load.clock import ClockProbe, clock_every_s, register_worker
-from harness.load.context import Kneecap, ScenarioSource
+from harness.load.context import ScenarioSource
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
@@ -35,11 +36,22 @@ from harness.scenario import ScenarioError, url_problem
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
 
-__all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "setup"]
+__all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "Kneecap", "setup"]
 
 log = logging.getLogger("kneecap")
 LOCAL_FLUSH_S = 1.0
 WATCH_EVERY_S = 0.5
+
+
+@dataclass
+class Kneecap:
+    """``environment.kneecap``: this process's scenario and role objects. A worker process has a ``worker``
+    side, a master a ``master`` side, a local (single-process) run both. Users use only the worker side; the
+    shape and the web UI only the master side."""
+
+    source: ScenarioSource
+    worker: WorkerSide | None = None
+    master: MasterSide | None = None
 
 
 def _cache_locust_default_args() -> None:

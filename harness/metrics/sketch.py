@@ -256,19 +256,6 @@ class Sketch:
         self._min = _INF
         self._max = -_INF
 
-    def to_dict(self) -> dict:
-        """The wire payload; see ``harness.metrics.wire`` for the format."""
-        from harness.metrics.wire import encode_sketch  # wire imports this module: import late to avoid a cycle
-
-        return encode_sketch(self)
-
-    @classmethod
-    def from_dict(cls, payload: dict) -> Sketch:
-        """Inverse of ``to_dict``; raises SketchMismatch or ValueError for a payload it cannot read."""
-        from harness.metrics.wire import decode_sketch
-
-        return decode_sketch(payload)
-
     @classmethod
     def _from_parts(cls, *, relative_accuracy: float, bins: dict[int, int], zero: int, overflow: int,
                     total: float, lo: float, hi: float) -> Sketch:

@@ -26,13 +26,9 @@ appends it to its last chunk.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
-from harness.sim.plan import Plan, Segment
+from harness.sim.plan import GenRequest, Plan, Segment
 from harness.sim.text import plain_text, think_text, token_text, tool_arguments
-
-if TYPE_CHECKING:
-    from harness.sim.openai import GenRequest
 
 __all__ = ["ChatWriter", "StreamFormat", "full_response", "llama_timings"]
 

@@ -21,12 +21,19 @@ With caching off nothing is ever cached: blocks are counted, nothing more.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from harness.sim.engine import Sequence
+__all__ = ["BlockPool", "Sequence"]
 
-__all__ = ["BlockPool"]
+
+class Sequence(Protocol):
+    """What the pool reads and writes of a running sequence (``engine.Sequence`` is one)."""
+
+    blocks: int
+    """KV blocks held (cached shared ones first, then private ones)."""
+    block_hashes: list[int]
+    shared: int
+    """How many of the leading ``blocks`` are cached blocks, shared by reference."""
 
 
 class BlockPool:

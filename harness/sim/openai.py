@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from harness.sim import prefix
 from harness.sim.chat_stream import StreamFormat, full_response
-from harness.sim.plan import Behavior, Plan, pick_tool, plan_output
+from harness.sim.plan import Behavior, GenRequest, Plan, pick_tool, plan_output
 from harness.sim.text import THINK_START, output_words, plain_text, token_text
 
 __all__ = ["ApiError", "GenRequest", "OutputPolicy", "StreamFormat", "error_body", "full_response", "output_words",
@@ -83,34 +83,6 @@ class OutputPolicy:
         "help": "Median natural output length when ignore_eos is off (0: always generate max_tokens)."})
     eos_sigma: float = field(default=0.6, metadata={"help": "Lognormal sigma of that length."})
     tokens_per_word: float = field(default=1.0, metadata={"help": "Prompt tokens per whitespace-separated word."})
-
-
-@dataclass
-class GenRequest:
-    kind: str
-    """"chat", "completions", "responses", "messages" (Anthropic) or "embeddings"."""
-    model: str
-    stream: bool
-    include_usage: bool
-    prompt_tokens: int
-    output_tokens: int
-    """Tokens the engine will generate for this request (reasoning + answer)."""
-    finish_reason: str
-    """"length" when ``output_tokens`` reached the cap, "stop" when the model stopped by itself, "tool_calls"
-    when it stopped after a tool call (each framing renders its own words)."""
-    block_keys: list[int] = field(default_factory=list)
-    """Prefix-cache key of each full KV block (prompt, then planned output); empty without ``block_size``."""
-    messages: list[tuple[str, str]] | None = None
-    """Chat: (role, content text) of each message, for the trace's message hashes; None for completions."""
-    plan: Plan = field(default_factory=lambda: Plan(0))
-    """Reasoning, answer and tool call of the output (``plan.py``); ``output_tokens``/``finish_reason`` are its."""
-    continuous_usage: bool = False
-    """Every chunk carries cumulative usage (``stream_options.continuous_usage_stats`` with ``include_usage``)."""
-    reasoning_field: str = "reasoning_content"
-    reasoning_usage: bool = False
-    """Usage carries ``completion_tokens_details.reasoning_tokens``."""
-    options: dict = field(default_factory=dict)
-    """Framing-specific request fields a writer echoes or obeys (Responses, Messages)."""
 
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}

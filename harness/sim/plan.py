@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-__all__ = ["Behavior", "CountSpec", "Plan", "Segment", "pick_tool", "plan_output"]
+__all__ = ["Behavior", "CountSpec", "GenRequest", "Plan", "Segment", "pick_tool", "plan_output"]
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,31 @@ def pick_tool(names: list[str], forced: str | None, none: bool, p: float, rng: r
     if p >= 1.0 or (p > 0.0 and rng.random() < p):
         return names[0]
     return None
+
+
+@dataclass
+class GenRequest:
+    kind: str
+    """"chat", "completions", "responses", "messages" (Anthropic) or "embeddings"."""
+    model: str
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    output_tokens: int
+    """Tokens the engine will generate for this request (reasoning + answer)."""
+    finish_reason: str
+    """"length" when ``output_tokens`` reached the cap, "stop" when the model stopped by itself, "tool_calls"
+    when it stopped after a tool call (each framing renders its own words)."""
+    block_keys: list[int] = field(default_factory=list)
+    """Prefix-cache key of each full KV block (prompt, then planned output); empty without ``block_size``."""
+    messages: list[tuple[str, str]] | None = None
+    """Chat: (role, content text) of each message, for the trace's message hashes; None for completions."""
+    plan: Plan = field(default_factory=lambda: Plan(0))
+    """Reasoning, answer and tool call of the output (``plan.py``); ``output_tokens``/``finish_reason`` are its."""
+    continuous_usage: bool = False
+    """Every chunk carries cumulative usage (``stream_options.continuous_usage_stats`` with ``include_usage``)."""
+    reasoning_field: str = "reasoning_content"
+    reasoning_usage: bool = False
+    """Usage carries ``completion_tokens_details.reasoning_tokens``."""
+    options: dict = field(default_factory=dict)
+    """Framing-specific request fields a writer echoes or obeys (Responses, Messages)."""

@@ -55,9 +55,10 @@ class Fleet:
 
     def __init__(self, locust: ModuleType, tmp_path, failures_per_s: int = 0,
                  failure: tuple[str, str] = ("http_5xx", "")) -> None:
-        from harness.load.context import Kneecap, ScenarioSource
+        from harness.load.context import ScenarioSource
         from harness.load.master import MasterSide
         from harness.load.shapes import Ticker
+        from harness.load.wiring import Kneecap
         from harness.load.worker import WorkerSide
 
         self.Message = locust.rpc.protocol.Message
