@@ -6,7 +6,7 @@ from harness import exitcodes
 from harness.analysis.results import SloVerdict, StepResult
 from harness.analysis.slo import Threshold
 
-__all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "exit_code", "slo_verdict"]
+__all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "exit_code", "run_exit_code", "slo_verdict"]
 
 # Aliases of the codes in harness.exitcodes, kept because this module has exported these names.
 EXIT_SLO_FAILED = exitcodes.SLO_FAILED
@@ -32,3 +32,13 @@ def exit_code(steps: list[StepResult], slo: SloVerdict) -> int:
     if not measured or not any(s.generator.reliable for s in measured):
         return exitcodes.NO_VALID_RESULT
     return exitcodes.SLO_FAILED if slo.passed is False else exitcodes.OK
+
+
+def run_exit_code(steps: list[StepResult], slo: SloVerdict, *, merge_errors: int, lost: bool) -> int:
+    """The whole precedence, in one place: ``ERROR`` when a worker report could not be merged (the figures miss
+    data); else the steps' own code (``exit_code``); a run that would pass but lost a worker is ``DEGRADED``."""
+    if merge_errors:
+        return exitcodes.ERROR
+    code = exit_code(steps, slo)
+    return exitcodes.DEGRADED if code == exitcodes.OK and lost else code
+

@@ -16,18 +16,14 @@ from typing import Any
 
 from harness import exitcodes
 from harness.analysis.ledger import Ledger
-from harness.analysis.pricing import cost_line, run_cost
-from harness.analysis.results import RunSummary, StepResult, level_unit
-from harness.analysis.server import explain
-from harness.analysis.sessions import explain_cache
+from harness.analysis.pricing import cost_line
+from harness.analysis.results import RunSummary, level_unit
 from harness.analysis.steps import StepInfo, connection_warning
-from harness.analysis.verdict import exit_code, slo_verdict
+from harness.analysis.summarize import RunFacts, summarize
 from harness.load.context import ScenarioSource
 from harness.load.live import Live
 from harness.metrics.clock import ClockOffset
-from harness.metrics.clock import drift as clock_drift
-from harness.metrics.clock import drift_warning as clock_drift_warning
-from harness.metrics.clock import warning as clock_warning
+from harness.metrics.clocks import FleetClocks
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.scenario import DEFAULT_HOST
 from harness.sinks.files import JsonLinesWriter, write_json_atomic
@@ -71,10 +67,8 @@ class MasterSide:
         self.flushed: set[str] = set()
         """Workers whose final report arrived."""
         self.finalized = False
-        self.clocks: dict[str, ClockOffset] = {}
-        """Each worker's clock offset to this master's, as last measured (``load/clock.py``)."""
-        self.first_clocks: dict[str, ClockOffset] = {}
-        """Each worker's first measured offset: against the last, how far its clock moved during the run."""
+        self.clocks = FleetClocks()
+        """Each worker's clock offset to this master's (``load/clock.py`` measures them)."""
 
     @property
     def out_dir(self) -> str:
@@ -160,43 +154,16 @@ class MasterSide:
     def clock_measured(self, worker: str, offset: ClockOffset) -> None:
         """A worker's clock offset came in (at test start, when it joined, then every ``load.clock.CLOCK_EVERY_S``):
         kept for the summary, said if off or if it moved since the first."""
-        old = self.clocks.get(worker)
-        if offset.offset_s is None and old is not None and old.offset_s is not None:
+        notes = self.clocks.measured(worker, offset)
+        if notes is None:
             log.debug("kneecap: worker %s clock not re-measured (%d round trips answered); keeping the last",
                       worker, offset.samples)
             return
-        self.clocks[worker] = offset
-        if offset.offset_s is not None:
-            self.first_clocks.setdefault(worker, offset)
-        first = self.first_clocks.get(worker, offset)
-        checks = (lambda c: clock_warning(worker, c), lambda c: clock_drift_warning(worker, first, c))
-        # each said once, as it first shows (the summary has the last figures)
-        notes = [n for check in checks if (n := check(offset)) and (old is None or not check(old))]
         for note in notes:
             log.warning("kneecap: %s", note)
         if not notes and offset.offset_s is not None:  # one line for the fleet at the end, not one per worker here
             log.debug("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
                       offset.bound_s * 1000, offset.rtt_s * 1000)
-
-    def clock_warnings(self) -> list[str]:
-        """A line per worker whose clock is off, moved during the run, or was never measured though it reported."""
-        notes = [clock_warning(w, c) for w, c in sorted(self.clocks.items())]
-        notes += [clock_drift_warning(w, self.first_clocks[w], c) for w, c in sorted(self.clocks.items())
-                  if w in self.first_clocks]
-        notes += [f"worker {w}: clock offset not measured (it never answered a ping)"
-                  for w in sorted(self.ledger.reporters - set(self.clocks) - {"local"})]
-        return [n for n in notes if n]
-
-    def clocks_json(self) -> dict[str, dict]:
-        """summary.json's ``clocks``: the last measurement of each worker, and ``drift_ms`` once measured twice."""
-        out = {}
-        for w, c in sorted(self.clocks.items()):
-            d = c.to_json()
-            moved = clock_drift(self.first_clocks[w], c) if w in self.first_clocks else None
-            if moved is not None and self.first_clocks[w] is not c:
-                d["drift_ms"] = round(moved * 1000, 3)
-            out[w] = d
-        return out
 
     def flush(self, worker: str, payload: Any) -> None:
         """A worker's final report (it stopped): merged like the others; ``finalize`` checks every worker sent one."""
@@ -225,28 +192,11 @@ class MasterSide:
         """The run's results as they stand (judged on the data complete so far)."""
         sc, ledger = self.source.scenario, self.ledger
         server = self.live.server_summaries() if self.live is not None else {}
-        steps = ledger.results(self.clock(), server)
-        knee = ledger.knee
-        reason = knee.reason
-        if knee.found:
-            why = "; ".join(w for w in (_server_why(steps, knee.step_index), _cache_why(steps, knee.step_index),
-                                        _tail_why(steps, knee.step_index, sc.load.knee_metric)) if w)
-            reason = f"{reason}; {why}" if why else reason
-        slo = slo_verdict(steps, sc.slo, knee.step_index if knee.found else None)
-        cost = None if sc.cost is None else run_cost(
-            sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee.step_index if knee.found else None,
-            judged={s.index: s.slo_passed for s in steps if s.index in ledger.judged},
-            max_load_within_slo=slo.max_load_within_slo, slo_given=bool(sc.slo), unit=level_unit(ledger.mode))
-        code = exitcodes.ERROR if self.merge_errors else exit_code(steps, slo)
-        if code == exitcodes.OK and any(e.kind == "lost" for e in ledger.fleet_events):
-            code = exitcodes.DEGRADED
-        return RunSummary(run_id=self.run_id, scenario=sc.name, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
-                          model=sc.endpoint.model, started_at=self.started_wall, ended_at=time.time(),
-                          mode=ledger.mode, stop_reason=self.stop_reason, workers=len(ledger.fleet.worker_step),
-                          steps=steps, knee=knee, knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo,
-                          exit_code=code, fleet_events=list(ledger.fleet_events), merge_errors=self.merge_errors,
-                          cost=cost, clocks=self.clocks_json(),
-                          clock_warnings=self.clock_warnings())
+        facts = RunFacts(run_id=self.run_id, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
+                         started_at=self.started_wall, ended_at=time.time(), stop_reason=self.stop_reason,
+                         merge_errors=self.merge_errors, clocks=self.clocks.to_json(),
+                         clock_warnings=self.clocks.warnings(ledger.reporters))
+        return summarize(ledger, ledger.results(self.clock(), server), facts)
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
@@ -263,9 +213,9 @@ class MasterSide:
         note = connection_warning(summary.steps)
         if note:
             log.warning("kneecap: %s", note)
-        measured = [abs(c.offset_s) for c in self.clocks.values() if c.offset_s is not None]
+        measured = self.clocks.max_offset_ms()
         if measured and not summary.clock_warnings:
-            log.info("kneecap: worker clocks: %d within %.2f ms of the master's", len(measured), max(measured) * 1000)
+            log.info("kneecap: worker clocks: %d within %.2f ms of the master's", *measured)
         if summary.cost is not None:
             log.info("kneecap: %s", cost_line(summary.cost))
         if self.live is not None:
@@ -280,29 +230,6 @@ class MasterSide:
         if self.requests_file is not None:
             self.requests_file.close()
         log.info("kneecap: summary written to %s", path)
-
-
-def _server_why(steps: list[StepResult], knee_index: int) -> str:
-    """The server's side of the knee: its queue at the knee step against the step after it."""
-    at = next((s for s in steps if s.index == knee_index), None)
-    after = next((s for s in steps if s.index > knee_index), None)
-    return explain(at.server if at else None, after.server if after else None)
-
-
-def _cache_why(steps: list[StepResult], knee_index: int) -> str:
-    """The prefix cache's side of the knee: its hit rate at the knee step against the step after it."""
-    at = next((s for s in steps if s.index == knee_index), None)
-    after = next((s for s in steps if s.index > knee_index), None)
-    return explain_cache(at.prefix_cache if at else None, after.prefix_cache if after else None)
-
-
-def _tail_why(steps: list[StepResult], knee_index: int, metric: str) -> str:
-    """Why the tail grew past the knee: the tail attribution of the knee metric's p99 in the step after it."""
-    after = next((s for s in steps if s.index > knee_index), None)
-    for a in (after.tail or {}).get("attributions", ()) if after else ():
-        if a["metric"] == f"{metric}_s" and a["quantile"] == 0.99 and a["verdict"] in ("cause", "time"):
-            return f"past it, {a['line']}"
-    return ""
 
 
 class RunView:
