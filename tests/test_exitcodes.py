@@ -42,3 +42,22 @@ def test_readme_table_lists_every_code():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", f.read(), flags=re.MULTILINE)
     assert {name: int(code) for code, name in rows} == CODES
+
+
+def test_run_exit_code_precedence_lives_in_one_place() -> None:
+    """Merge errors beat everything; a passing run that lost a worker is DEGRADED; a failing one keeps its code."""
+    from harness.analysis.results import GeneratorHealth, SloVerdict, StepResult, Throughput
+    from harness.analysis.verdict import run_exit_code
+
+    step = StepResult(index=0, mode="closed", level=4, duration_s=10, warmup_s=1, requests=10, ok=10, failures={},
+                      warmup_requests=1, throughput=Throughput(requests_per_s=1, output_tokens_per_s=1,
+                                                               input_tokens_per_s=1, goodput_per_s=1),
+                      latency_ms={}, tokens_per_s_per_user={}, output_tokens_counted=0, prompt_length_error=None,
+                      generator=GeneratorHealth(lag_p99_ms=1, lag_max_ms=1, cpu_max_pct=10, reliable=True))
+    passed = SloVerdict(thresholds=[], passed=True, max_load_within_slo=4)
+    failed = SloVerdict(thresholds=["ttft: p(99)<1"], passed=False, max_load_within_slo=None)
+    assert run_exit_code([step], passed, merge_errors=1, lost=False) == exitcodes.ERROR
+    assert run_exit_code([step], passed, merge_errors=0, lost=False) == exitcodes.OK
+    assert run_exit_code([step], passed, merge_errors=0, lost=True) == exitcodes.DEGRADED
+    assert run_exit_code([step], failed, merge_errors=0, lost=True) == exitcodes.SLO_FAILED
+    assert run_exit_code([], passed, merge_errors=0, lost=True) == exitcodes.NO_VALID_RESULT
