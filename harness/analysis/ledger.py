@@ -4,10 +4,15 @@ Time is passed in (the master's ``perf_counter`` and wall clock): the tests driv
 data, with decoded worker reports, and no Locust. The Locust side (``load/master.py``) only feeds it
 reports and asks it what to do.
 
+One ``StepState`` per step owns everything the run knows of it: its boundaries, its generator health, the
+server's scrapes, the knee metric's halves, and once judged its judgement, tail attribution and TTFT split.
+The fleet's merged buckets stay in ``Fleet`` (keyed by step and phase, as the wire ships them).
+
 Judging: a step is judged once its data is complete — every worker has reported from a later step
 (``Fleet.step_complete``), or the run ended and the last flushes arrived. A complete step's data can no
-longer change, so its judgement (knee point, SLO checks, stationarity) is computed once and kept; only the
-knee is re-found over the kept points at each ``judge``.
+longer change, so its judgement (knee point, SLO checks, stationarity), tail attribution and TTFT split are
+computed once, then its request rows are let go; only the knee is re-found over the kept points at each
+``judge``. Reading (``results``) changes nothing.
 
 Fleet changes: a step during which a worker was lost or joined did not run at the load it names, so it is
 not judged; the master re-runs its level (``load/master.py``), which gives it a fresh warm-up.
@@ -28,10 +33,12 @@ from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult
+from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.analysis.tail import StepTails
 from harness.analysis.tail_rows import columns, explain_rows, gc_paused
+from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.sketch import Sketch
@@ -39,7 +46,7 @@ from harness.metrics.sketch import Sketch
 if TYPE_CHECKING:
     from harness.scenario import Scenario
 
-__all__ = ["Judgement", "Ledger"]
+__all__ = ["Judgement", "Ledger", "StepState"]
 
 
 @dataclass(frozen=True)
@@ -57,25 +64,38 @@ class Judgement:
 
 
 @dataclass
+class StepState:
+    """One step of the run: what was measured of it and, once its data is complete, what was concluded."""
+
+    info: StepInfo
+    generator: Generator | None = None
+    """The workers' load-generator health over the step (loop lag, CPU, GC), merged."""
+    server: ServerStep | None = None
+    """The server's /metrics scrapes in the step's measured part (None: not scraped)."""
+    waiting: list[tuple[float, float]] = field(default_factory=list)
+    """The server's waiting queue at every scrape: (time on the step clock, requests waiting)."""
+    halves: list[tuple[float, Sketch]] = field(default_factory=list)
+    """The knee metric's deltas as they arrived (time, sketch): the stationarity check splits them in two."""
+    judgement: Judgement | None = None
+    tails: StepTails | None = None
+    """Tail attribution of the step's request rows, worked out once when it is judged."""
+    ttft_split: dict | None = None
+    """Where the step's TTFT went (``analysis/decompose.py``), worked out once when it is judged."""
+
+    @property
+    def index(self) -> int:
+        return self.info.index
+
+
+@dataclass
 class Ledger:
     """Steps on the master's clock and the fleet's data per step; see the module docstring."""
 
     scenario: Scenario
-    steps: list[StepInfo] = field(default_factory=list)
+    states: list[StepState] = field(default_factory=list)
     fleet: Fleet = field(default_factory=Fleet)
-    generators: dict[int, Generator] = field(default_factory=dict)
-    judged: dict[int, Judgement] = field(default_factory=dict)
-    tails: dict[int, StepTails] = field(default_factory=dict)
-    """Tail attribution of each judged step with request rows, worked out once when it is judged."""
-    _columns: dict[int, dict[str, list]] = field(default_factory=dict)
-    """A judged step's rows by column, until its TTFT split has used them too."""
-    splits: dict[int, dict | None] = field(default_factory=dict)
-    """Each judged step's TTFT split, worked out once (its rows and server summary are final by then)."""
-    waiting: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    """Per step, the server's waiting queue as scraped: (time on the step clock, requests waiting)."""
     knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
     fleet_events: list[FleetEvent] = field(default_factory=list)
-    _halves: dict[int, list[tuple[float, Sketch]]] = field(default_factory=dict)
     reporters: set[str] = field(default_factory=set)
     """Every worker that ever reported."""
     _last_report: dict[str, float] = field(default_factory=dict)
@@ -85,15 +105,28 @@ class Ledger:
         self.mode = "open" if self.scenario.load.mode == "open_staircase" else "closed"
 
     @property
+    def steps(self) -> list[StepInfo]:
+        """Every step's boundaries, in order."""
+        return [s.info for s in self.states]
+
+    @property
     def current(self) -> StepInfo | None:
-        return self.steps[-1] if self.steps else None
+        return self.states[-1].info if self.states else None
+
+    @property
+    def judged(self) -> dict[int, Judgement]:
+        """The judged steps' judgements by step index."""
+        return {s.index: s.judgement for s in self.states if s.judgement is not None}
+
+    def state(self, index: int) -> StepState | None:
+        return self.states[index] if 0 <= index < len(self.states) else None
 
     def begin_step(self, level: float, now: float, wall: float, level_index: int = -1) -> StepInfo:
         """Close the running step (if any) and start the next one at ``level`` (the plan's ``level_index``-th)."""
         self.end_step(now)
-        info = StepInfo(len(self.steps), level, now, self.scenario.load.step.warmup_s, started_wall=wall,
+        info = StepInfo(len(self.states), level, now, self.scenario.load.step.warmup_s, started_wall=wall,
                         level_index=level_index)
-        self.steps.append(info)
+        self.states.append(StepState(info))
         return info
 
     def fleet_change(self, kind: str, worker: str, now: float, wall: float, *, noticed_after_s: float) -> FleetEvent:
@@ -104,72 +137,93 @@ class Ledger:
         if kind == "lost":
             self.fleet.forget(worker)
             since = self._last_report.pop(worker, now - noticed_after_s)
-        hit = [s for s in self.steps if s.started <= now and (s.ended is None or s.ended >= since)]
+        hit = [s for s in self.states if s.info.started <= now and (s.info.ended is None or s.info.ended >= since)]
         for s in hit:
-            (s.workers_lost if kind == "lost" else s.workers_joined).append(worker)
-            self.judged.pop(s.index, None)
+            (s.info.workers_lost if kind == "lost" else s.info.workers_joined).append(worker)
+            s.judgement = None
         event = FleetEvent(kind=kind, worker=worker, at=wall, steps=[s.index for s in hit])
         self.fleet_events.append(event)
         return event
 
     def end_step(self, now: float) -> bool:
         """Close the running step; False when there is none."""
-        if not self.steps or self.steps[-1].ended is not None:
+        if not self.states or self.states[-1].info.ended is not None:
             return False
-        self.steps[-1].ended = now
+        self.states[-1].info.ended = now
         return True
 
     def merge(self, worker: str, report: Report, now: float) -> None:
-        """Add one worker's report (already decoded, see ``metrics/protocol.py``)."""
+        """Add one worker's report (already decoded, see ``metrics/protocol.py``). Data of a step past the plan
+        (workers move there when it ends) joins the fleet's buckets but no step."""
         self.fleet.merge(worker, report.step, report.buckets)
         self._last_report[worker] = now
         self.reporters.add(worker)
         metric = self.scenario.load.knee_metric
         for index, phase, delta in report.buckets:
-            if phase == "measure" and metric in delta.sketches:  # for the step's stationarity check
-                self._halves.setdefault(index, []).append((now, delta.sketches[metric]))
+            if phase == "measure" and metric in delta.sketches and (st := self.state(index)) is not None:
+                st.halves.append((now, delta.sketches[metric]))  # for the step's stationarity check
         gen = report.gen
         if gen is not None:
-            self.generators.setdefault(report.step, Generator()).merge(gen.lag, gen.cpu,
-                                                                       gen.gc[0] if gen.gc else None)
+            if (st := self.state(report.step)) is not None:
+                st.generator = st.generator or Generator()
+                st.generator.merge(gen.lag, gen.cpu, gen.gc[0] if gen.gc else None)
             for index, seconds in gen.cpu_s.items():  # CPU is charged to the step it was spent in
-                self.generators.setdefault(index, Generator()).add_cpu(seconds)
+                if (st := self.state(index)) is not None:
+                    st.generator = st.generator or Generator()
+                    st.generator.add_cpu(seconds)
+
+    def server_sample(self, sample: ServerSample, now: float, *, measuring: bool) -> None:
+        """A scrape of the server's /metrics at ``now``, into the running step: its waiting queue always (tail
+        attribution joins each request to the nearest), the rest only in the measured part (``measuring``: the
+        same part of the step as the client's figures)."""
+        if not self.states:
+            return
+        st = self.states[-1]
+        if sample.waiting is not None:
+            st.waiting.append((now, sample.waiting))
+        if measuring:
+            st.server = st.server or ServerStep()
+            st.server.add(sample)
 
     def measured(self, index: int) -> Bucket:
         return self.fleet.bucket(index, "measure")
 
     def judge(self, workers: int, *, final: bool = False) -> Knee:
         """Judge the steps whose data became complete (all ended steps when ``final``); re-find the knee."""
-        for info in self.steps:
-            if info.index in self.judged:
+        for st in self.states:
+            info = st.info
+            if st.judgement is not None:
                 continue
             if info.ended is None or not (final or self.fleet.step_complete(info.index, workers)):
                 break
             bucket = self.measured(info.index)
             if bucket.requests and not info.fleet_changed:
-                self.judged[info.index] = self._judge(info, bucket)
-                if bucket.rows:
-                    with gc_paused():
-                        cols = columns(bucket.rows)  # once for both: ~50 ms at 100k requests
-                        self.tails[info.index] = explain_rows(cols, waiting=self.waiting.get(info.index, ()),
-                                                              started=info.started)
-                    self._columns[info.index] = cols
-        self.knee = find_knee([j.point for _, j in sorted(self.judged.items())],
+                self._judge(st, bucket)
+        self.knee = find_knee([s.judgement.point for s in self.states if s.judgement is not None],
                               KneeParams(confirm_steps=self.scenario.load.confirm_steps),
                               label=f"{self.scenario.load.knee_metric} p99_slo")
         return self.knee
 
-    def _judge(self, info: StepInfo, bucket: Bucket) -> Judgement:
-        metric = self.scenario.load.knee_metric
+    def _judge(self, st: StepState, bucket: Bucket) -> None:
+        """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go (both
+        answers are kept: ~30 MB a 100k-request step is free again)."""
+        info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        reliable = (self.generators.get(info.index) or Generator()).health().reliable
+        reliable = (st.generator or Generator()).health().reliable
         mid = info.started + info.warmup_s + duration / 2
         first, second = Sketch(), Sketch()
-        for t, sk in self._halves.pop(info.index, ()):
+        for t, sk in st.halves:
             (first if t < mid else second).merge(sk)
-        return Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration),
-                         evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
-                         sum(bucket.failures.values()) / bucket.requests)
+        st.halves = []
+        st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration),
+                                 evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
+                                 sum(bucket.failures.values()) / bucket.requests)
+        if bucket.rows:
+            with gc_paused():
+                cols = columns(bucket.rows)  # once for both: ~50 ms at 100k requests
+                st.tails = explain_rows(cols, waiting=st.waiting, started=info.started)
+                st.ttft_split = ttft_split(cols, st.server.summary() if st.server is not None else None)
+            bucket.rows = []
 
     def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:
         """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""
@@ -182,7 +236,7 @@ class Ledger:
 
     def stop_reason(self) -> str | None:
         """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
-        judged = sorted(self.judged.items())
+        judged = [(s.index, s.judgement) for s in self.states if s.judgement is not None]
         reason = stop_reason(self.knee, [j.error_rate for _, j in judged],
                              [c.threshold for _, j in judged for c in j.slo if c.abort_on_fail and not c.passed])
         if reason is not None and reason.startswith("error storm"):  # say which failures, and the likely fix
@@ -192,32 +246,27 @@ class Ledger:
             reason += f" ({top_failures(bucket, 1)})" + (f"; {fix}" if fix else "")
         return reason
 
-    def results(self, now: float, server: dict[int, dict] | None = None) -> list[StepResult]:
+    def results(self, now: float) -> list[StepResult]:
         """Every step's numbers as they stand (the running step so far), with its judgement when it has one."""
         out = []
-        first = next((i for i in self.steps if not i.fleet_changed and self.measured(i.index).requests), None)
+        first = next((s for s in self.states if not s.info.fleet_changed and self.measured(s.index).requests), None)
         baseline = self.measured(first.index) if first is not None else None  # agent stall is against it
-        for info in self.steps:
-            bucket = self.measured(info.index)
-            r = step_result(info, bucket, self.generators.get(info.index), now=now, mode=self.mode,
-                            warmup=self.fleet.steps.get((info.index, "warmup")))
-            r.complete = info.index < len(self.steps) - 1 or self.plan.step_done(info.elapsed_s(now), bucket.requests)
-            j = self.judged.get(info.index)
+        last = len(self.states) - 1
+        for st in self.states:
+            info, bucket = st.info, self.measured(st.index)
+            warmup = self.fleet.steps.get((info.index, "warmup"))
+            r = step_result(info, bucket, st.generator, now=now, mode=self.mode, warmup=warmup)
+            r.complete = info.index < last or self.plan.step_done(info.elapsed_s(now), bucket.requests)
+            j = st.judgement
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
-            r.server = (server or {}).get(info.index)
+            r.server = st.server.summary() if st.server is not None else None
             if self.scenario.cost is not None:
-                r.cost = self._cost(r, bucket, self.fleet.steps.get((info.index, "warmup")))
+                r.cost = self._cost(r, bucket, warmup)
             r.prefix_cache = cache_view(bucket, r.server, self.scenario.endpoint.api)
             r.sessions = session_view(bucket, baseline)
-            tails = self.tails.get(info.index)
-            r.tail = tails.to_dict() if tails is not None else None
-            if info.index in self.judged and (bucket.rows or info.index in self.splits):
-                if info.index not in self.splits:
-                    cols = self._columns.pop(info.index, None)
-                    with gc_paused():
-                        self.splits[info.index] = ttft_split(cols if cols is not None else bucket.rows, r.server)
-                    bucket.rows = []  # both answers are kept: ~30 MB a 100k-request step is free again
-                r.ttft_split = self.splits[info.index]
+            r.tail = st.tails.to_dict() if st.tails is not None else None
+            if j is not None:
+                r.ttft_split = st.ttft_split
             out.append(r)
         return out

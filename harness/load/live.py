@@ -1,9 +1,9 @@
-"""Master side, while the run goes: windows to InfluxDB and the endpoint's /metrics scraped per step.
+"""Master side, while the run goes: the live window, to InfluxDB and to the web UI's chart page.
 
-Two greenlets: every ``window_s`` the fleet's window (everything merged since the last one) becomes
-points; every 0.5 s the server's /metrics is sampled into the current step. Both only queue and
-sample — the InfluxDB write is the sink's ``flush``, which never raises and spools on failure.
-The master hands each merged report to ``observe``; nothing else reaches into this object's state.
+One greenlet: every ``window_s`` the fleet's window (everything merged since the last one) becomes
+points. It only queues — the InfluxDB write is the sink's ``flush``, which never raises and spools on
+failure. The master hands each merged report to ``observe``; the server's last scrape comes from the
+``load/scraper.py`` input (``last_sample``); nothing else reaches into this object's state.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ import gevent
 
 from harness.analysis.knee import Knee
 from harness.analysis.results import StepResult
-from harness.analysis.server import ServerStep
 from harness.analysis.steps import StepInfo
-from harness.client.server_metrics import scrape
-from harness.client.transport import tls_context
+from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.protocol import GeneratorSample, Report
 from harness.scenario import Scenario
@@ -36,29 +34,19 @@ __all__ = ["Live"]
 log = logging.getLogger("kneecap")
 HISTORY_SKETCHES = ("ttft", "tpot")
 """The metrics of the web UI's chart page (``history``)."""
-SCRAPE_EVERY_S = 0.5
 
 
 class Live:
-    """Owns the live window (everything merged since the last one), each worker's latest health, the
-    scraped server state per step and the chart history; reads the running step through ``current``."""
+    """Owns the live window (everything merged since the last one), each worker's latest health and the chart
+    history; reads the running step through ``current`` and the server's last scrape through ``last_sample``."""
 
-    def __init__(self, scenario: Scenario, options: Any, *, host: str | None, run_id: str, out_dir: str,
-                 current: Callable[[], StepInfo | None], measuring: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, scenario: Scenario, options: Any, *, run_id: str, out_dir: str,
+                 current: Callable[[], StepInfo | None],
+                 last_sample: Callable[[], ServerSample | None] = lambda: None) -> None:
         self.scenario = scenario
         self.run_id = run_id
         self.current = current
-        self.measuring = measuring
-        """True past the running step's warm-up: only then do scrapes count for the step's server summary."""
-        self.server: dict[int, ServerStep] = {}
-        self.waiting: dict[int, list[tuple[float, float]]] = {}
-        """Per step, (perf_counter, requests waiting at the server) of every scrape: tail attribution joins each
-        request to the sample nearest its send (the master shares its ledger's dict)."""
-        self.last_sample = None
-        self.metrics_url = self._metrics_url(host)
-        tls = scenario.endpoint.tls  # the endpoint's own TLS settings apply to its /metrics too
-        verify = tls.verify and not getattr(options, "insecure", False)
-        self._tls = tls_context(tls.ca_file, verify) if (self.metrics_url or "").startswith("https:") else None
+        self.last_sample = last_sample
         cfg = InfluxConfig.resolve(options, scenario.influxdb)
         self.sink: InfluxSink | None = None
         self.window_s = DEFAULT_WINDOW_S
@@ -83,21 +71,7 @@ class Live:
         self._t0 = time.monotonic()
         self._greenlets: list[gevent.Greenlet] = []
 
-    def _metrics_url(self, host: str | None) -> str | None:
-        setting = self.scenario.endpoint.metrics
-        if setting == "off":
-            return None
-        if setting != "auto":
-            return setting
-        host = (host or "").rstrip("/")
-        return f"{host}/metrics" if host else None
-
     def start(self) -> None:
-        if self.metrics_url and scrape(self.metrics_url, context=self._tls) is None:
-            log.info("kneecap: no Prometheus metrics at %s; server metrics off", self.metrics_url)
-            self.metrics_url = None
-        if self.metrics_url:
-            self._greenlets.append(gevent.spawn(self._scrape_loop))
         self.event("run_start", f"run {self.run_id}: scenario {self.scenario.name}", None)
         self._greenlets.append(gevent.spawn(self._window_loop))
 
@@ -111,21 +85,6 @@ class Live:
             cost[0] += sum(report.gen.cpu_s.values())
             if report.gen.gc is not None:
                 cost[1] = max(cost[1], report.gen.gc[0])
-
-    def server_summaries(self) -> dict[int, dict]:
-        return {index: s.summary() for index, s in self.server.items()}
-
-    def _scrape_loop(self) -> None:
-        while True:
-            sample = scrape(self.metrics_url, context=self._tls)  # type: ignore[arg-type]
-            step = self.current()
-            if sample is not None and step is not None:
-                self.last_sample = sample
-                if sample.waiting is not None:
-                    self.waiting.setdefault(step.index, []).append((time.perf_counter(), sample.waiting))
-                if self.measuring():  # the same part of the step as the client's figures
-                    self.server.setdefault(step.index, ServerStep()).add(sample)
-            gevent.sleep(SCRAPE_EVERY_S)
 
     def _window_loop(self) -> None:
         while True:
@@ -158,8 +117,9 @@ class Live:
                                              round(gen.lag.max * 1000, 3), gen.cpu, tags=self.tags, ts_ms=ts,
                                              window=self.window, cpu_s=round(cpu_s, 4) if gen.cpu_s else None,
                                              gc_pause_max_ms=round(gc_max * 1000, 3) if gc_max >= 0 else None))
-        if self.last_sample is not None and step is not None:
-            lines.append(server_point(self.last_sample, tags=self.tags, ts_ms=ts, window=self.window, step=step.index))
+        sample = self.last_sample()
+        if sample is not None and step is not None:
+            lines.append(server_point(sample, tags=self.tags, ts_ms=ts, window=self.window, step=step.index))
         self.window += 1
         sink.add(lines)
         sink.flush()

@@ -22,6 +22,7 @@ from harness.analysis.steps import StepInfo, connection_warning
 from harness.analysis.summarize import RunFacts, summarize
 from harness.load.context import ScenarioSource
 from harness.load.live import Live
+from harness.load.scraper import Scraper
 from harness.metrics.clock import ClockOffset
 from harness.metrics.clocks import FleetClocks
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
@@ -64,6 +65,7 @@ class MasterSide:
         """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
         self.requests_file: JsonLinesWriter | None = None
         self.live: Live | None = None
+        self.scraper: Scraper | None = None
         self.flushed: set[str] = set()
         """Workers whose final report arrived."""
         self.finalized = False
@@ -82,9 +84,11 @@ class MasterSide:
         if self.source.option("save_requests"):
             self.requests_file = JsonLinesWriter(self.source.option("save_requests"))
         sc = self.source.scenario
-        self.live = Live(sc, self.source.options, host=self.env.host or sc.endpoint.host, run_id=self.run_id,
-                         out_dir=self.out_dir, current=lambda: self.ledger.current, measuring=self._measuring)
-        self.live.waiting = self.ledger.waiting
+        self.scraper = Scraper(sc, self.source.options, host=self.env.host or sc.endpoint.host, ledger=self.ledger,
+                               measuring=self._measuring)
+        self.live = Live(sc, self.source.options, run_id=self.run_id, out_dir=self.out_dir,
+                         current=lambda: self.ledger.current, last_sample=lambda: self.scraper.last_sample)
+        self.scraper.start()
         self.live.start()
 
     def _measuring(self) -> bool:
@@ -191,12 +195,11 @@ class MasterSide:
     def summary(self) -> RunSummary:
         """The run's results as they stand (judged on the data complete so far)."""
         sc, ledger = self.source.scenario, self.ledger
-        server = self.live.server_summaries() if self.live is not None else {}
         facts = RunFacts(run_id=self.run_id, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
                          started_at=self.started_wall, ended_at=time.time(), stop_reason=self.stop_reason,
                          merge_errors=self.merge_errors, clocks=self.clocks.to_json(),
                          clock_warnings=self.clocks.warnings(ledger.reporters))
-        return summarize(ledger, ledger.results(self.clock(), server), facts)
+        return summarize(ledger, ledger.results(self.clock()), facts)
 
     def finalize(self, **_: Any) -> None:
         """At ``quitting``: collect the last data, judge every step, write summary.json, set the exit code."""
@@ -218,6 +221,8 @@ class MasterSide:
             log.info("kneecap: worker clocks: %d within %.2f ms of the master's", *measured)
         if summary.cost is not None:
             log.info("kneecap: %s", cost_line(summary.cost))
+        if self.scraper is not None:
+            self.scraper.stop()
         if self.live is not None:
             try:
                 summary.influx = self.live.close(summary.steps, summary.knee, summary.knee_reason, self.stop_reason)
@@ -233,10 +238,15 @@ class MasterSide:
 
 
 class RunView:
-    """The read-only face of the master for the load shape and the web UI."""
+    """The read-only face of the master for the load shape and the web UI: the summary as of at most
+    ``SUMMARY_MAX_AGE_S`` ago (the web UI polls every second or two; judging and summarising once a second
+    serves every open page alike and keeps the master's CPU off the workers' shared cores)."""
+
+    SUMMARY_MAX_AGE_S = 1.0
 
     def __init__(self, master: MasterSide) -> None:
         self._m = master
+        self._last: tuple[float, dict] | None = None
 
     @property
     def ledger(self) -> Ledger:
@@ -252,7 +262,10 @@ class RunView:
         return self._m.live.history if self._m.live is not None else []
 
     def summary_json(self) -> dict:
-        """The summary as it stands now (web UI), judged on the data complete so far."""
-        if self._m.ledger.steps:
-            self._m.judge()
-        return self._m.summary().to_json()
+        """The summary as it stands (judged on the data complete so far), at most ``SUMMARY_MAX_AGE_S`` old."""
+        now = time.monotonic()
+        if self._last is None or now - self._last[0] >= self.SUMMARY_MAX_AGE_S or self._m.finalized:
+            if self._m.ledger.steps:
+                self._m.judge()
+            self._last = (now, self._m.summary().to_json())
+        return self._last[1]

@@ -36,7 +36,8 @@ def llm_rows(view: RunView) -> list[dict]:
     if speed is not None and speed.count:
         rows.append({"metric": "tokens/s per user", **{c: v for c, v in summarize_sketch(speed, 1.0).items()
                                                        if c in _COLUMNS}})
-    gen = ledger.generators.get(step.index)
+    state = ledger.state(step.index)
+    gen = state.generator if state is not None else None
     reliable = gen.health().reliable if gen else "n/a"
     unit = level_unit(ledger.mode)
     rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,

@@ -81,7 +81,7 @@ def test_worker_cpu_is_charged_to_the_step_it_was_spent_in_and_divided_by_its_to
     ledger.merge("a", _gen({0: 0.4, 1: 1.6}, gc_max=0.003, step=1), now=90.0)
     ledger.merge("b", _gen({1: 2.0}, gc_max=0.012, step=1), now=90.0)
     ledger.merge("b", _gen({}, step=1), now=91.0)  # an older worker: no CPU, no GC figures
-    g0, g1 = ledger.generators[0], ledger.generators[1]
+    g0, g1 = ledger.states[0].generator, ledger.states[1].generator
     assert g0.cpu_s == 0.4 and g1.cpu_s == 3.6 and g1.gc_max_s == 0.012 and g0.gc_max_s is None
     h = g1.health(output_tokens=36_000)  # 3.6 s of CPU over 36 k tokens: 100 µs per token
     assert (h.cpu_s, h.output_tokens, h.cpu_us_per_token, h.gc_pause_max_ms) == (3.6, 36_000, 100.0, 12.0)
