@@ -122,8 +122,8 @@ def test_readme_scenarios_are_valid():
 # --- commands and flags -------------------------------------------------------------------------------------------
 #
 # A command is a line of a fenced code block (a trailing `\` joins the next line; a shell comment after " #" is
-# cut) or an inline code span, whose text starts with `kneecap SUBCOMMAND` (also `.venv/bin/kneecap ...`) or with
-# `locust` (a bare `locust` names it too). Every option after it must exist:
+# cut; `a && b` is two commands) or an inline code span, whose text starts with `kneecap SUBCOMMAND` (also
+# `.venv/bin/kneecap ...`) or with `locust` (a bare `locust` names it too). Every option after it must exist:
 # - a kneecap subcommand's: its own click options. `kneecap run` passes nothing through (click refuses unknown
 #   options), so a `--` there is an error; a `--sim-arg=--x` value must be a `kneecap sim` option;
 # - after `kneecap worker ... --`: Locust's options, since the worker execs `locust --worker` with them;
@@ -199,8 +199,8 @@ def _mentions(page: str, text: str) -> Iterator[Mention]:
     def flush() -> Iterator[Mention]:
         if not para:
             return
-        joined = " ".join(t for _, t in para)
-        first = para[0][0]
+        joined, first = " ".join(t for _, t in para), para[0][0]
+        para.clear()
         spans = re.findall(r"`([^`]+)`", joined)
         commands = {c for s in spans if (c := _command_of(s.strip()))}
         for s in spans:
@@ -218,7 +218,6 @@ def _mentions(page: str, text: str) -> Iterator[Mention]:
             for s in spans:
                 if _FLAG.match(s) and not _command_of(s):
                     yield Mention(page, first, s.strip(), context)
-        para.clear()
 
     while i < len(lines):
         raw = lines[i]
@@ -232,9 +231,9 @@ def _mentions(page: str, text: str) -> Iterator[Mention]:
             while code.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 code = code[:-1] + " " + lines[i].strip()
-            code = re.split(r"\s+#", code.strip(), maxsplit=1)[0]
-            if _command_of(code) not in (None, "other"):
-                yield Mention(page, start + 1, code)
+            for part in re.split(r"\s+#", code.strip(), maxsplit=1)[0].split("&&"):
+                if _command_of(part.strip()) not in (None, "other"):
+                    yield Mention(page, start + 1, part.strip())
         elif m := re.match(r"^(#+) (.+)$", raw):
             yield from flush()
             level = len(m.group(1))
