@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -16,6 +19,42 @@ from dataclasses import dataclass
 from typing import IO
 
 import pytest
+
+from tests.kit.lanes import lane
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under ``pytest -n``, a test marked ``timing`` runs with no other test beside it (``tests/kit/lanes.py``)."""
+    if not hasattr(item.config, "workerinput"):  # not an xdist worker: nothing runs beside anything
+        return (yield)
+    folder = pathlib.Path(item.config.workerinput["lanes_dir"])
+    with lane(folder, alone=item.get_closest_marker("timing") is not None):
+        return (yield)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist (controller): every worker locks in the same folder, this session's."""
+    node.workerinput["lanes_dir"] = str(node.config._lanes_dir)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        config._lanes_dir = pathlib.Path(tempfile.mkdtemp(prefix="kneecap-lanes-"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(config._lanes_dir, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first: tests that start real processes (marked ``integration``, most of the suite's wall time, mostly
+    waiting) run before the quick pure ones, so that with ``-n`` (pytest-xdist, README) the quick ones fill the gaps
+    at the end instead of a long run starting last. A module sharing one real run is one ``xdist_group``."""
+    items.sort(key=lambda item: (item.get_closest_marker("integration") is None,
+                                 item.get_closest_marker("xdist_group") is None))
 
 
 @dataclass

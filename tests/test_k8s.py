@@ -26,6 +26,7 @@ from harness.endpoint import url_problem
 from harness.scenario import load_scenario
 from tests.conftest import Lines, free_port, start_sim
 
+pytestmark = pytest.mark.xdist_group("k8s")  # the rendered manifests are one module fixture: render them once
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
 DOCKERFILE = ROOT / "Dockerfile"

@@ -78,6 +78,7 @@ def _median(xs: list[float]) -> float:
     return xs[len(xs) // 2]
 
 
+@pytest.mark.timing
 def test_reasoning_ttft_ttfo_and_reasoning_time_match_the_server_within_a_millisecond(tmp_path):
     summary, records, served, output = _trace_run(tmp_path, REASONING, "--reasoning-tokens", "20",
                                                   "--reasoning-usage", "on")
@@ -101,6 +102,7 @@ def test_reasoning_ttft_ttfo_and_reasoning_time_match_the_server_within_a_millis
     assert lat["tpot_content"]["count"] == measured
 
 
+@pytest.mark.timing
 def test_four_tokens_per_chunk_with_continuous_usage_give_exact_per_token_itl(tmp_path):
     summary, _records, _served, output = _trace_run(tmp_path, REASONING.replace("reasoning", "chunks"),
                                                   "--tokens-per-chunk", "4", users=8)
@@ -151,6 +153,7 @@ def test_tool_calls_are_successes_with_their_own_time(tmp_path):
     assert summary["steps"][0]["latency_ms"]["tool_call"]["count"] > 0
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("api, extra, out", [
     ("responses", "{ignore_eos: true}", 60),
     # Anthropic's thinking budget is >= 1024 and < max_tokens; the answer ends by itself (--eos-median 30).

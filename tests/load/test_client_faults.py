@@ -37,6 +37,7 @@ def locust(tmp_path, host: str, *, users: int = 2, seconds: int = 4, overrides: 
     return records, proc.stdout + proc.stderr
 
 
+@pytest.mark.timing
 def test_429_with_retry_after_makes_each_user_wait(tmp_path):
     """Issue 11: 2 users against 429 + Retry-After: 2 sent 2,735 requests in 3.5 s. Now one per second each."""
     with CannedServer(RATE_LIMITED) as srv:
@@ -47,6 +48,7 @@ def test_429_with_retry_after_makes_each_user_wait(tmp_path):
     assert "Traceback" not in output
 
 
+@pytest.mark.timing
 def test_a_long_retry_after_is_capped_and_does_not_hold_up_the_end(tmp_path):
     """Retry-After: 3600 waits 30 s at most, and a user waiting is stopped at once when the run ends (-t 2s)."""
     hour = RATE_LIMITED.replace(b"retry-after: 1", b"retry-after: 3600")
@@ -58,12 +60,14 @@ def test_a_long_retry_after_is_capped_and_does_not_hold_up_the_end(tmp_path):
     assert took < 10, took  # Locust's start and shutdown, not the wait
 
 
+@pytest.mark.timing
 def test_retry_after_ignore_goes_on_at_once(tmp_path):
     with CannedServer(RATE_LIMITED) as srv:
         _, output = locust(tmp_path, srv.url, seconds=2, overrides={"endpoint.retry_after": "ignore"})
     assert srv.requests > 100, output[-2000:]
 
 
+@pytest.mark.timing
 def test_a_closed_port_backs_off_to_a_few_requests_per_second(tmp_path):
     records, output = locust(tmp_path, f"http://127.0.0.1:{closed_port()}")
     # per user: attempts at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s (doubling from 50 ms, at most 2 s apart)
@@ -72,6 +76,7 @@ def test_a_closed_port_backs_off_to_a_few_requests_per_second(tmp_path):
     assert "Connection refused" in records[0]["error_detail"] and "Traceback" not in output
 
 
+@pytest.mark.timing
 def test_usage_counts_as_strings_are_bad_responses_not_a_stuck_worker(tmp_path):
     """Issue 11: a TypeError in prompts.py on every request, the pipe filled, 0 requests. Now each is classified."""
     with CannedServer(USAGE_AS_STRINGS) as srv:
@@ -109,6 +114,7 @@ class FlakyUser(user.LLMUser):
 '''
 
 
+@pytest.mark.timing
 def test_an_exception_in_the_request_path_is_a_client_error_logged_once_per_type(tmp_path):
     locustfile = tmp_path / "flaky.py"
     locustfile.write_text(FLAKY)

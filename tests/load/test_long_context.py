@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("long_context")]  # one shared run per module
 
 TARGET = 262_144
 SCENARIO = f"""

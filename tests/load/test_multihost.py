@@ -33,7 +33,7 @@ from tests.conftest import Lines
 from tests.load.test_fleet import LOCUST, exact
 from tests.load.test_fleet_faults import SHAPE
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("multihost")]  # one shared run per module
 NET = "198.18.0"
 HOSTS = {"target": 1, "master": 2, "wa": 11, "wb": 12, "wc": 13}
 TARGET = f"{NET}.{HOSTS['target']}"

@@ -12,6 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.timing
 def test_open_loop_rates_and_saturation(tmp_path):
     path = tmp_path / "open.yaml"
     path.write_text(textwrap.dedent("""

@@ -87,8 +87,10 @@ def finish(proc: subprocess.Popen, out: Lines) -> str:
     return out.join()
 
 
-def summary_of(tmp_path) -> dict:
-    return json.loads((tmp_path / "out" / "summary.json").read_text())
+def summary_of(tmp_path, output: str = "") -> dict:
+    path = tmp_path / "out" / "summary.json"
+    assert path.exists(), f"the run wrote no summary.json; its output:\n{output}"
+    return json.loads(path.read_text())
 
 
 STAIRS = """
@@ -137,6 +139,7 @@ def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_t
 CONSTANT = "load: {mode: constant, users: 4, duration_s: 12, step: {warmup_s: 0.5}}\n"
 
 
+@pytest.mark.timing  # also: its database's port is free for 4 s, and no other test may take it meanwhile
 def test_an_outage_loses_no_point(tmp_path):
     port = free_port()
     with victoria(tmp_path / "vm", port) as url:
@@ -147,7 +150,7 @@ def test_an_outage_loses_no_point(tmp_path):
     time.sleep(4)  # the database is down for ~4 s of the run (the outage under test)
     with victoria(tmp_path / "vm", port) as url:
         out = finish(proc, lines)
-        s = summary_of(tmp_path)
+        s = summary_of(tmp_path, out)
         points = export(url, s["run_id"])
     assert s["influx"]["unwritten"] == 0 and s["influx"]["last_error"], (s.get("influx"), out)
     assert s["steps"][0]["failures"] == {} and s["exit_code"] == 0  # the load did not notice

@@ -1,0 +1,1 @@
+"""The test kit: one fixture or helper per real part, shared by the test modules (``tests/kit/*.py``)."""

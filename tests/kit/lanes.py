@@ -1,0 +1,48 @@
+"""Lanes for ``pytest -n`` (pytest-xdist): tests marked ``timing`` run alone, everything else side by side.
+
+Most of the suite's wall time is real processes waiting (a load step lasts seconds whatever the CPU does),
+so four xdist workers on two cores finish it in a third of the time. A few tests assert on time itself — a
+client stamp within a millisecond of the server's, a send lag under 10 ms, a count of requests in 2 s — and
+those need the cores to themselves, as on a quiet machine. They are marked ``@pytest.mark.timing``.
+
+A readers–writer lock across the xdist workers, on two files (``flock``): every test holds the shared lock
+while it runs; a ``timing`` test holds the exclusive one, so it waits for the tests running elsewhere to end
+and no test starts beside it. Writers go first: a ``timing`` test takes the turnstile before it waits, and
+every test passes through the turnstile before it takes the shared lock, so a stream of short tests cannot
+starve it. Without xdist (one process) nothing is locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pathlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["lane"]
+
+
+@contextmanager
+def _flock(path: pathlib.Path, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextmanager
+def lane(folder: pathlib.Path, *, alone: bool) -> Iterator[None]:
+    """Hold the shared lock (``alone=False``) or the exclusive one (``alone=True``) for the duration."""
+    turnstile, room = folder / "lanes.turnstile", folder / "lanes.room"
+    if alone:
+        with _flock(turnstile, fcntl.LOCK_EX), _flock(room, fcntl.LOCK_EX):
+            yield
+        return
+    with _flock(turnstile, fcntl.LOCK_EX):
+        pass  # a writer waiting holds it: wait behind it
+    with _flock(room, fcntl.LOCK_SH):
+        yield
