@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import shutil
@@ -21,6 +22,16 @@ from typing import IO
 import pytest
 
 from tests.kit.lanes import lane
+
+# Locust monkey-patches the whole process with gevent when first imported (locust/__init__.py). In a pytest-xdist
+# worker that breaks xdist's own thread (gevent's LoopExit when the worker waits for its next test), and in one
+# process it made every test after the first Locust import run patched. Import it once here, unpatched (as
+# tests/load/test_hub.py does): in-process tests get plain threads; the processes the tests start patch themselves.
+os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
+try:
+    import locust  # noqa: F401
+finally:
+    del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -52,8 +63,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: tests that start real processes (marked ``integration``, most of the suite's wall time, mostly
     waiting) run before the quick pure ones, so that with ``-n`` (pytest-xdist, README) the quick ones fill the gaps
-    at the end instead of a long run starting last. A module sharing one real run is one ``xdist_group``."""
-    items.sort(key=lambda item: (item.get_closest_marker("integration") is None,
+    instead of a long run starting last; a module sharing one real run (an ``xdist_group``) before the rest. Tests
+    marked ``timing`` come last, one at a time on a machine the others have left (``tests/kit/lanes.py``)."""
+    items.sort(key=lambda item: (item.get_closest_marker("timing") is not None,
+                                 item.get_closest_marker("integration") is None,
                                  item.get_closest_marker("xdist_group") is None))
 
 

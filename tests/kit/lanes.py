@@ -5,11 +5,12 @@ so four xdist workers on two cores finish it in a third of the time. A few tests
 client stamp within a millisecond of the server's, a send lag under 10 ms, a count of requests in 2 s — and
 those need the cores to themselves, as on a quiet machine. They are marked ``@pytest.mark.timing``.
 
-A readers–writer lock across the xdist workers, on two files (``flock``): every test holds the shared lock
+A readers–writer lock across the xdist workers, on one file (``flock``): every test holds the shared lock
 while it runs; a ``timing`` test holds the exclusive one, so it waits for the tests running elsewhere to end
-and no test starts beside it. Writers go first: a ``timing`` test takes the turnstile before it waits, and
-every test passes through the turnstile before it takes the shared lock, so a stream of short tests cannot
-starve it. Without xdist (one process) nothing is locked.
+and no test starts beside it. Readers are not held back for a waiting writer (a writer that blocked the
+other workers would idle them for as long as the longest test running, up to 90 s): ``timing`` tests come
+last in the order (``conftest.py``), where they run one after the other on a quiet machine. Without xdist
+(one process) nothing is locked.
 """
 
 from __future__ import annotations
@@ -37,12 +38,5 @@ def _flock(path: pathlib.Path, mode: int) -> Iterator[None]:
 @contextmanager
 def lane(folder: pathlib.Path, *, alone: bool) -> Iterator[None]:
     """Hold the shared lock (``alone=False``) or the exclusive one (``alone=True``) for the duration."""
-    turnstile, room = folder / "lanes.turnstile", folder / "lanes.room"
-    if alone:
-        with _flock(turnstile, fcntl.LOCK_EX), _flock(room, fcntl.LOCK_EX):
-            yield
-        return
-    with _flock(turnstile, fcntl.LOCK_EX):
-        pass  # a writer waiting holds it: wait behind it
-    with _flock(room, fcntl.LOCK_SH):
+    with _flock(folder / "lanes.lock", fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
         yield
