@@ -229,7 +229,8 @@ class Ledger:
         """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""
         tokens = Tokens()
         for b in (bucket, warmup or Bucket()):
-            tokens += Tokens(input=max(b.input_tokens - b.cache[2], 0), cached_input=b.cache[2], output=b.output_tokens)
+            cached = b.cache.cached_tokens
+            tokens += Tokens(input=max(b.input_tokens - cached, 0), cached_input=cached, output=b.output_tokens)
         return step_cost(self.scenario.cost, index=r.index, level=r.level, tokens=tokens,  # type: ignore[arg-type]
                          output_tokens_per_s=r.throughput.output_tokens_per_s,
                          floor=floor_of([t.text for t in self.scenario.slo], r.slo))

@@ -39,12 +39,14 @@ def _share(prompt: int, cached: int) -> float | None:
 
 def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
     """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources."""
-    n, prompt, cached, from_timings = bucket.cache
+    c = bucket.cache
     usage = CLIENT_SOURCES.get(api, CLIENT_SOURCE)
-    source = usage if not from_timings else TIMINGS_SOURCE if from_timings == n else f"{usage} and {TIMINGS_SOURCE}"
+    source = usage if not c.from_timings else TIMINGS_SOURCE if c.from_timings == c.requests \
+        else f"{usage} and {TIMINGS_SOURCE}"
     client: dict = {"source": source}
-    if n:
-        client.update(requests=n, prompt_tokens=prompt, cached_tokens=cached, cached_share=_share(prompt, cached))
+    if c.requests:
+        client.update(requests=c.requests, prompt_tokens=c.prompt_tokens, cached_tokens=c.cached_tokens,
+                      cached_share=_share(c.prompt_tokens, c.cached_tokens))
         if bucket.sessions is not None:
             client["by_turn"] = {label: _share(t[3], t[4]) for label, t in
                                  sorted(bucket.sessions.turns.items(), key=lambda kv: _first_turn(kv[0])) if t[2]}

@@ -12,38 +12,68 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
+from harness.metrics.extract import add_request, add_session
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import check_rows, encode_row
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
+from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["LATENCIES", "METRICS", "Bucket", "Delta", "Fleet", "Recorder", "ci_ranks", "quantile_ci",
+__all__ = ["LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder", "ci_ranks", "quantile_ci",
            "summarize_sketch"]
 
 ROWS_CAP = 100_000
 """Request rows kept per bucket (a step's, on the master): ~30 MB; past it a uniform sample (``Bucket.add_rows``)."""
 
-METRICS = ("ttft", "tpot", "itl", "itl_token", "e2e", "tokens_per_s", "headers", "send_lag", "ttft_intended",
-           "e2e_intended", "ttfo", "reasoning_time", "tpot_content", "tool_call")
-"""ttft/tpot/itl (per chunk)/itl_token/e2e/headers in s; tokens_per_s per user; send_lag and the *_intended
-latencies (from the arrival schedule's intended start) in open-loop mode only; ttfo (first answer token),
-reasoning_time, tpot_content (answer tokens only) and tool_call (first tool-call delta) where the stream has
-them. ``tokens_per_chunk`` (a count) is a sketch too, when the server gives exact per-chunk counts."""
-LATENCIES = tuple(m for m in METRICS if m != "tokens_per_s")
-"""The metrics that are durations (seconds in sketches, milliseconds in summaries)."""
+LATENCIES = REQUEST_LATENCIES
+"""The metrics that are durations (seconds in sketches, milliseconds in summaries); the registry says which."""
 
 _WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("fail", "failures"), ("out", "output_tokens"),
                 ("in", "input_tokens"), ("counted", "counted_outputs"), ("perr", "prompt_error_sum"),
                 ("pn", "prompt_error_n"), ("arr", "arrivals"), ("drop", "dropped"))
 """A bucket's counters on the wire, in wire order: (short key, field); the sketches go first, under "sk"."""
 
+@dataclass
+class PrefixCache:
+    """The prefix cache as the client sees it: the successful requests whose usage reported cached tokens, their
+    prompt tokens, those served from the server's cache, and how many of them reported it only in llama.cpp's
+    ``timings.cache_n``."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    from_timings: int = 0
+
+    def add(self, prompt_tokens: int, cached_tokens: int, from_timings: bool) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+        self.from_timings += from_timings
+
+    def merge(self, other: PrefixCache) -> None:
+        self.requests += other.requests
+        self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
+        self.from_timings += other.from_timings
+
+    def to_wire(self) -> list[int]:
+        return [self.requests, self.prompt_tokens, self.cached_tokens, self.from_timings]
+
+    @classmethod
+    def from_wire(cls, counts: list) -> PrefixCache:
+        if len(counts) != 4:
+            raise ValueError("cache has 4 counters")
+        return cls(*(int(x) for x in counts))
+
 
 @dataclass
 class Bucket:
     sketches: dict[str, Sketch] = field(default_factory=dict)
+    """Per metric of the registry (``metrics.vocabulary``), by its bucket key; TTFT per turn bucket too."""
     requests: int = 0
     ok: int = 0
     good: int = 0
@@ -62,9 +92,7 @@ class Bucket:
     """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class (the first seen), for the console and the summary to explain failures."""
-    cache: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
-    """Prefix cache as the client sees it: [requests that reported cached tokens, their prompt tokens, their
-    cached tokens, how many of them reported it only in llama.cpp's timings.cache_n]."""
+    cache: PrefixCache = field(default_factory=PrefixCache)
     sessions: SessionStats | None = None
     """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
     new_connections: int = 0
@@ -75,10 +103,9 @@ class Bucket:
     a uniform sample beyond (``rows_seen`` counts them all)."""
     rows_seen: int = 0
     extra: dict[str, int] = field(default_factory=dict)
-    """Counters that apply to some endpoints only: ``exact_chunks`` (requests with exact per-chunk token counts),
-    ``itl_token_unknown`` (several-token chunks without exact counts: no per-token ITL), ``reasoning_counted``
-    (reasoning tokens counted from chunks, usage silent), ``inputs`` (embeddings inputs),
-    ``continuous_usage_refused`` (the endpoint refused per-chunk usage: asked no more, those requests re-sent)."""
+    """The registry's counters that apply to some endpoints only, by bucket key, in the order first counted (the
+    wire's): ``exact_chunks``, ``itl_token_unknown``, ``reasoning_counted``, ``inputs``,
+    ``continuous_usage_refused``."""
 
     def _sk(self, name: str) -> Sketch:
         s = self.sketches.get(name)
@@ -87,6 +114,7 @@ class Bucket:
         return s
 
     def add(self, rec: RequestRecord, good: Callable[[RequestRecord], bool] | None = None) -> None:
+        """One request: each registry metric's samples into its sketch (latencies of successes only), counters."""
         self.requests += 1
         if rec.turn_bucket is not None:
             if self.sessions is None:
@@ -96,9 +124,7 @@ class Bucket:
             if rec.ok and rec.ttft_s is not None:
                 self._sk(turn_sketch(rec.turn_bucket)).add(rec.ttft_s)
         self.new_connections += rec.new_connection
-        lag = rec.send_lag_s
-        if lag is not None:
-            self._sk("send_lag").add(max(lag, 0.0))
+        add_request(self._sk, rec)
         if not rec.ok:
             self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index]
             if rec.error_detail and rec.error not in self.failure_samples:
@@ -107,72 +133,21 @@ class Bucket:
         self.ok += 1
         if good is None or good(rec):
             self.good += 1
-        sk = self._sk
-        if rec.ttft_s is not None:
-            sk("ttft").add(rec.ttft_s)
-            if lag is not None:
-                sk("ttft_intended").add(rec.ttft_s + max(lag, 0.0))
-        if rec.e2e_s is not None:
-            sk("e2e").add(rec.e2e_s)
-            if lag is not None:
-                sk("e2e_intended").add(rec.e2e_s + max(lag, 0.0))
-        if rec.headers_s is not None:
-            sk("headers").add(rec.headers_s)
-        tpot, speed = rec.tpot_s, rec.tokens_per_s
-        if tpot is not None:
-            sk("tpot").add(tpot)
-        if speed is not None:
-            sk("tokens_per_s").add(speed)
-        if len(rec.chunk_times) > 1:
-            gaps = rec.itl_chunks()
-            itl = sk("itl")
-            for g in gaps:
-                itl.add(g)
-            per_chunk = rec.chunk_tokens
-            if per_chunk is not None:  # exact: a gap is shared by the tokens of the chunk that ends it
-                itl_token = sk("itl_token")
-                for g, k in zip(gaps, per_chunk[1:], strict=False):
-                    if k > 0:
-                        itl_token.add(g / k, k)
-            elif rec.one_token_per_chunk:
-                itl_token = sk("itl_token")
-                for g in gaps:
-                    itl_token.add(g)
-            else:
-                self._count("itl_token_unknown")
-        if rec.chunk_tokens is not None:
-            self._count("exact_chunks")
-            tpc = sk("tokens_per_chunk")
-            for k in rec.chunk_tokens:
-                if k > 0:
-                    tpc.add(k)
-        if rec.ttfo_s is not None:
-            sk("ttfo").add(rec.ttfo_s)
-            tpot_content = rec.tpot_content_s
-            if tpot_content is not None:
-                sk("tpot_content").add(tpot_content)
-        reasoning = rec.reasoning_s
-        if reasoning is not None:
-            sk("reasoning_time").add(reasoning)
-        if rec.tool_call_s is not None:
-            sk("tool_call").add(rec.tool_call_s)
-        if rec.reasoning_tokens_counted:
-            self._count("reasoning_counted")
-        if rec.inputs:
-            self._count("inputs", rec.inputs)
+        extra = self.extra
+        for key, n in zip(_EXTRA_KEYS, _EXTRA_GET(rec), strict=False):
+            if n:
+                extra[key] = extra.get(key, 0) + n
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted
-        if rec.prompt_tokens:
-            self.input_tokens += rec.prompt_tokens
+        prompt = rec.prompt_tokens
+        if prompt:
+            self.input_tokens += prompt
             if rec.cached_tokens is not None:
-                c = self.cache
-                c[0] += 1
-                c[1] += rec.prompt_tokens
-                c[2] += rec.cached_tokens
-                c[3] += rec.cached_source == "timings.cache_n"
-            if rec.prompt_tokens_target:
-                self.prompt_error_sum += abs(rec.prompt_tokens - rec.prompt_tokens_target) / rec.prompt_tokens_target
+                self.cache.add(prompt, rec.cached_tokens, rec.cached_source == "timings.cache_n")
+            target = rec.prompt_tokens_target
+            if target:
+                self.prompt_error_sum += abs(prompt - target) / target
                 self.prompt_error_n += 1
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -183,12 +158,7 @@ class Bucket:
         if self.sessions is None:
             self.sessions = SessionStats()
         self.sessions.add_session(rec)
-        sk = self._sk
-        sk("session_duration").add(rec.duration_s)
-        sk("session_model_time").add(rec.model_time_s)
-        sk("session_context").add(rec.context_tokens)
-        if rec.ttft_p99_s is not None and not rec.failed:
-            sk("session_ttft").add(rec.ttft_p99_s)
+        add_session(self._sk, rec)
 
     def merge(self, other: Bucket, *, rows: bool = True, sketches: Collection[str] | None = None) -> None:
         """Add ``other``; ``rows=False`` leaves its per-request rows out and ``sketches`` names the only sketches
@@ -211,8 +181,7 @@ class Bucket:
         self.arrivals += other.arrivals
         self.dropped += other.dropped
         self.new_connections += other.new_connections
-        for i, v in enumerate(other.cache):
-            self.cache[i] += v
+        self.cache.merge(other.cache)
         for k, v in other.extra.items():
             self.extra[k] = self.extra.get(k, 0) + v
         if other.sessions is not None:
@@ -251,8 +220,8 @@ class Bucket:
         out["fail"] = dict(self.failures)  # a copy: the payload must not change with the bucket
         if self.failure_samples:  # only then: payloads without failure details keep their bytes
             out["why"] = dict(self.failure_samples)
-        if self.cache[0]:  # likewise for the prefix cache and sessions
-            out["cache"] = list(self.cache)
+        if self.cache.requests:  # likewise for the prefix cache and sessions
+            out["cache"] = self.cache.to_wire()
         if self.sessions is not None:
             out["sess"] = self.sessions.to_wire()
         if self.extra:
@@ -269,9 +238,7 @@ class Bucket:
     def from_wire(cls, d: dict) -> Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
-        cache = [int(x) for x in d.get("cache", (0, 0, 0, 0))]
-        if len(cache) != 4:
-            raise ValueError("cache has 4 counters")
+        cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
         rows = list(d.get("rows", ()))
         check_rows(rows)
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
@@ -280,6 +247,11 @@ class Bucket:
                    extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
                    rows=rows, rows_seen=int(d.get("rows_seen", len(rows))), **fields)
 
+
+_COUNTED = {f.name for f in fields(Bucket)}
+_EXTRA = [m for m in METRICS if m.kind == "counter" and m.of == "ok" and m.source and m.bucket_key not in _COUNTED]
+_EXTRA_KEYS, _EXTRA_GET = tuple(m.bucket_key for m in _EXTRA), attrgetter(*(m.source for m in _EXTRA))
+"""The registry's per-request counters kept in ``Bucket.extra`` (the others are its fields)."""
 
 Delta = tuple[int, str, Bucket]
 """One (step, phase) bucket of new data from one worker."""

@@ -7,10 +7,13 @@ request was initiated (a new connection's connect time counts, as a user would f
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass, field
+from operator import sub
 
-__all__ = ["ERROR_CLASSES", "RequestRecord"]
+__all__ = ["ERROR_CLASSES", "RequestRecord", "Samples"]
+
+Samples = tuple[list[float], list[int] | None]
+"""Several values of one metric from one request, and how many samples each stands for (None: one each)."""
 
 ERROR_CLASSES = {
     "connect_error": "could not connect (refused, DNS)",
@@ -112,6 +115,25 @@ class RequestRecord:
         return None if self.intended_start is None else self.start - self.intended_start
 
     @property
+    def sent_late_s(self) -> float | None:
+        """Open loop: ``send_lag_s``, 0 when the request went out early (the clock's grain)."""
+        return None if self.intended_start is None else max(self.start - self.intended_start, 0.0)
+
+    @property
+    def ttft_intended_s(self) -> float | None:
+        """Open loop: TTFT from the intended start, the send lag included (what the user felt)."""
+        if self.intended_start is None or self.ttft_s is None:
+            return None
+        return self.ttft_s + max(self.start - self.intended_start, 0.0)
+
+    @property
+    def e2e_intended_s(self) -> float | None:
+        """Open loop: E2E from the intended start."""
+        if self.intended_start is None or self.e2e_s is None:
+            return None
+        return self.e2e_s + max(self.start - self.intended_start, 0.0)
+
+    @property
     def tpot_s(self) -> float | None:
         """(E2E − TTFT) / (n − 1); undefined for n ≤ 1 or failures."""
         n = self.output_tokens
@@ -129,8 +151,10 @@ class RequestRecord:
     @property
     def tpot_content_s(self) -> float | None:
         """TPOT over the answer only: (E2E − TTFO) / (n − reasoning tokens − 1); None without an answer of 2+."""
+        if self.ttfo_s is None:
+            return None
         n = (self.output_tokens or 0) - (self.reasoning_tokens or 0)
-        if not self.ok or n <= 1 or self.ttfo_s is None or self.e2e_s is None:
+        if not self.ok or n <= 1 or self.e2e_s is None:
             return None
         return (self.e2e_s - self.ttfo_s) / (n - 1)
 
@@ -146,7 +170,41 @@ class RequestRecord:
     def itl_chunks(self) -> list[float]:
         """Gaps between consecutive content chunks."""
         t = self.chunk_times
-        return [b - a for a, b in itertools.pairwise(t)]
+        return list(map(sub, t[1:], t))
+
+    @property
+    def itl_samples(self) -> Samples | None:
+        """The chunk gaps (ITL), None below two chunks."""
+        return (self.itl_chunks(), None) if len(self.chunk_times) > 1 else None
+
+    @property
+    def itl_token_samples(self) -> Samples | None:
+        """Per-token gaps: with exact per-chunk counts a gap is shared by the tokens of the chunk that ends it (one
+        sample each); else the chunk gaps when each chunk is known to carry one token; None below two chunks or
+        when unknown (``itl_token_unknown``)."""
+        if len(self.chunk_times) < 2:
+            return None
+        per_chunk = self.chunk_tokens
+        if per_chunk is not None:
+            pairs = [(g, k) for g, k in zip(self.itl_chunks(), per_chunk[1:], strict=False) if k > 0]
+            return [g / k for g, k in pairs], [k for _, k in pairs]
+        return (self.itl_chunks(), None) if self.one_token_per_chunk else None
+
+    @property
+    def itl_token_unknown(self) -> bool:
+        """Several chunks, several tokens, no exact per-chunk counts: the per-token gaps are unknown."""
+        return len(self.chunk_times) > 1 and self.chunk_tokens is None and not self.one_token_per_chunk
+
+    @property
+    def exact_chunks(self) -> bool:
+        """The server said exactly how many tokens each chunk carried (continuous usage)."""
+        return self.chunk_tokens is not None
+
+    @property
+    def tokens_per_chunk_samples(self) -> Samples | None:
+        """Tokens in each chunk that carried any, when counted exactly; else None."""
+        per_chunk = self.chunk_tokens
+        return None if per_chunk is None else ([k for k in per_chunk if k > 0], None)
 
     @property
     def one_token_per_chunk(self) -> bool:

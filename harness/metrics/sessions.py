@@ -46,6 +46,11 @@ class SessionRecord:
     ended_full: bool = False
     compactions: int = 0
 
+    @property
+    def ttft_p99_ok_s(self) -> float | None:
+        """Its TTFT p99, None when the session failed (a miss, counted apart)."""
+        return None if self.failed else self.ttft_p99_s
+
 
 # Wire order of a turn bucket's counters.
 _TURN = ("calls", "ok", "cache_n", "prompt", "cached")

@@ -1,0 +1,165 @@
+"""Every metric kneecap measures, written once: name, unit, kind, where it comes from, who may judge it. Pure.
+
+Like k6's metric registry: one ``Metric`` per name, and everything else reads it — ``Bucket.add`` takes each
+sketch's samples from the record attribute named here, the SLO grammar and the knee accept the metrics marked
+here, the InfluxDB schema lists the fields named here, and docs/metrics.md's registry table is ``markdown_table()``
+(``python -m harness.metrics.vocabulary`` prints it; ``tests/test_docs.py`` checks the page holds it).
+Definitions in words: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["KNEE_METRICS", "METRIC", "METRICS", "REQUEST_LATENCIES", "SLO_METRICS", "Metric", "influx_fields",
+           "markdown_table"]
+
+Kind = Literal["latency", "distribution", "counter", "rate"]
+Of = Literal["ok", "all", "session", "worker"]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    """What users write and read: the SLO key, the knee metric, the summary's and InfluxDB's name for it."""
+    unit: str
+    """"ms" for a duration (seconds in sketches, milliseconds in summaries and sinks); else what a value counts."""
+    kind: Kind
+    """"latency" and "distribution": a sketch (percentiles) of one value per request or session; "counter": a sum
+    over the step (shown per second or as a count); "rate": the share of requests that count."""
+    meaning: str
+    source: str | None = None
+    """The extractor: the attribute of the record (``RequestRecord``; ``SessionRecord`` when ``of`` is "session")
+    that gives the value, None for none; ``Samples`` when ``many``; a counter's increment (None: one per record);
+    a rate's miss (true counts). None here: nothing in the record gives it (``goodput`` needs the SLOs)."""
+    of: Of = "ok"
+    """Which records it is taken from: "ok" successful requests, "all" every request, "session" ended sessions,
+    "worker" events the worker notes (``Recorder.note``)."""
+    many: bool = False
+    open_loop: bool = False
+    """Only requests with an intended start (open loop) have it."""
+    key: str = ""
+    """``Bucket``'s name for it (its sketch, its counter field or ``extra`` key) when not ``name``."""
+    slo: bool = False
+    """An SLO threshold may use it (``analysis.slo``)."""
+    knee: bool = False
+    """The knee may follow its p99 (``load.knee.metric``)."""
+    limit: str | None = None
+    """The record attribute an SLO threshold limits per request (goodput), when not ``source``."""
+    influx: tuple[str, ...] = ()
+    """Where ``sinks/`` writes it: "measurement.field", or a bare measurement whose points carry this metric's name
+    in the ``metric`` tag and its percentiles as fields (``sinks.schema.PERCENTILE_FIELDS``)."""
+
+    @property
+    def bucket_key(self) -> str:
+        return self.key or self.name
+
+    @property
+    def scale(self) -> float:
+        """From the sketch's values to the unit users read (seconds → ms)."""
+        return 1000.0 if self.kind == "latency" else 1.0
+
+    def extract(self, record: Any) -> Any:
+        """This metric's value(s) in one record, as ``source`` says (None when it has none)."""
+        return None if self.source is None else getattr(record, self.source)
+
+
+_LAT = ("kneecap_latency", "kneecap_step")
+_TP = "kneecap_throughput."
+
+METRICS: tuple[Metric, ...] = (
+    Metric("ttft", "ms", "latency", "start → first chunk carrying output of any kind (answer text, reasoning or "
+           "tool-call delta); the role-only first chunk and empty deltas do not count", "ttft_s", slo=True, knee=True,
+           influx=_LAT),
+    Metric("tpot", "ms", "latency", "(E2E − TTFT) / (n − 1) per request, over all output tokens (reasoning "
+           "included); undefined for n ≤ 1", "tpot_s", slo=True, knee=True, influx=_LAT),
+    Metric("itl", "ms", "latency", "gaps between consecutive chunks carrying output of any kind; a threshold's "
+           "per-request limit (goodput) is the request's mean gap, its TPOT", "itl_samples", many=True, slo=True,
+           knee=True, limit="tpot_s", influx=_LAT),
+    Metric("itl_token", "ms", "latency", "per-token gaps: a chunk gap shared by the tokens of the chunk that ends it, "
+           "when exact per-chunk counts or usage = chunk count say how many", "itl_token_samples", many=True,
+           influx=_LAT),
+    Metric("e2e", "ms", "latency", "start → end of stream (`[DONE]`, or a close after a `finish_reason`)", "e2e_s",
+           slo=True, knee=True, influx=_LAT),
+    Metric("headers", "ms", "latency", "start → response headers", "headers_s", influx=_LAT),
+    Metric("send_lag", "ms", "latency", "intended start → start, failed requests included (0 when sent early)",
+           "sent_late_s", of="all", open_loop=True, influx=_LAT),
+    Metric("ttft_intended", "ms", "latency", "TTFT from the intended start, the send lag included",
+           "ttft_intended_s", open_loop=True, influx=_LAT),
+    Metric("e2e_intended", "ms", "latency", "E2E from the intended start", "e2e_intended_s", open_loop=True,
+           influx=_LAT),
+    Metric("ttfo", "ms", "latency", "time to first output token: start → first chunk of the answer (content); "
+           "reasoning and tool calls excluded", "ttfo_s", slo=True, knee=True, influx=_LAT),
+    Metric("reasoning_time", "ms", "latency", "first reasoning chunk → first answer chunk", "reasoning_s", slo=True,
+           knee=True, influx=_LAT),
+    Metric("tpot_content", "ms", "latency", "TPOT of the answer only: (E2E − TTFO) / (n − reasoning tokens − 1)",
+           "tpot_content_s", influx=_LAT),
+    Metric("tool_call", "ms", "latency", "start → first tool-call delta", "tool_call_s", influx=_LAT),
+    Metric("tokens_per_s_per_user", "tokens/s", "distribution", "(n − 1) / (E2E − TTFT): the user's streaming "
+           "speed; a threshold on it is a floor, e.g. `p(5)>20`", "tokens_per_s", key="tokens_per_s", slo=True),
+    Metric("tokens_per_chunk", "tokens", "distribution", "output tokens per chunk, when the server counts them "
+           "exactly (continuous usage): speculative decoding's acceptance", "tokens_per_chunk_samples", many=True),
+    Metric("error_rate", "fraction", "rate", "failed requests / requests; a failure is also a miss for every latency "
+           "threshold and the knee", "error", of="all", key="failures", slo=True, influx=("kneecap_errors.count",)),
+    Metric("session_ttft", "ms", "latency", "per session: its own TTFT p99; a failed session is a miss",
+           "ttft_p99_ok_s", of="session", slo=True, knee=True, influx=("kneecap_step",)),
+    Metric("session_duration", "ms", "latency", "per session: first call → end, think time included", "duration_s",
+           of="session", slo=True, influx=("kneecap_step",)),
+    Metric("session_model_time", "ms", "latency", "per session: time spent waiting on the endpoint (per turn, its "
+           "slowest call's E2E)", "model_time_s", of="session", influx=("kneecap_step",)),
+    Metric("session_context", "tokens", "distribution", "per session: tokens in its final context", "context_tokens",
+           of="session"),
+    Metric("requests_per_s", "requests/s", "counter", "requests that ended in the step's measured part, failed ones "
+           "included", of="all", key="requests", influx=(_TP + "requests_per_s",)),
+    Metric("ok_per_s", "requests/s", "counter", "successful requests", key="ok", influx=(_TP + "ok_per_s",)),
+    Metric("output_tokens_per_s", "tokens/s", "counter", "output tokens n: the server's usage, else the chunks "
+           "counted (flagged)", "output_tokens", key="output_tokens", influx=(_TP + "output_tokens_per_s",)),
+    Metric("input_tokens_per_s", "tokens/s", "counter", "prompt tokens (the server's usage)", "prompt_tokens",
+           key="input_tokens", influx=(_TP + "input_tokens_per_s",)),
+    Metric("goodput_per_s", "requests/s", "counter", "successful requests that met every per-request SLO limit",
+           key="good", influx=(_TP + "goodput_per_s",)),
+    Metric("new_connections", "requests", "counter", "requests that opened a connection (TCP connect, TLS handshake) "
+           "inside their own time, failed ones included", "new_connection", of="all",
+           influx=("kneecap_step_client.new_connections", "kneecap_step_client.new_connection_share")),
+    Metric("itl_token_unknown", "requests", "counter", "several tokens a chunk and no exact counts: no per-token ITL",
+           "itl_token_unknown"),
+    Metric("exact_chunk_counts", "requests", "counter", "requests whose every chunk's token count the server gave",
+           "exact_chunks", key="exact_chunks"),
+    Metric("reasoning_tokens_counted", "requests", "counter", "reasoning tokens counted from chunks (usage silent)",
+           "reasoning_tokens_counted", key="reasoning_counted"),
+    Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
+    Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
+           "sent again without, and not asked again", of="worker"),
+)
+"""In the order summaries, the SLO grammar and the tables list them."""
+
+METRIC: dict[str, Metric] = {m.name: m for m in METRICS}
+SLO_METRICS = tuple(m.name for m in METRICS if m.slo)
+KNEE_METRICS = tuple(m.name for m in METRICS if m.knee)
+REQUEST_LATENCIES = tuple(m.name for m in METRICS if m.kind == "latency" and m.of != "session")
+"""The latencies of a request, under ``latency_ms`` in a step's summary (``p99_slo`` too when an SLO may use them)."""
+
+
+def influx_fields(measurement: str) -> tuple[str, ...]:
+    """The fields of ``measurement`` that metrics are written to, in registry order."""
+    return tuple(f.split(".", 1)[1] for m in METRICS for f in m.influx if f.startswith(measurement + "."))
+
+
+_OF = {"ok": "successes", "all": "every request", "session": "ended sessions", "worker": "the worker's notes"}
+
+
+def markdown_table() -> str:
+    """The registry as docs/metrics.md shows it."""
+    rows = ["| metric | unit | kind | of | SLO / knee | InfluxDB | meaning |", "|---|---|---|---|---|---|---|"]
+    for m in METRICS:
+        judged = " / ".join(w for w, on in (("SLO", m.slo), ("knee", m.knee)) if on)
+        tagged = any("." not in f for f in m.influx)
+        sink = ", ".join(f"`{f}`" for f in m.influx) + (" (`metric` tag)" if tagged else "")
+        rows.append(f"| `{m.name}` | {m.unit} | {m.kind} | {_OF[m.of]} | {judged} | {sink} | "
+                    f"{'open loop: ' if m.open_loop else ''}{m.meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
