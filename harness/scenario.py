@@ -23,11 +23,12 @@ import yaml
 
 from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, LoadPlan, StepSpec, level_count
 from harness.analysis.pricing import CostSpec, cost_from_spec
-from harness.analysis.slo import LATENCY_METRICS, SLO_METRICS, Threshold, parse_threshold
+from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
 from harness.errors import KneecapError
+from harness.metrics.vocabulary import KNEE_METRICS
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.lengths import JointEmpirical, Length
@@ -40,10 +41,6 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "RETRY_AFTER", "End
            "load_scenario", "parse_scenario", "url_problem"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase")
-
-
-KNEE_METRICS = (*LATENCY_METRICS, "session_ttft")
-"""What the knee can follow: a request latency, or (sessions) each session's own TTFT p99."""
 
 
 class ScenarioError(KneecapError):

@@ -22,14 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.metrics.record import RequestRecord
+from harness.metrics.vocabulary import METRIC, SLO_METRICS
 
 __all__ = ["LATENCY_METRICS", "SESSION_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
 
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time")
-SESSION_METRICS = ("session_ttft", "session_duration")
+LATENCY_METRICS = tuple(m for m in SLO_METRICS if METRIC[m].kind == "latency" and METRIC[m].of != "session")
+"""The request latencies a threshold may use (ms); the registry (``metrics.vocabulary``) marks them."""
+SESSION_METRICS = tuple(m for m in SLO_METRICS if METRIC[m].of == "session")
 """Per session (sessions workloads): its own TTFT p99, and its duration with think time (ms); a failed session
 is a miss."""
-SLO_METRICS = (*LATENCY_METRICS, "tokens_per_s_per_user", "error_rate", *SESSION_METRICS)
 _OPS: dict[str, Callable[[float, float], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt,
                                                    ">=": operator.ge}
 _PATTERN = re.compile(r"^\s*(?:p\(\s*(\d+(?:\.\d+)?)\s*\)|(rate))\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
@@ -80,22 +81,18 @@ def parse_threshold(metric: str, text: str, abort_on_fail: bool = False) -> Thre
 def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callable[[RequestRecord], bool] | None:
     """The per-request test behind goodput: each latency threshold's value is a per-request limit (ITL uses
     the request's mean gap, i.e. TPOT), the speed floor a per-request minimum. None when no threshold applies."""
-    limits: list[tuple[str, str, float]] = []
+    limits: list[tuple[str, float, Callable[[float, float], bool], float]] = []
     for t in thresholds:
-        if t.metric != "error_rate" and t.metric not in SESSION_METRICS:  # those judge sessions, not requests
-            limits.append((t.metric, t.op, t.value))
+        m = METRIC[t.metric]
+        if m.of == "ok":  # error_rate and the session metrics judge the step and sessions, not one request
+            limits.append((m.limit or m.source, m.scale, _OPS[t.op], t.value))  # type: ignore[arg-type]
     if not limits:
         return None
 
     def meets(rec: RequestRecord) -> bool:
-        for metric, op, value in limits:
-            if metric == "tokens_per_s_per_user":
-                observed = rec.tokens_per_s
-            else:
-                seconds = {"ttft": rec.ttft_s, "e2e": rec.e2e_s, "ttfo": rec.ttfo_s,
-                           "reasoning_time": rec.reasoning_s}.get(metric, rec.tpot_s)
-                observed = None if seconds is None else seconds * 1000
-            if observed is not None and not _OPS[op](observed, value):
+        for attribute, scale, op, value in limits:
+            observed = getattr(rec, attribute)
+            if observed is not None and not op(observed * scale, value):
                 return False
         return True
 

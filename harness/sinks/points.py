@@ -10,12 +10,16 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.results import StepResult
 from harness.client.server_metrics import ServerSample
-from harness.metrics.aggregate import LATENCIES, Bucket
+from harness.metrics.aggregate import Bucket
+from harness.metrics.vocabulary import METRICS
 
 if TYPE_CHECKING:
     from influxdb_client import Point
 
 __all__ = ["event_point", "generator_point", "server_point", "step_points", "window_points"]
+
+WINDOW_METRICS = tuple(m.name for m in METRICS if "kneecap_latency" in m.influx)
+"""The metrics the registry writes to ``kneecap_latency`` each window (the live window merges their sketches)."""
 
 
 def _point(measurement: str, tags: dict[str, str], ts_ms: int) -> Point:
@@ -36,7 +40,7 @@ def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, s
     """One window's fleet-wide percentiles, throughput and errors."""
     out = []
     st = {**tags, "step": str(step)}
-    for metric in LATENCIES:
+    for metric in WINDOW_METRICS:
         s = b.sketches.get(metric)
         if s is None or s.count == 0:
             continue

@@ -6,6 +6,8 @@ Latency fields are milliseconds. Cardinality stays low: no per-request series.
 
 from __future__ import annotations
 
+from harness.metrics.vocabulary import influx_fields
+
 __all__ = ["COMMON_TAGS", "MEASUREMENTS", "PERCENTILE_FIELDS"]
 
 COMMON_TAGS = ("run", "scenario", "model")
@@ -20,8 +22,7 @@ MEASUREMENTS: dict[str, dict] = {
     "kneecap_throughput": {
         "doc": "per window: completed requests, tokens and goodput per second, and the load level",
         "tags": ("step",),
-        "fields": ("requests_per_s", "ok_per_s", "output_tokens_per_s", "input_tokens_per_s", "goodput_per_s",
-                   "load", "window"),
+        "fields": (*influx_fields("kneecap_throughput"), "load", "window"),
     },
     "kneecap_errors": {
         "doc": "per window and error class: failed requests",

@@ -1,0 +1,183 @@
+"""The metric registry (harness/metrics/vocabulary.py) on plain data: its extractors on hand-built records, and
+every place that names metrics agreeing with it (SLO grammar, knee, bucket, InfluxDB schema, summary validator)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.analysis.slo import LATENCY_METRICS, SESSION_METRICS, SLO_METRICS, parse_threshold, request_meets
+from harness.metrics import vocabulary
+from harness.metrics.aggregate import LATENCIES, Bucket
+from harness.metrics.extract import FIRST_SEEN
+from harness.metrics.record import RequestRecord
+from harness.metrics.sessions import SESSION_SKETCHES, SessionRecord
+from harness.metrics.vocabulary import KNEE_METRICS, METRIC, METRICS, influx_fields
+from harness.report.validate import SUMMARY
+from harness.scenario import ScenarioError, parse_scenario
+from harness.sinks.points import WINDOW_METRICS
+from harness.sinks.schema import MEASUREMENTS, PERCENTILE_FIELDS
+
+SKETCHED = ("latency", "distribution")
+
+
+def _streamed(**kw) -> RequestRecord:
+    """Open loop, sent 0.1 s late; reasons 0.1 → 0.5 s, calls a tool at 0.9 s; four chunks with exact counts."""
+    base = dict(start=10.0, intended_start=9.9, headers_s=0.02, ttft_s=0.1, e2e_s=1.1, ttfo_s=0.5,
+                reasoning_start_s=0.1, reasoning_tokens=4, tool_call_s=0.9, chunk_times=[0.1, 0.3, 0.5, 1.1],
+                chunk_tokens=[1, 3, 2, 4], output_tokens=10, prompt_tokens=200, cached_tokens=50, new_connection=True)
+    return RequestRecord(**{**base, **kw})
+
+
+EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for several
+    "ttft": 0.1, "tpot": 1.0 / 9, "itl": ([0.2, 0.2, 0.6], None), "itl_token": ([0.2 / 3, 0.1, 0.15], [3, 2, 4]),
+    "e2e": 1.1, "headers": 0.02, "send_lag": 0.1, "ttft_intended": 0.2, "e2e_intended": 1.2, "ttfo": 0.5,
+    "reasoning_time": 0.4, "tpot_content": 0.6 / 5, "tool_call": 0.9, "tokens_per_s_per_user": 9.0,
+    "tokens_per_chunk": ([1, 3, 2, 4], None), "error_rate": None, "requests_per_s": None, "ok_per_s": None,
+    "output_tokens_per_s": 10, "input_tokens_per_s": 200, "goodput_per_s": None, "new_connections": True,
+    "itl_token_unknown": False, "exact_chunk_counts": True, "reasoning_tokens_counted": False, "inputs_per_s": None,
+    "continuous_usage_refused": None,
+}
+SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}
+
+
+def _same(got, want) -> bool:
+    """A value, or a Samples pair (values, counts), equal to the expected one within float rounding."""
+    if isinstance(want, tuple):
+        return isinstance(got, tuple) and got[0] == pytest.approx(want[0]) and got[1] == want[1]
+    return got == pytest.approx(want)
+
+
+def test_names_and_bucket_keys_are_unique_and_every_metric_is_described():
+    assert len({m.name for m in METRICS}) == len(METRICS)
+    assert len({m.bucket_key for m in METRICS}) == len(METRICS)
+    assert {m.name: m for m in METRICS} == METRIC
+    for m in METRICS:
+        assert m.unit and m.meaning and "|" not in m.meaning, m.name  # one table cell
+        assert m.many == (m.source is not None and m.source.endswith("_samples")), m.name
+        assert m.knee <= (m.kind == "latency"), m.name  # the knee follows a p99 in ms
+
+
+def test_every_extractor_on_a_hand_built_record():
+    rec, session = _streamed(), SessionRecord(30.0, 5.0, 3, 3, 0.4, 1200)
+    assert set(EXPECTED) | set(SESSION_EXPECTED) == set(METRIC)
+    for m in METRICS:
+        got = m.extract(session if m.of == "session" else rec)
+        want = (SESSION_EXPECTED if m.of == "session" else EXPECTED)[m.name]
+        if want is None or isinstance(want, bool):
+            assert got is want, m.name
+        else:
+            assert _same(got, want), (m.name, got)
+
+
+def test_extractors_say_none_where_a_record_has_no_value():
+    closed = _streamed(intended_start=None, chunk_tokens=None, output_tokens=7, output_tokens_counted=True)
+    assert [m.name for m in METRICS if m.open_loop] == ["send_lag", "ttft_intended", "e2e_intended"]
+    assert all(METRIC[n].extract(closed) is None for n in ("send_lag", "ttft_intended", "e2e_intended",
+                                                           "itl_token", "tokens_per_chunk"))
+    assert METRIC["itl_token_unknown"].extract(closed) is True  # 7 tokens in 4 chunks, no exact counts
+    assert METRIC["send_lag"].extract(_streamed(start=9.8)) == 0.0  # sent early: no lag, not a negative one
+    assert METRIC["error_rate"].extract(_streamed(error="reset")) == "reset"  # a miss
+    assert METRIC["session_ttft"].extract(SessionRecord(30.0, 5.0, 3, 3, 0.4, 1200, failed=True)) is None
+
+
+def test_a_bucket_feeds_each_sketch_from_its_extractor():
+    b = Bucket()
+    rec = _streamed()
+    b.add(rec)
+    for m in METRICS:
+        if m.kind in SKETCHED and m.of != "session":
+            s = b.sketches[m.bucket_key]
+            values, counts = m.extract(rec) if m.many else ([m.extract(rec)], None)
+            assert s.count == sum(counts or [1] * len(values)), m.name
+            assert s.sum == pytest.approx(sum(v * c for v, c in zip(values, counts or [1] * len(values),
+                                                                    strict=True))), m.name
+    failed = Bucket()
+    failed.add(_streamed(error="reset"))
+    assert list(failed.sketches) == ["send_lag"]  # the one sketch the registry takes from failures too
+    assert sum(failed.failures.values()) == 1
+
+
+def test_a_bucket_counts_what_the_counters_extract():
+    recs = [_streamed(), _streamed(chunk_tokens=None, output_tokens=7, reasoning_tokens_counted=True, inputs=3),
+            _streamed(error="http_5xx")]
+    for rec in recs:
+        b = Bucket()
+        b.add(rec)
+        for m in METRICS:
+            if m.kind != "counter" or m.source is None:
+                continue
+            counted = getattr(b, m.bucket_key) if hasattr(b, m.bucket_key) else b.extra.get(m.bucket_key, 0)
+            want = int(m.extract(rec) or 0) if m.of == "all" or rec.ok else 0
+            assert counted == want, (m.name, rec.error)
+
+
+def test_a_bucket_meets_its_sketches_in_the_wire_order_it_always_had():
+    assert set(FIRST_SEEN) == {m.name for m in METRICS if m.kind in SKETCHED}
+
+
+def test_session_sketches_come_from_the_registry():
+    assert set(SESSION_SKETCHES) == {m.bucket_key for m in METRICS if m.of == "session"}
+    b = Bucket()
+    b.add_session(SessionRecord(30.0, 5.0, 3, 3, 0.4, 1200))
+    assert {k: s.sum for k, s in b.sketches.items()} == pytest.approx(SESSION_EXPECTED)
+
+
+def test_slo_metrics_are_the_registry_ones():
+    assert tuple(m.name for m in METRICS if m.slo) == SLO_METRICS
+    assert SLO_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time", "tokens_per_s_per_user",
+                           "error_rate", "session_ttft", "session_duration")  # the order error messages list
+    assert LATENCY_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time")
+    assert SESSION_METRICS == ("session_ttft", "session_duration")
+    for m in METRICS:
+        text = "rate<0.1" if m.kind == "rate" else "p(99)<100"
+        if m.slo:
+            assert parse_threshold(m.name, text).metric == m.name
+        else:
+            with pytest.raises(ValueError, match="unknown SLO metric"):
+                parse_threshold(m.name, text)
+
+
+def test_goodput_limits_each_request_where_the_registry_says():
+    slow_gaps = _streamed(e2e_s=2.1)  # TPOT (2.1 − 0.1) / 9 = 222 ms
+    for metric, limit, passes in (("itl", "p(99)<200", False), ("itl", "p(99)<250", True),
+                                  ("tokens_per_s_per_user", "p(5)>5", False), ("ttft", "p(99)<101", True)):
+        meets = request_meets([parse_threshold(metric, limit)])
+        assert meets(slow_gaps) is passes, (metric, limit)
+    assert request_meets([parse_threshold("error_rate", "rate<0.1"), parse_threshold("session_ttft", "p(9)<1")]) \
+        is None
+
+
+def test_knee_metrics_are_the_registry_ones_and_the_scenario_refuses_others():
+    assert KNEE_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time", "session_ttft")
+    raw = {"name": "t", "endpoint": {"host": "http://127.0.0.1:1", "model": "m"},
+           "load": {"mode": "staircase", "start": 1, "step_by": 1, "max": 2, "knee": {"metric": "headers"}}}
+    with pytest.raises(ScenarioError, match=r"load\.knee\.metric: must be one of ttft, tpot, itl, e2e, ttfo"):
+        parse_scenario(raw, source="t.yaml")
+
+
+def test_influx_names_are_in_the_sink_schema():
+    for m in METRICS:
+        for where in m.influx:
+            measurement, _, name = where.partition(".")
+            spec = MEASUREMENTS[measurement]
+            if name:
+                assert name in spec["fields"], (m.name, where)
+            else:  # a point per metric: its name in the metric tag, its percentiles as fields
+                assert "metric" in spec["tags"] and set(PERCENTILE_FIELDS) <= set(spec["fields"]), (m.name, where)
+    assert MEASUREMENTS["kneecap_throughput"]["fields"] == (*influx_fields("kneecap_throughput"), "load", "window")
+    assert WINDOW_METRICS == LATENCIES  # the live window merges exactly the sketches the sink writes
+
+
+def test_summary_validator_names_registry_metrics():
+    step = SUMMARY["steps"][0]
+    assert "tokens_per_s_per_user" in step and METRIC["tokens_per_s_per_user"].kind == "distribution"
+    assert set(step["throughput"]) <= {m.name for m in METRICS if m.kind == "counter"}
+    assert LATENCIES == vocabulary.REQUEST_LATENCIES  # what a step's latency_ms holds (its keys are not fixed)
+
+
+def test_the_registry_is_frozen_data():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        METRIC["ttft"].slo = False  # type: ignore[misc]
+    assert vocabulary.markdown_table().count("\n") == len(METRICS) + 2
