@@ -405,3 +405,16 @@ def test_layout_has_an_entry_per_package():
                 for p in glob.glob(os.path.join(ROOT, "harness", "*", "__init__.py"))}
     heads = {head for head, _ in _layout_entries()}
     assert packages <= heads, f"no Layout entry for {sorted(packages - heads)}"
+
+
+# --- the metric registry ------------------------------------------------------------------------------------------
+
+
+def test_metrics_page_holds_the_registry_table():
+    """docs/metrics.md's registry table is what harness/metrics/vocabulary.py renders: the docs cannot drift."""
+    from harness.metrics.vocabulary import markdown_table
+
+    text = _read(os.path.join(ROOT, "docs", "metrics.md"))
+    table = text.split("<!-- metric-registry:begin -->\n", 1)[1].split("<!-- metric-registry:end -->", 1)[0]
+    assert table == markdown_table(), "docs/metrics.md's registry table is stale: paste the output of " \
+        "`python -m harness.metrics.vocabulary` between its metric-registry markers"
