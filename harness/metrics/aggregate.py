@@ -37,6 +37,7 @@ _WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("fail", "fai
                 ("pn", "prompt_error_n"), ("arr", "arrivals"), ("drop", "dropped"))
 """A bucket's counters on the wire, in wire order: (short key, field); the sketches go first, under "sk"."""
 
+
 @dataclass
 class PrefixCache:
     """The prefix cache as the client sees it: the successful requests whose usage reported cached tokens, their

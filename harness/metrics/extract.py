@@ -45,18 +45,18 @@ _SESSION = _plan("session")
 def _add(sk: Callable[[str], Sketch], plan: _Plan, record: object) -> None:
     metrics, get = plan
     for (key, several), v in zip(metrics, get(record), strict=False):
-        if v is None:
-            continue
-        if not several:
-            sk(key).add(v)
-        elif v[1] is None:
+        if v is not None:
+            if not several:
+                sk(key).add(v)
+                continue
             add = sk(key).add
-            for x in v[0]:
-                add(x)
-        else:
-            add = sk(key).add
-            for x, n in zip(v[0], v[1], strict=True):
-                add(x, n)
+            values, counts = v
+            if counts is None:
+                for x in values:
+                    add(x)
+            else:
+                for x, n in zip(values, counts, strict=True):
+                    add(x, n)
 
 
 def add_request(sk: Callable[[str], Sketch], rec: RequestRecord) -> None:
