@@ -122,7 +122,7 @@ def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed
         master = MasterSide(env, ScenarioSource(env), send_step=lambda msg: None, workers=lambda: workers,
                             clock=lambda: clock.t)
         master.start_run()
-        master.begin_step(100.0, 0)
+        master.control.begin_step(100.0, 0)
         round_ms, decode_ms, judge_ms, sizes = [], [], [], []
         for kind, wires in events:
             if kind == "round":
@@ -138,7 +138,7 @@ def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed
                 round_ms.append((t2 - t0) * 1e3)
             else:
                 step = master.ledger.steps[-1]
-                master.begin_step(step.level + 100.0, step.level_index + 1)  # ends the step
+                master.control.begin_step(step.level + 100.0, step.level_index + 1)  # ends the step
                 for b in wires:
                     m = Message.unserialize(b)
                     master.merge(m.node_id, m.data[REPORT_KEY])

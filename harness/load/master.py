@@ -1,9 +1,9 @@
-"""The master side: merges the workers' reports, owns the steps, judges them and writes the results.
+"""The master side: events in, messages out. Merges the workers' reports, keeps their clocks, writes the results.
 
-Glue only: the state and the decisions are the pure ``analysis.ledger.Ledger``; this object turns
-Locust's events into calls on it, tells workers where a step begins (``send_step``), runs the live
-sinks (``load/live.py``) and, at the end (``quitting``, after the last reports arrived), writes
-``summary.json``. The load shape and the web UI read it through ``RunView`` only.
+Glue only: the run's state and decisions are the pure ``analysis.ledger.Ledger`` and ``analysis.summarize``;
+the steps are ``load/control.py``'s (``self.control``, their one owner); the server's /metrics is an input
+(``load/scraper.py``); the live sinks are ``load/live.py``. At the end (``quitting``, after the last reports
+arrived) this writes ``summary.json``. The web UI reads the run through ``RunView`` only.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 from harness import exitcodes
 from harness.analysis.ledger import Ledger
 from harness.analysis.pricing import cost_line
-from harness.analysis.results import RunSummary, level_unit
-from harness.analysis.steps import StepInfo, connection_warning
+from harness.analysis.results import RunSummary
+from harness.analysis.steps import connection_warning
 from harness.analysis.summarize import RunFacts, summarize
 from harness.load.context import ScenarioSource
+from harness.load.control import StepControl
 from harness.load.live import Live
 from harness.load.scraper import Scraper
 from harness.metrics.clock import ClockOffset
@@ -32,9 +33,6 @@ from harness.sinks.files import JsonLinesWriter, write_json_atomic
 __all__ = ["MasterSide", "RunView"]
 
 log = logging.getLogger("kneecap")
-NOTICED_AFTER_S = 5.0
-"""How long after a worker dies the master may notice: Locust marks a worker missing after 3 missed 1 s
-heartbeats (``HEARTBEAT_LIVENESS``), and the watch polls every 0.5 s."""
 
 
 class MasterSide:
@@ -45,22 +43,19 @@ class MasterSide:
                  clock: Callable[[], float] = time.perf_counter, rebalance: Callable[[], None] = lambda: None) -> None:
         self.env = environment
         self.source = source
-        self.send_step = send_step
         self.workers = workers
         """How many workers the fleet has now (1 in local mode)."""
         self.before_summary = before_summary
         """Called once at the end, before judging: collect the last data (local: drain; master: stop workers)."""
         self.clock = clock
         """The master's step clock (tests pass a fake one)."""
-        self.rebalance = rebalance
-        """Spread the running users over the workers there are now (after a fleet change)."""
         self.ledger = Ledger(source.scenario)
+        self.control = StepControl(self.ledger, open_loop=source.open_loop, send_step=send_step, workers=workers,
+                                   clock=clock, start_run=self.start_run, judge=self.judge, event=self._event,
+                                   rebalance=rebalance)
         self.view = RunView(self)
         self.run_id = ""
         self.started_wall = 0.0
-        self.stop_reason: str | None = None
-        self.step_message: StepMessage | None = None
-        """The last step boundary sent: a worker that connects mid-run gets it first (``load/wiring.py``)."""
         self.merge_errors = 0
         """Worker reports that could not be merged (e.g. another kneecap version): the run then exits 1."""
         self.requests_file: JsonLinesWriter | None = None
@@ -95,65 +90,13 @@ class MasterSide:
         step = self.ledger.current
         return step is not None and step.ended is None and self.clock() - step.started >= step.warmup_s
 
-    def begin_step(self, level: float, level_index: int = 0) -> StepInfo:
-        """Start a new step at ``level`` users (or req/s), the plan's ``level_index``-th; workers tag their
-        records from now on."""
-        info = self.ledger.begin_step(level, self.clock(), time.time(), level_index)
-        msg = StepMessage(index=info.index)
-        if self.source.open_loop:
-            msg = StepMessage(index=info.index, rate=level, stride=self.workers())
-        text = f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}"
-        log.info("kneecap: %s", text)
+    @property
+    def stop_reason(self) -> str | None:
+        return self.control.stop_reason
+
+    def _event(self, kind: str, text: str, load: float | None) -> None:
         if self.live is not None:
-            self.live.event("step", text, level)
-        self.step_message = msg
-        self.send_step(msg)
-        return info
-
-    def end_plan(self) -> None:
-        """Close the last step now: workers move to a step past the plan (their records from here on are
-        not part of any step) and open-loop drivers stop dispatching."""
-        if self.ledger.end_step(self.clock()):
-            self.step_message = StepMessage(index=len(self.ledger.steps), end=True)
-            self.send_step(self.step_message)
-
-    def stop(self, reason: str) -> None:
-        """End the plan for ``reason`` (the shape then returns None and Locust stops the users)."""
-        self.stop_reason = reason
-        self.end_plan()
-
-    def interrupt(self) -> None:
-        log.info("kneecap: SIGTERM: ending the plan, writing partial results")
-        self.stop("interrupted")
-
-    def fleet_change(self, kind: str, worker: str) -> None:
-        """A worker ``lost`` or ``joined`` (``load/wiring.py`` watches Locust's worker states; ``finalize`` finds
-        workers whose final report never came): say it and mark the steps it changed; while the plan runs,
-        re-run the plan from the earliest level it changed, on the fleet as it is now (``load.on_worker_loss:
-        continue``), or end the run (``abort``, losses only)."""
-        ledger = self.ledger
-        cur = ledger.current
-        if cur is None or self.finalized:
-            return
-        event = ledger.fleet_change(kind, worker, self.clock(), time.time(), noticed_after_s=NOTICED_AFTER_S)
-        running = cur.ended is None and self.stop_reason is None
-        policy = ledger.scenario.load.on_worker_loss if kind == "lost" else "continue"
-        what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
-        steps = ", ".join(map(str, event.steps)) or "none"
-        # re-run from the earliest level it touched, so that every level keeps a judged step, in order
-        first = min((s for s in ledger.steps if s.index in event.steps), key=lambda s: s.level_index, default=cur)
-        then = ("the plan had ended" if not running else "aborting (load.on_worker_loss: abort)" if policy == "abort"
-                else f"re-running from {first.level:g} {level_unit(ledger.mode)} on {self.workers()} workers")
-        log.warning("kneecap: worker %s %s during step %s: not judged; %s", worker, what, steps, then)
-        if self.live is not None:
-            self.live.event(f"worker_{kind}", f"worker {worker} {what} during step {steps}", cur.level)
-        if not running:
-            return
-        if policy == "abort":
-            self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
-            return
-        self.begin_step(first.level, first.level_index)
-        self.rebalance()
+            self.live.event(kind, text, load)
 
     def clock_measured(self, worker: str, offset: ClockOffset) -> None:
         """A worker's clock offset came in (at test start, when it joined, then every ``load.clock.CLOCK_EVERY_S``):
@@ -208,8 +151,8 @@ class MasterSide:
         self.before_summary()
         lost = {e.worker for e in self.ledger.fleet_events if e.kind == "lost"}
         for worker in sorted(self.ledger.reporters - self.flushed - lost):  # died, or unreachable, at the end
-            self.fleet_change("lost", worker)
-        self.finalized = True
+            self.control.fleet_change("lost", worker)
+        self.finalized = self.control.finalized = True
         self.ledger.end_step(self.clock())
         self.judge()
         summary = self.summary()

@@ -96,7 +96,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     if environment.shape_class is not None:
         # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
         # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
-        gevent.signal_handler(signal.SIGTERM, m.interrupt)
+        gevent.signal_handler(signal.SIGTERM, m.control.interrupt)
     if getattr(environment, "web_ui", None) is not None:
         from harness.web import register as register_web  # Flask blueprint, charts: only with the web UI
 
@@ -105,9 +105,10 @@ def _on_init(environment: Any, **_: Any) -> None:
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:
-    m.start_run()
     if environment.shape_class is None:  # plain -u/-r/-t run: one step; a shape begins its own steps
-        m.begin_step(float(m.source.option("num_users", None) or 0))
+        m.control.begin_plain(float(m.source.option("num_users", None) or 0))
+    else:
+        m.start_run()
 
 
 def _worker(environment: Any, k: Kneecap) -> None:
@@ -153,7 +154,7 @@ def _master(environment: Any, k: Kneecap) -> None:
 
     def watch() -> None:
         """Locust's worker states, read every 0.5 s: a worker missing (3 heartbeats) or gone is lost, a new one
-        joined. Locust keeps the load going on the others; the master re-runs the step (MasterSide.fleet_change)."""
+        joined. Locust keeps the load going on the others; the master re-runs the step (StepControl.fleet_change)."""
         known, clocks_due = alive(), time.monotonic() + clock_every_s()
         while not m.finalized:
             gevent.sleep(WATCH_EVERY_S)
@@ -164,9 +165,9 @@ def _master(environment: Any, k: Kneecap) -> None:
                     for worker in sorted(now & known):
                         probe.measure(worker)
                 for worker in sorted(known - now):
-                    m.fleet_change("lost", worker)
+                    m.control.fleet_change("lost", worker)
                 for worker in sorted(now - known):
-                    m.fleet_change("joined", worker)
+                    m.control.fleet_change("joined", worker)
                     probe.measure(worker)  # a new host, or one back from a partition: its clock again
                 if m.stop_reason is not None and environment.shape_class is None:
                     runner.quit()  # aborted (on_worker_loss) in a plain -u/-t run; a shape ends by itself
@@ -182,8 +183,8 @@ def _master(environment: Any, k: Kneecap) -> None:
     def on_hello(msg: Any, **_: Any) -> None:
         # A worker's handlers are up (a message sent as it connects would be dropped): tell it the step under way.
         # Its users wait for this, so its first records are that step's; the watch marks the step the join changed.
-        if m.step_message is not None:
-            runner.send_message(STEP_MESSAGE, m.step_message.to_wire(), client_id=msg.node_id)
+        if m.control.step_message is not None:
+            runner.send_message(STEP_MESSAGE, m.control.step_message.to_wire(), client_id=msg.node_id)
 
     ev.test_start.add_listener(on_test_start)
     runner.register_message(HELLO_MESSAGE, on_hello)

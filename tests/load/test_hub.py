@@ -1,6 +1,7 @@
 """The hub in process, in Locust's style (its test_runners fires report_to_master and sends a Message): two
 ``WorkerSide``s and a ``MasterSide`` on a fake clock, every report and step message through Locust's own
-``Message.serialize``, the shape's ``Ticker`` driving a staircase, then the summary. No subprocess, no socket.
+``Message.serialize``, the shape's tick (``StepControl.tick``) driving a staircase, then the summary. No subprocess,
+no socket.
 
 The synthetic endpoint has 8 slots: below 8 users TTFT is ~100 ms and throughput grows with load; past 8
 each extra wave of users waits a whole service time, so p99 jumps while throughput stays flat — the knee
@@ -57,7 +58,6 @@ class Fleet:
                  failure: tuple[str, str] = ("http_5xx", "")) -> None:
         from harness.load.context import ScenarioSource
         from harness.load.master import MasterSide
-        from harness.load.shapes import Ticker
         from harness.load.wiring import Kneecap
         from harness.load.worker import WorkerSide
 
@@ -78,7 +78,7 @@ class Fleet:
         self.env = _env(tmp_path, None)
         self.master = MasterSide(self.env, ScenarioSource(self.env), send_step=self._send_step, workers=lambda: 2,
                                  clock=self.clock)
-        self.ticker = Ticker(self.master)
+        self.ticker = self.master.control
         self.sent: list[RequestRecord] = []
         self.dead: set[int] = set()
         self.lose_at: int | None = None
@@ -135,7 +135,7 @@ class Fleet:
                 self.dead.add(1)
                 self.delivered_before_loss = len(self.sent)
                 self.lost_unreported = self.workers[1].recorder.drain()  # never reaches the master
-                self.master.fleet_change("lost", "worker-1")
+                self.master.control.fleet_change("lost", "worker-1")
             self.second(users)
             if n % 3 == 2:
                 self.report()
@@ -208,9 +208,9 @@ def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(lo
 
 
 def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
-    from harness.load import shapes
+    from harness.load import control
 
-    monkeypatch.setattr(shapes, "PROGRESS_EVERY_S", 1.0)
+    monkeypatch.setattr(control, "PROGRESS_EVERY_S", 1.0)
     detail = "cannot connect to 127.0.0.1:9: Connection refused"
     fleet = Fleet(locust, tmp_path, failures_per_s=200, failure=("connect_error", detail))
     with caplog.at_level("INFO", logger="kneecap"):
