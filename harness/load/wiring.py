@@ -17,7 +17,6 @@ import gevent
 from locust import argument_parser as locust_argument_parser
 from locust.runners import (
     STATE_INIT,
-    STATE_MISSING,
     STATE_RUNNING,
     STATE_SPAWNING,
     STATE_STOPPED,
@@ -26,8 +25,9 @@ from locust.runners import (
 )
 
 from harness import exitcodes
-from harness.load.clock import ClockProbe, clock_every_s, register_worker
+from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
+from harness.load.fleet import FleetWatch
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
@@ -36,11 +36,10 @@ from harness.scenario import ScenarioError, url_problem
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
 
-__all__ = ["LOCAL_FLUSH_S", "WATCH_EVERY_S", "Kneecap", "setup"]
+__all__ = ["LOCAL_FLUSH_S", "Kneecap", "setup"]
 
 log = logging.getLogger("kneecap")
 LOCAL_FLUSH_S = 1.0
-WATCH_EVERY_S = 0.5
 
 
 @dataclass
@@ -149,36 +148,9 @@ def _master(environment: Any, k: Kneecap) -> None:
 
     probe = ClockProbe(runner, m.clock_measured)
 
-    def alive() -> set[str]:
-        return {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-
-    def watch() -> None:
-        """Locust's worker states, read every 0.5 s: a worker missing (3 heartbeats) or gone is lost, a new one
-        joined. Locust keeps the load going on the others; the master re-runs the step (StepControl.fleet_change)."""
-        known, clocks_due = alive(), time.monotonic() + clock_every_s()
-        while not m.finalized:
-            gevent.sleep(WATCH_EVERY_S)
-            now = alive()
-            if runner.state in (STATE_RUNNING, STATE_SPAWNING):  # not the workers stopping at the end
-                if time.monotonic() >= clocks_due:  # clocks drift and get stepped: measure them again
-                    clocks_due = time.monotonic() + clock_every_s()
-                    for worker in sorted(now & known):
-                        probe.measure(worker)
-                for worker in sorted(known - now):
-                    m.control.fleet_change("lost", worker)
-                for worker in sorted(now - known):
-                    m.control.fleet_change("joined", worker)
-                    probe.measure(worker)  # a new host, or one back from a partition: its clock again
-                if m.stop_reason is not None and environment.shape_class is None:
-                    runner.quit()  # aborted (on_worker_loss) in a plain -u/-t run; a shape ends by itself
-                    return
-            known = now
-
     def on_test_start(**_: Any) -> None:
         _start_run(environment, m)
-        for worker in sorted(alive()):
-            probe.measure(worker)
-        gevent.spawn(watch)
+        FleetWatch(runner, m.control, measure=probe.measure, plain=environment.shape_class is None).start()
 
     def on_hello(msg: Any, **_: Any) -> None:
         # A worker's handlers are up (a message sent as it connects would be dropped): tell it the step under way.
