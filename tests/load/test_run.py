@@ -10,32 +10,14 @@ import html
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 
+from tests.kit.run import kneecap_run, start_kneecap_run
+from tests.kit.scenarios import STAIRS, scenario
+
 pytestmark = pytest.mark.integration
-KNEECAP = [sys.executable, "-m", "harness.cli"]
-
-
-def scenario(tmp_path, load: str, slo: str = "") -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent("""
-        name: run-test
-        endpoint: {api: chat, model: sim-tiny, timeouts: {ttft_s: 20, idle_s: 10}}
-        workload: {input_tokens: 100, output_tokens: 20}
-    """) + load + slo)
-    return str(path)
-
-
-STAIRS = """
-load:
-  users: {start: 2, step: 2, max: 16}
-  step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
-"""
 
 
 def step_keys(summary: dict) -> set[str]:
@@ -48,18 +30,11 @@ def curve(summary: dict) -> list:
              s["throughput"]["output_tokens_per_s"], s["generator"]) for s in summary["steps"]]
 
 
-def run(tmp_path, scenario_path: str, *args: str, timeout: float = 120) -> tuple[int, dict, str]:
-    out = tmp_path / "out"
-    proc = subprocess.run([*KNEECAP, "run", scenario_path, "--workers", "1", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=timeout)
-    summary = json.loads((out / "summary.json").read_text())
-    return proc.returncode, summary, proc.stdout + proc.stderr
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_knee_at_the_simulators_capacity(tmp_path, seed):
-    code, summary, output = run(tmp_path, scenario(tmp_path, STAIRS), "--seed", str(seed),
-                                "--sim-arg=--max-num-seqs=8")
+    r = kneecap_run(scenario(tmp_path, STAIRS), "--seed", str(seed), "--sim-arg=--max-num-seqs=8",
+                    out=tmp_path / "out")
+    code, summary, output = r.code, r.summary, r.output
     assert "started the built-in simulator" in output
     knee = summary["knee"]
     assert knee["found"] and knee["confirmed"], (knee, curve(summary), output)
@@ -74,16 +49,17 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
 
 def test_no_knee_within_range(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
-    _, summary, output = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64",
-                             "--sim-arg=--iter-base-ms=10")  # TTFT well above OS scheduling noise
+    r = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64",
+                    "--sim-arg=--iter-base-ms=10", out=tmp_path / "out")  # TTFT well above OS scheduling noise
+    summary, output = r.summary, r.output
     assert not summary["knee"]["found"], (summary["knee"], curve(summary))
     assert summary["stop_reason"].startswith("plan complete") and "knee: not found" in output
 
 
 def test_jitter_makes_no_false_knee(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
-    _, summary, _ = run(tmp_path, scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3",
-                        "--sim-arg=--iter-base-ms=10")
+    summary = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3",
+                          "--sim-arg=--iter-base-ms=10", out=tmp_path / "out").summary
     assert not summary["knee"]["confirmed"], (summary["knee"], curve(summary))
 
 
@@ -99,8 +75,9 @@ COST = 'cost: {per_hour: 4.2, currency: EUR, input_per_mtok: 0.5, output_per_mto
 @pytest.mark.parametrize("budget,code", [("p(95)<5000", 0), ("p(95)<1", 3)])
 def test_slo_decides_the_exit_code(tmp_path, budget, code):
     floor = ', tokens_per_s_per_user: "p(5)>1"' if code == 0 else ""
-    got, summary, output = run(tmp_path, scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"{floor}}}\n"
-                                                  + (COST if code == 0 else "")))
+    r = kneecap_run(scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"{floor}}}\n"
+                             + (COST if code == 0 else "")), out=tmp_path / "out")
+    got, summary, output = r.code, r.summary, r.output
     assert got == code and summary["exit_code"] == code, output
     assert summary["slo"]["passed"] is (code == 0)
     assert ("SLO PASSED" if code == 0 else "SLO FAILED") in output
@@ -148,17 +125,16 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
 def test_bad_scenario_is_a_usage_error(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\nworkload: {input_tokens: -5, output_tokens: 5}\n")
-    proc = subprocess.run([*KNEECAP, "run", str(path)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 2 and "workload.input_tokens.value: must be >= 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    r = kneecap_run(path, out=None, workers=None, timeout=30)  # as typed: no --workers, no --out
+    assert r.code == 2 and "workload.input_tokens.value: must be >= 0" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_ctrl_c_leaves_a_valid_partial_summary(tmp_path):
     out = tmp_path / "out"
     load = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60",
                                                                              "min_requests: 100000")
-    proc = subprocess.Popen([*KNEECAP, "run", scenario(tmp_path, load), "--workers", "1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_kneecap_run(scenario(tmp_path, load), out=out)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not list(out.glob("*")):
         time.sleep(0.2)

@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from tests.conftest import start_sim
-from tests.load.test_run import KNEECAP, STAIRS, scenario
+from tests.kit.run import start_kneecap_run
+from tests.kit.scenarios import STAIRS, scenario
 
 pytestmark = pytest.mark.integration
 LONG = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60", "min_requests: 100000")
@@ -20,9 +21,7 @@ LONG = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_re
 
 def _start_run(tmp_path, host: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
     """A run at its first step (its progress line seen), and every process under it."""
-    proc = subprocess.Popen([*KNEECAP, "run", scenario(tmp_path, LONG), "--workers", "2", "--host", host,
-                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = start_kneecap_run(scenario(tmp_path, LONG), workers=2, host=host, out=tmp_path / "out")
     seen = []
     for line in proc.stdout:
         seen.append(line)
