@@ -7,10 +7,10 @@ items)::
                | "rate" OP NUMBER                     error_rate, a fraction in [0, 1]
     OP        := "<" | "<=" | ">" | ">="
 
-Metrics: ``ttft``, ``tpot``, ``itl``, ``e2e``, ``ttfo`` (first answer token), ``reasoning_time``
-(milliseconds), ``tokens_per_s_per_user`` (the speed
-floor, e.g. ``p(5)>20``: 95% of requests stream at least 20 tokens/s), ``error_rate``; with sessions also
-``session_ttft`` (each session's own TTFT p99, ms) and ``session_duration`` (ms, think time included).
+Metrics (the registry, ``metrics.vocabulary``, marks which): ``ttft``, ``tpot``, ``itl``, ``e2e``, ``ttfo`` (first
+answer token), ``reasoning_time`` (milliseconds), ``tokens_per_s_per_user`` (the speed floor, e.g. ``p(5)>20``: 95%
+of requests stream at least 20 tokens/s), ``error_rate``; with sessions also ``session_ttft`` (each session's own
+TTFT p99, ms) and ``session_duration`` (ms, think time included).
 Example: ``{ttft: ["p(95)<500", {threshold: "p(99)<2000", abort_on_fail: true}], error_rate: "rate<0.01"}``.
 """
 

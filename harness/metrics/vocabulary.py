@@ -30,13 +30,14 @@ class Metric:
     over the step (shown per second or as a count); "rate": the share of requests that count."""
     meaning: str
     source: str | None = None
-    """The extractor: the attribute of the record (``RequestRecord``; ``SessionRecord`` when ``of`` is "session")
-    that gives the value, None for none; ``Samples`` when ``many``; a counter's increment (None: one per record);
-    a rate's miss (true counts). None here: nothing in the record gives it (``goodput`` needs the SLOs)."""
+    """The extractor: the record attribute that gives it (``RequestRecord``'s, ``SessionRecord``'s when ``of`` is
+    "session"): a sample or None, ``Samples`` when ``many``, a counter's increment, a rate's miss (truthy counts).
+    None: no attribute does (a count of records, or goodput, which needs the SLOs)."""
     of: Of = "ok"
     """Which records it is taken from: "ok" successful requests, "all" every request, "session" ended sessions,
     "worker" events the worker notes (``Recorder.note``)."""
     many: bool = False
+    """``source`` gives ``Samples`` (several values a record, with their counts), not one value."""
     open_loop: bool = False
     """Only requests with an intended start (open loop) have it."""
     key: str = ""
