@@ -24,7 +24,8 @@ import yaml
 
 from harness.endpoint import url_problem
 from harness.scenario import load_scenario
-from tests.conftest import Lines, free_port, start_sim
+from tests.kit.procs import Lines, free_port
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.xdist_group("k8s")  # the rendered manifests are one module fixture: render them once
 ROOT = Path(__file__).resolve().parent.parent

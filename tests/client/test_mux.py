@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 

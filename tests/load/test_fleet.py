@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-from tests.conftest import free_port, start_sim
+from tests.kit.procs import free_port
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

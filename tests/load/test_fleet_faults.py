@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-from tests.conftest import Lines, free_port, start_sim
+from tests.kit.procs import Lines, free_port
+from tests.kit.sim import start_sim
 from tests.load.test_fleet import LOCUST, ROOT
 
 pytestmark = pytest.mark.integration

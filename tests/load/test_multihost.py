@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import Lines
+from tests.kit.procs import Lines
 from tests.load.test_fleet import LOCUST, exact
 from tests.load.test_fleet_faults import SHAPE
 

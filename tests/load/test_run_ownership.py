@@ -11,9 +11,9 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import start_sim
 from tests.kit.run import start_kneecap_run
 from tests.kit.scenarios import STAIRS, scenario
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 LONG = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60", "min_requests: 100000")

@@ -16,7 +16,7 @@ import pytest
 from harness.analysis.sessions import NOT_REPORTED
 from harness.sim.openai import plain_text
 from harness.sim.prefix import message_hash
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.test_http_api import post, scrape
 
 pytestmark = pytest.mark.integration

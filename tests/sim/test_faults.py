@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.sim.faults import FaultConfig, parse_fault_spec
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.test_http_api import CHAT, chat, post
 
 pytestmark = pytest.mark.integration

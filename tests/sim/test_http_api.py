@@ -12,7 +12,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import SimProcess, start_sim
+from tests.kit.sim import SimProcess, start_sim
 
 pytestmark = pytest.mark.integration
 

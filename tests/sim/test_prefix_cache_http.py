@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.test_http_api import CHAT, events, post, scrape
 
 SYSTEM = {"role": "system", "content": " ".join(f"rule{i}" for i in range(60))}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.sse_events import typed_events, types
 from tests.sim.test_http_api import post
 

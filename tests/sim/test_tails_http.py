@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 

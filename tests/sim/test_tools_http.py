@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.test_http_api import CHAT, post
 from tests.sim.test_reasoning_http import read_chunks
 

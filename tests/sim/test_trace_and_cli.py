@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 from tests.sim.test_http_api import CHAT, chat, post
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.conftest import Lines, free_port
+from tests.kit.procs import Lines, free_port
 
 pytestmark = pytest.mark.integration
 KNEECAP = [sys.executable, "-m", "harness.cli"]

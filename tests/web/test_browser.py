@@ -17,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import Lines, free_port, start_sim
+from tests.kit.procs import Lines, free_port
+from tests.kit.sim import start_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]  # one shared run per module
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

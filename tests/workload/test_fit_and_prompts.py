@@ -14,7 +14,7 @@ from harness.cli import main
 from harness.workload.fit import _gamma_p, fit_log, ks_distance
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import worker_rng
-from tests.conftest import start_sim
+from tests.kit.sim import start_sim
 
 TRACE = "scenarios/traces/azure-code-2023.csv"
 
