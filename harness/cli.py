@@ -164,11 +164,10 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     from harness.run import run as run_plan
     from harness.scenario import ScenarioError
 
-    influx = ("--influx-url", influx_url, "--influx-org", influx_org, "--influx-bucket", influx_bucket,
-              "--influx-token-env", influx_token_env) if influx_url else ()
+    influx = {"influx_url": influx_url, "influx_org": influx_org, "influx_bucket": influx_bucket,
+              "influx_token_env": influx_token_env} if influx_url else None
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
-                      save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args,
-                      influx_args=influx)
+                      save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:

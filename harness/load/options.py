@@ -1,15 +1,22 @@
-"""kneecap's Locust command-line options; they also work from ``locust.conf`` and the web UI's custom parameters.
+"""kneecap's Locust command-line options: one typed object that adds itself to Locust's parser and writes argv.
 
-Custom options reach workers with the master's spawn message, so workers read them at test start.
+``KneecapOptions`` is the process boundary between ``kneecap run`` (which starts the master) and the
+master's Locust: each field is one option, declared once in ``OPTIONS`` (flag, help, whether Locust's web
+UI shows it); ``add_arguments`` puts them on Locust's parser (they also work from ``locust.conf``) and
+``to_argv`` writes the flags a master is started with. Custom options reach workers with the master's spawn
+message, so workers read them at test start. ``--overrides`` and ``--run-id`` are command line and
+``locust.conf`` only: the web UI does not show them.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
 
-__all__ = ["WEB_HOST", "add_arguments"]
+__all__ = ["WEB_HOST", "KneecapOptions", "add_arguments"]
 
 
 WEB_HOST = "127.0.0.1"
@@ -17,21 +24,54 @@ WEB_HOST = "127.0.0.1"
 listens on every interface without authentication, and the UI can start and stop load and shows the results."""
 
 
+def _opt(default: Any, help: str, *, web_ui: bool = True) -> Any:
+    return field(default=default, metadata={"help": help, "web_ui": web_ui})
+
+
+@dataclass(frozen=True, kw_only=True)
+class KneecapOptions:
+    """kneecap's options as the master's Locust reads them (``--scenario`` is ``scenario``, and so on)."""
+
+    scenario: str = _opt("", "Scenario YAML file (default: the built-in chat scenario).")
+    results_dir: str = _opt("", "Where summary.json goes [scenario sinks.results_dir].")
+    save_requests: str = _opt("", "Write every request record as JSON lines to this file (gathered on the master).")
+    overrides: str = _opt("", "Scenario overrides as a JSON object of dotted keys, e.g. '{\"workload.seed\": 3}'.",
+                          web_ui=False)
+    influx_url: str = _opt("", "Write live results to this InfluxDB 2 [scenario sinks].")
+    influx_org: str = _opt(DEFAULT_ORG, "InfluxDB organisation.")
+    influx_bucket: str = _opt(DEFAULT_BUCKET, "InfluxDB bucket.")
+    influx_token_env: str = _opt(DEFAULT_TOKEN_ENV, "Name of the environment variable holding the InfluxDB token.")
+    run_id: str = _opt("", "Run identifier [timestamp-based].", web_ui=False)
+    insecure: bool = _opt(False, "Accept any TLS certificate from the endpoint (overrides endpoint.tls.verify).")
+
+    @staticmethod
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    @staticmethod
+    def overrides_json(overrides: dict[str, Any]) -> str:
+        """``--overrides``'s value for a dict of dotted keys ("" for none)."""
+        return json.dumps(overrides) if overrides else ""
+
+    def to_argv(self) -> list[str]:
+        """The flags that give a master these options; options left at their default are not written."""
+        argv: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            argv += [self.flag(f.name)] if isinstance(value, bool) else [self.flag(f.name), str(value)]
+        return argv
+
+
 def add_arguments(parser: Any) -> None:
+    """Locust's ``init_command_line_parser`` listener: every ``KneecapOptions`` field as an option."""
     parser.set_defaults(web_host=WEB_HOST)
-    # On the parser itself, not a group: only Locust's parser knows include_in_web_ui.
-    group = parser
-    group.add_argument("--scenario", default="", help="Scenario YAML file (default: the built-in chat scenario).")
-    group.add_argument("--results-dir", default="", help="Where summary.json goes [scenario sinks.results_dir].")
-    group.add_argument("--save-requests", default="",
-                       help="Write every request record as JSON lines to this file (gathered on the master).")
-    group.add_argument("--overrides", default="", include_in_web_ui=False,
-                       help='Scenario overrides as a JSON object of dotted keys, e.g. \'{"workload.seed": 3}\'.')
-    group.add_argument("--influx-url", default="", help="Write live results to this InfluxDB 2 [scenario sinks].")
-    group.add_argument("--influx-org", default=DEFAULT_ORG, help="InfluxDB organisation.")
-    group.add_argument("--influx-bucket", default=DEFAULT_BUCKET, help="InfluxDB bucket.")
-    group.add_argument("--influx-token-env", default=DEFAULT_TOKEN_ENV,
-                       help="Name of the environment variable holding the InfluxDB token.")
-    group.add_argument("--run-id", default="", help="Run identifier [timestamp-based].", include_in_web_ui=False)
-    group.add_argument("--insecure", action="store_true", default=False,
-                       help="Accept any TLS certificate from the endpoint (overrides endpoint.tls.verify).")
+    for f in fields(KneecapOptions):
+        # On the parser itself, not a group: only Locust's parser knows include_in_web_ui.
+        extra = {} if f.metadata["web_ui"] else {"include_in_web_ui": False}
+        if f.type in (bool, "bool"):
+            parser.add_argument(KneecapOptions.flag(f.name), action="store_true", default=f.default,
+                                help=f.metadata["help"], **extra)
+        else:
+            parser.add_argument(KneecapOptions.flag(f.name), default=f.default, help=f.metadata["help"], **extra)

@@ -1,0 +1,93 @@
+"""The run's last lines, said once for every way a run ends: the knee, fleet changes, the SLO verdict, the cost,
+where the results are; and ``processes.json`` (each process's CPU, the client's cost per streamed token).
+
+Read from summary.json, the artefact every run writes (``kneecap run`` and a plain Locust master alike), so
+the lines say what the file says; the exit code is the summary's (``harness/exitcodes.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+from collections.abc import Callable
+
+from harness import exitcodes
+from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+from harness.procs import Child
+
+__all__ = ["say_verdict", "write_processes"]
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """This thread's user and system CPU seconds (the whole process's off Linux)."""
+    ru = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return ru.ru_utime, ru.ru_stime
+
+
+def write_processes(out: str, children: list[Child], report_cpu: list[float], say: Callable[[str], None]) -> None:
+    """Write OUT/processes.json (CPU per role, the client's µs per streamed token) and say its line."""
+    from harness.sinks.files import write_json_atomic
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    rep_user, rep_sys = report_cpu if report_cpu else (0.0, 0.0)
+    roles = [RoleCpu(role="parent", user_s=me.ru_utime - rep_user, sys_s=me.ru_stime - rep_sys,
+                     max_rss_mb=round(me.ru_maxrss / 1024, 1))]
+    roles += [RoleCpu(role=c.name, user_s=c.rusage.ru_utime, sys_s=c.rusage.ru_stime,
+                      max_rss_mb=round(c.rusage.ru_maxrss / 1024, 1)) for c in children if c.rusage is not None]
+    if report_cpu:
+        roles.append(RoleCpu(role="report", user_s=rep_user, sys_s=rep_sys))
+    try:
+        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+            steps = json.load(f).get("steps") or []
+    except (OSError, ValueError, AttributeError):
+        steps = []
+    tokens, in_steps = step_totals(steps)
+    block = processes_block(roles, output_tokens=tokens, workers_cpu_in_steps=in_steps)
+    try:
+        write_json_atomic(os.path.join(out, "processes.json"), block)
+    except OSError as exc:
+        say(f"processes.json not written: {exc}")
+    say(cost_line(block))
+
+
+def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None) -> int:
+    """The run's last lines from its summary, and the report; ``report_cpu`` gets the report build's user and
+    system CPU seconds."""
+    path = os.path.join(out, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        say(f"no valid summary was written ({path}); see the messages above")
+        return exitcodes.NO_VALID_RESULT
+    knee = summary.get("knee", {})
+    if knee.get("found"):
+        level = f"{knee['users']:g} users" if "users" in knee else f"{knee['rate_rps']:g} req/s"
+        say(f"knee: {level} ({knee['confidence']} confidence) - {knee['reason']}")
+    else:
+        say(f"knee: not found ({knee.get('reason', '')})")
+    events = summary.get("fleet_events") or []
+    if events:
+        lost = [e for e in events if e.get("kind") == "lost"]
+        steps = sorted({i for e in events for i in e.get("steps", ())})
+        say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
+            f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
+    slo = summary.get("slo", {})
+    if slo.get("thresholds"):
+        verdict = "PASSED" if slo.get("passed") else "FAILED"
+        say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
+    cost = summary.get("cost") or {}
+    if cost.get("line"):  # the master logged it mid-output; the verdict's lines are where a user looks
+        say(cost["line"])
+    t0 = _thread_cpu()
+    try:
+        from harness.report.html import write_report  # here: its imports count as the report's cost
+
+        say(f"results: {path}, report: {write_report(out)}")
+    except Exception as exc:  # the summary is the result: a report failure must not hide it or the exit code
+        say(f"results: {path} (report not written: {type(exc).__name__}: {exc}; try: kneecap report {out})")
+    if report_cpu is not None:
+        t1 = _thread_cpu()
+        report_cpu[:] = [t1[0] - t0[0], t1[1] - t0[1]]
+    return int(summary.get("exit_code", exitcodes.NO_VALID_RESULT))
