@@ -3,31 +3,23 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
+
+from tests.kit.run import RunResult, kneecap_run, write_scenario
+from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 
 
-def run(tmp_path, scenario: str, *sim_args: str, save: bool = True) -> tuple[dict, list[dict], str]:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(scenario))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "1", "--out", str(out),
-                           *(["--save-requests"] if save else []), *(f"--sim-arg={a}" for a in sim_args)],
-                          capture_output=True, text=True, timeout=180)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
-    saved = out / "requests.jsonl"
-    records = [json.loads(line) for line in saved.read_text().splitlines()] if saved.exists() else []
-    return summary, records, proc.stdout + proc.stderr
+def run(tmp_path, scenario: str, *sim_args: str) -> RunResult:
+    """The scenario against the simulator the run starts (``--sim-arg`` each of ``sim_args``), requests saved."""
+    return kneecap_run(write_scenario(tmp_path, scenario), "--save-requests", sim_args=sim_args, out=tmp_path / "out")
 
 
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, api):
-    summary, records, output = run(tmp_path, """
+    r = run(tmp_path, """
         name: not-streaming
         endpoint: {api: %s, model: sim-tiny, stream: false, extra_body: {ignore_eos: true}}
         workload: {input_tokens: 200, output_tokens: 30}
@@ -37,6 +29,7 @@ def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, 
           step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 10, max_duration_s: 3}
         slo: {e2e: ["p(95)<5000"]}
     """.replace("%s", api), "--preset=tiny")
+    summary, records, output = r.summary, r.records, r.output
     assert summary["knee"]["metric"] == "e2e", output[-2000:]
     assert records and all(r["ok"] and r["ttft_s"] is None and r["output_tokens"] == 30 for r in records)
     lat = summary["steps"][0]["latency_ms"]
@@ -46,20 +39,12 @@ def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, 
 
 def _trace_run(tmp_path, scenario: str, *sim_args: str, users: int = 32) -> tuple[dict, list[dict], dict, str]:
     """``kneecap run --host`` against a simulator started here with a trace; (summary, records, trace by id)."""
-    from tests.conftest import start_sim
-
     trace = tmp_path / "trace.jsonl"
     with start_sim("--preset", "tiny", "--max-num-seqs", str(users), "--trace-file", str(trace), *sim_args) as sim:
-        path = tmp_path / "s.yaml"
-        path.write_text(textwrap.dedent(scenario))
-        out = tmp_path / "out"
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--host", sim.url,
-                               "--workers", "1", "--out", str(out), "--save-requests"],
-                              capture_output=True, text=True, timeout=180)
-    summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        r = kneecap_run(write_scenario(tmp_path, scenario), "--save-requests", host=sim.url, out=tmp_path / "out")
+    summary, records = r.summary, r.records
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
-    return summary, records, served, proc.stdout + proc.stderr
+    return summary, records, served, r.output
 
 
 REASONING = """
@@ -189,7 +174,7 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
     """Embeddings are prefill-only sequences in the simulator: with 4 slots and 10 ms iterations it embeds at most
     4 inputs per iteration, 400 inputs/s. A user's 2-input request takes ~2 iterations (it waits for the one
     under way), so 4 users saturate it: input tokens/s flat past 4, e2e up."""
-    summary, records, output = run(tmp_path, """
+    r = run(tmp_path, """
         name: embeddings
         endpoint: {api: embeddings, model: sim-tiny}
         workload: {input_tokens: 200, output_tokens: 1, batch: 2}
@@ -198,6 +183,7 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
           users: {start: 1, step: 1, max: 8}
           step: {warmup_s: 0.5, min_duration_s: 2.5, min_requests: 40, max_duration_s: 4}
     """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=10", "--prefill-per-ktoken-ms=1")
+    summary, records, output = r.summary, r.records, r.output
     knee = summary["knee"]
     assert knee["found"] and knee["metric"] == "e2e", output[-2000:]
     assert 3 <= knee["users"] <= 5, knee["reason"]
@@ -209,7 +195,7 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
 
 @pytest.mark.parametrize("api, extra", [("responses", "{}"), ("messages", "{}"), ("chat", "{}")])
 def test_broken_streams_of_every_framing_are_classified_never_raised(tmp_path, api, extra):
-    summary, records, output = run(tmp_path, f"""
+    r = run(tmp_path, f"""
         name: broken-{api}
         endpoint: {{api: {api}, model: sim-tiny, extra_body: {extra}}}
         workload: {{input_tokens: 50, output_tokens: 20}}
@@ -218,8 +204,9 @@ def test_broken_streams_of_every_framing_are_classified_never_raised(tmp_path, a
           users: {{start: 4, step: 4, max: 4}}
           step: {{warmup_s: 0.5, min_duration_s: 3, min_requests: 40, max_duration_s: 4}}
     """, "--preset=tiny", "--fault=malformed=0.2", "--fault=no_done=0.2", "--fault=stream_error=0.2")
+    records, output = r.records, r.output
     kinds = {r["error"] for r in records}
     assert kinds == {"malformed_chunk", "truncated", "stream_error", None}, kinds  # each fault, and successes
     assert "client_error" not in kinds and "Traceback" not in output
-    step = summary["steps"][0]
+    step = r.summary["steps"][0]
     assert set(step["failure_samples"]) == {"malformed_chunk", "truncated", "stream_error"}
