@@ -12,7 +12,7 @@ from harness.client import connection
 from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, Timeouts, stream_request
 from harness.workload.prompts import Prompt
-from tests.client.servers import CannedServer, sse_reply
+from tests.kit.servers import CannedServer, sse_reply
 
 pytestmark = pytest.mark.integration
 PROMPT = Prompt(messages=[{"role": "user", "content": "one two"}], text=None, words=2, target_tokens=2)

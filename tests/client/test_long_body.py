@@ -21,7 +21,7 @@ from harness.client.timeouts import PREFILL_S_PER_KTOKEN, Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import parse_endpoint
 from harness.workload.prompts import PromptBuilder, SplicedBody
-from tests.client.servers import CannedServer, sse_reply, tls_server
+from tests.kit.servers import CannedServer, sse_reply, tls_server
 
 
 def long_body(tokens: int = 200_000) -> SplicedBody:

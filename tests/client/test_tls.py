@@ -11,7 +11,7 @@ import pytest
 from harness.client.openai import build_body, request_head
 from harness.client.transport import Connection, Timeouts, stream_request
 from harness.workload.prompts import Prompt
-from tests.client.servers import tls_server
+from tests.kit.servers import tls_server
 
 pytestmark = pytest.mark.integration
 PROMPT = Prompt(messages=[{"role": "user", "content": "one two three"}], text=None, words=3, target_tokens=3)

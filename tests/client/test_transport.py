@@ -272,7 +272,7 @@ def test_deadlines_under_gevent_come_from_the_one_reader(sim):
 
 def test_usage_counts_as_strings_are_a_bad_response_and_the_connection_is_renewed():
     """The server of issue 11 ("prompt_tokens": "fifty"): classified, no count kept, nothing raised."""
-    from tests.client.servers import USAGE_AS_STRINGS, CannedServer, sse_reply
+    from tests.kit.servers import USAGE_AS_STRINGS, CannedServer, sse_reply
 
     with CannedServer(lambda n: USAGE_AS_STRINGS if n == 1 else sse_reply()) as srv:
         conn = Connection(srv.url)

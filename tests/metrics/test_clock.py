@@ -107,7 +107,7 @@ def test_json_is_in_milliseconds():
 
 def test_the_summary_schema_takes_clocks_and_refuses_broken_ones():
     from harness.report.validate import summary_problems
-    from tests.report.test_validate import written
+    from tests.kit.summaries import written
 
     summary = written()
     good = {"w1": estimate([trip(0.0, 0.001, 0.001, at=i) for i in range(4)]).to_json(),

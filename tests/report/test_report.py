@@ -90,7 +90,7 @@ def test_compare_shows_cost_per_1m_tokens_at_each_runs_knee(tmp_path):
     from click.testing import CliRunner
 
     from harness.cli import main
-    from tests.report.test_validate import written
+    from tests.kit.summaries import written
 
     for name, s in (("priced", written(cost=True)), ("plain", written())):
         (tmp_path / name).mkdir()

@@ -10,7 +10,7 @@ import pytest
 from harness.sim.anthropic import PING_EVERY, AnthropicError, MessagesWriter, parse_messages
 from harness.sim.openai import OutputPolicy
 from harness.sim.plan import Behavior
-from tests.sim.sse_events import typed_events, types
+from tests.kit.sse_events import typed_events, types
 
 VERSION = {"anthropic-version": "2023-06-01"}
 

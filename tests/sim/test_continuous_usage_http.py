@@ -8,8 +8,7 @@ import json
 import pytest
 
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import CHAT, chat, post
-from tests.sim.test_reasoning_http import read_chunks
+from tests.kit.sim_http import CHAT, chat, post, read_chunks
 
 pytestmark = pytest.mark.integration
 

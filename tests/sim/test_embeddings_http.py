@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import post, scrape
+from tests.kit.sim_http import post, scrape
 
 pytestmark = pytest.mark.integration
 

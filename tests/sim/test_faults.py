@@ -11,7 +11,7 @@ import pytest
 
 from harness.sim.faults import FaultConfig, parse_fault_spec
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import CHAT, chat, post
+from tests.kit.sim_http import CHAT, chat, post
 
 pytestmark = pytest.mark.integration
 

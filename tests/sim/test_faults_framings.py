@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.sim.sse_events import types
-from tests.sim.test_http_api import CHAT, chat, post
+from tests.kit.sim_http import CHAT, chat, post
+from tests.kit.sse_events import types
 
 pytestmark = pytest.mark.integration
 

@@ -10,30 +10,11 @@ import threading
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kit.sim import SimProcess, start_sim
+from tests.kit.sim_http import CHAT, chat, events, post, scrape
 
 pytestmark = pytest.mark.integration
-
-CHAT = "/v1/chat/completions"
-
-
-def post(sim: SimProcess, path: str, body: object, headers: dict | None = None, timeout: float = 30):
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=timeout)
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    conn.request("POST", path, data, {"content-type": "application/json", **(headers or {})})
-    return conn, conn.getresponse()
-
-
-def chat(max_tokens: int = 5, **extra) -> dict:
-    return {"model": "sim-tiny", "messages": [{"role": "user", "content": "one two three four"}],
-            "max_tokens": max_tokens, "ignore_eos": True, **extra}
-
-
-def events(raw: bytes) -> list[bytes]:
-    assert raw.endswith(b"\n\n")
-    return raw[:-2].split(b"\n\n")
 
 
 def test_chat_stream_framing_is_byte_for_byte_vllm(sim):
@@ -148,17 +129,6 @@ def test_garbage_on_the_socket_gets_400_and_server_survives(sim):
     assert reply.startswith(b"HTTP/1.1 400")
     _, resp = post(sim, CHAT, chat(2))
     assert resp.status == 200
-
-
-def scrape(sim: SimProcess) -> dict[str, float]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[sample.name] = sample.value
-    return out
 
 
 def scrape_until(sim: SimProcess, done, timeout: float = 5.0) -> dict[str, float]:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import CHAT, events, post, scrape
+from tests.kit.sim_http import CHAT, events, post, scrape
 
 SYSTEM = {"role": "system", "content": " ".join(f"rule{i}" for i in range(60))}
 

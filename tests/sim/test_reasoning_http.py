@@ -7,15 +7,9 @@ import json
 import pytest
 
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import CHAT, chat, events, post
+from tests.kit.sim_http import CHAT, chat, post, read_chunks
 
 pytestmark = pytest.mark.integration
-
-
-def read_chunks(resp) -> list[dict]:
-    got = events(resp.read())
-    assert got[-1] == b"data: [DONE]"
-    return [json.loads(e[6:]) for e in got[:-1]]
 
 
 def test_reasoning_then_content_with_trace_times(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from harness.sim.openai import ApiError, OutputPolicy
 from harness.sim.plan import Behavior
 from harness.sim.responses import ResponsesWriter, parse_responses
-from tests.sim.sse_events import typed_events, types
+from tests.kit.sse_events import typed_events, types
 
 
 def parse(body: dict, behavior: Behavior | None = None, **policy):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tests.kit.sim import start_sim
-from tests.sim.sse_events import typed_events, types
-from tests.sim.test_http_api import post
+from tests.kit.sim_http import post
+from tests.kit.sse_events import typed_events, types
 
 pytestmark = pytest.mark.integration
 

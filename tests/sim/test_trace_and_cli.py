@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from tests.kit.sim import start_sim
-from tests.sim.test_http_api import CHAT, chat, post
+from tests.kit.sim_http import CHAT, chat, post
 
 
 @pytest.mark.integration
