@@ -22,11 +22,10 @@ from harness.client.openai import StreamTracker
 from harness.client.reader import ResponseReader
 from harness.client.stream import OutputTracker, StreamProtocolError, decode_json
 from harness.sim.chat_stream import StreamFormat
-from tests.client import test_openai_chunks, test_reader
+from tests.client import test_openai_chunks, test_reader  # their cases, read both ways here
+from tests.kit.wire import END, SSE_HEAD, STREAM, chunked, event
 
 START = 100.0
-SSE_HEAD = test_reader.SSE_HEAD
-END = test_reader.END
 DONE = b"data: [DONE]\n\n"
 
 
@@ -69,7 +68,7 @@ def same(receives: list[bytes], keep_text: bool = False, **kw) -> int:
 
 def framed(events: list[bytes], head: bytes = SSE_HEAD) -> list[bytes]:
     """One receive per event (an HTTP chunk each), the headers first."""
-    return [head] + [test_reader.chunked(e) for e in events] + [END]
+    return [head] + [chunked(e) for e in events] + [END]
 
 
 def ev(payload: bytes | str) -> bytes:
@@ -232,9 +231,9 @@ CORPUS: list[bytes] = [
 EVENTS: list[bytes] = [
     *(ev(c) for c in CORPUS),
     *(d for d in _params(test_reader.test_a_broken_chunk_fails_at_its_arrival_keeping_the_times_reached)),
-    *test_reader.STREAM, test_reader.event({"reasoning_content": "hm"}), test_reader.event({"reasoning": " so"}),
-    test_reader.event({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, finish="tool_calls"),
-    test_reader.event({"content": "z"}, finish="stop")[:-3] + b',"usage":{"prompt_tokens":4,"completion_tokens":7}}'
+    *STREAM, event({"reasoning_content": "hm"}), event({"reasoning": " so"}),
+    event({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, finish="tool_calls"),
+    event({"content": "z"}, finish="stop")[:-3] + b',"usage":{"prompt_tokens":4,"completion_tokens":7}}'
                                                                  b"\n\n",
     b": keep-alive\n\n", b"event: error\ndata: {}\n\n", b"data: " + b"x" * 200 + b"\n\n",
 ]
@@ -254,7 +253,7 @@ def test_split_receives_and_other_line_ends(size):
         events = [e.replace(b"\n", nl) for e in server_stream("vllm", [])]
         same(framed(events))
     same([raw])  # every event in one receive
-    assert same(framed(test_reader.STREAM)) == 1  # "a" teaches the template, " café" takes it
+    assert same(framed(STREAM)) == 1  # "a" teaches the template, " café" takes it
     long = framed(server_stream("vllm", [ev(plain("vllm", "y" * 200))]))
     assert same(long, max_line_bytes=300) == 2  # the chunks before the long line
     assert read(long, True, max_line_bytes=300)[0][0]["error"] == "oversized_line"

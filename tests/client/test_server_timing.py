@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.client.test_reader import DONE, ROLE, SSE_HEAD, A, B, chunked, read, wire
+from tests.kit.wire import DONE, ROLE, SSE_HEAD, A, B, chunked, read, wire
 
 # As llama.cpp's server sends it on /v1/chat/completions (usage and timings ride on the finish chunk).
 TIMINGS = {"prompt_n": 24, "cache_n": 96, "prompt_ms": 203.378, "prompt_per_token_ms": 8.47, "predicted_n": 3,
