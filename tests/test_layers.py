@@ -17,7 +17,8 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics",
         "harness.client.backoff", "harness.client.stream", "harness.client.responses", "harness.client.anthropic",
         "harness.client.chunk_template",
-        "harness.client.apis", "harness.sim.engine", "harness.sim.kv", "harness.sim.prefix", "harness.sim.openai",
+        "harness.client.apis", "harness.sim.engine", "harness.sim.engine_config", "harness.sim.kv",
+        "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
         "harness.sim.anthropic", "harness.sim.embeddings")
 GLUE = ("locust", "gevent", "flask")

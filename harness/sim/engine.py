@@ -58,64 +58,11 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.sim.engine_config import EngineConfig
 from harness.sim.kv import BlockPool
 
 __all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence", "StageTimes"]
-
-
-def _opt(default: float, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Deployment shape. Every field is a ``kneecap sim`` flag of the same name (dashes for underscores),
-    documented in its ``help`` metadata."""
-
-    max_num_seqs: int = _opt(64, "Concurrent sequences in the batch (slots).")
-    kv_cache_tokens: int = _opt(131_072, "KV-cache capacity in tokens (prompt + generated of all running sequences).")
-    block_size: int = _opt(16, "KV-cache block size in tokens; capacity is allocated in whole blocks.")
-    max_num_batched_tokens: int = _opt(2048, "Token budget of one iteration (decode tokens + prefill chunk tokens).")
-    max_model_len: int = _opt(8192, "Context window: prompt + output tokens of one request.")
-    iter_base_ms: float = _opt(8.0, "Fixed cost of one iteration (kernel launches, sampling).")
-    iter_per_seq_ms: float = _opt(0.15, "Added cost per decoding sequence.")
-    iter_per_kv_ktoken_ms: float = _opt(0.0, "Added cost per 1000 context tokens read by decoding sequences.")
-    prefill_per_ktoken_ms: float = _opt(50.0, "Cost per 1000 prompt tokens prefilled in the iteration.")
-    tokens_per_chunk: int = _opt(1, "Tokens each decoding sequence emits per iteration (>1: speculative decoding).")
-    jitter: float = _opt(0.0, "Relative standard deviation of the iteration time (0 = deterministic).")
-    seed: int = _opt(0, "Seed of the jitter.")
-    prefix_cache: str = _opt("on", "Prefix cache (vLLM's automatic prefix caching): on or off.")
-    """``"on"`` or ``"off"`` (the CLI offers exactly these)."""
-    engine_stall_every_s: float = _opt(0.0, "Stop the whole engine every this many seconds (a GC pause or noisy "
-                                            "neighbour; 0 = never).")
-    engine_stall_s: float = _opt(0.0, "How long each engine stall lasts.")
-
-    def problems(self) -> list[str]:
-        """Everything wrong with this configuration, as readable sentences (empty when valid)."""
-        out = []
-        for name in ("max_num_seqs", "kv_cache_tokens", "block_size", "max_num_batched_tokens",
-                     "max_model_len", "tokens_per_chunk"):
-            if getattr(self, name) < 1:
-                out.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter",
-                     "engine_stall_every_s", "engine_stall_s"):
-            if getattr(self, name) < 0:
-                out.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.iter_base_ms + self.iter_per_seq_ms <= 0:
-            out.append("iter_base_ms + iter_per_seq_ms must be > 0, or iterations would take no time")
-        if self.prefix_cache not in ("on", "off"):
-            out.append(f"prefix_cache must be 'on' or 'off', got {self.prefix_cache!r}")
-        if self.engine_stall_every_s > 0 and self.engine_stall_s >= self.engine_stall_every_s:
-            out.append(f"engine_stall_s ({self.engine_stall_s}) must be shorter than engine_stall_every_s "
-                       f"({self.engine_stall_every_s}), or the engine would never run")
-        if self.engine_stall_s > 0 and self.engine_stall_every_s <= 0:
-            out.append("engine_stall_s needs engine_stall_every_s > 0 (how often the engine stalls)")
-        if self.kv_cache_tokens < self.max_model_len:
-            out.append(f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one full context "
-                       f"(max_model_len={self.max_model_len})")
-        return out
 
 
 @dataclass(eq=False)
@@ -261,21 +208,32 @@ class Engine:
 
     # -- one iteration ----------------------------------------------------------------------
     def step(self, now: float) -> Iteration:
-        """Schedule and account one iteration that starts at ``now`` (or when a stall under way ends)."""
-        cfg = self.config
+        """Schedule and account one iteration that starts at ``now`` (or when a stall under way ends): decode, go on
+        with chunked prefills, admit from the queue, all within one token budget; then time the iteration and
+        deliver its tokens."""
+        stalls = self.config.engine_stall_every_s
         start = self._resume_at(now)
-        budget = cfg.max_num_batched_tokens
         emissions: list[Emission] = []
         preempted: list[Sequence] = []
-        decode_seqs = 0
-        decode_context = 0
-        prefill_tokens = 0
+        budget, decode_seqs, decode_context = self._decode(self.config.max_num_batched_tokens, emissions, preempted)
+        budget, prefill_tokens = self._prefill(budget, emissions)
+        admitted, admitted_tokens = self._admit(start, budget, emissions)
+        prefill_tokens += admitted_tokens
+        ms = self._duration_ms(decode_seqs, decode_context, prefill_tokens)
+        end = self._stalled_end(start, start + ms / 1000) if stalls else now + ms / 1000
+        self._deliver(emissions, end)
+        return Iteration(end - now if stalls else ms / 1000, emissions, decode_seqs, prefill_tokens, admitted,
+                         preempted)
 
-        # 1. Decode, oldest admissions first; preempt the newest when KV runs out.
+    def _decode(self, budget: int, emissions: list[Emission], preempted: list[Sequence]) -> tuple[int, int, int]:
+        """1. Decode, oldest admissions first; preempt the newest when KV runs out. The budget left, the decoding
+        sequences and their context tokens."""
+        chunk_tokens = self.config.tokens_per_chunk
+        decode_seqs = decode_context = 0
         for seq in list(self.running):
             if not seq.running or seq.prefilled < seq.prefill_target or budget <= 0:
                 continue
-            k = min(cfg.tokens_per_chunk, seq.output_tokens - seq.generated, budget)
+            k = min(chunk_tokens, seq.output_tokens - seq.generated, budget)
             while not self.kv.grow(seq, seq.context + k):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -289,8 +247,11 @@ class Engine:
             decode_context += seq.context
             seq.generated += k
             emissions.append(Emission(seq, k, seq.generated >= seq.output_tokens))
+        return budget, decode_seqs, decode_context
 
-        # 2. Continue chunked prefills already admitted.
+    def _prefill(self, budget: int, emissions: list[Emission]) -> tuple[int, int]:
+        """2. Continue chunked prefills already admitted. The budget left and the tokens prefilled."""
+        prefill_tokens = 0
         for seq in self.running:
             if budget <= 0:
                 break
@@ -301,10 +262,14 @@ class Engine:
                 seq.prefilled += chunk
                 if seq.prefilled == seq.prefill_target:
                     self._prefill_done(seq, emissions)
+        return budget, prefill_tokens
 
-        # 3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain; prefix-cache hits
-        #    are not prefilled.
+    def _admit(self, start: float, budget: int, emissions: list[Emission]) -> tuple[list[Sequence], int]:
+        """3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain; prefix-cache hits are not
+        prefilled. The sequences admitted and the tokens of their first prefill chunks."""
+        cfg = self.config
         admitted: list[Sequence] = []
+        prefill_tokens = 0
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             hits = self.kv.hits(seq, seq.context)
@@ -330,14 +295,21 @@ class Engine:
             seq.prefilled = chunk
             if seq.prefilled == seq.prefill_target:
                 self._prefill_done(seq, emissions)
+        return admitted, prefill_tokens
 
+    def _duration_ms(self, decode_seqs: int, decode_context: int, prefill_tokens: int) -> float:
+        """The iteration's cost in milliseconds, before stalls (the one draw of the jitter's RNG per iteration)."""
+        cfg = self.config
         ms = (cfg.iter_base_ms + cfg.iter_per_seq_ms * decode_seqs
               + cfg.iter_per_kv_ktoken_ms * decode_context / 1000
               + cfg.prefill_per_ktoken_ms * prefill_tokens / 1000)
         if cfg.jitter:
             ms *= max(0.1, self._rng.gauss(1.0, cfg.jitter))
-        end = self._stalled_end(start, start + ms / 1000) if cfg.engine_stall_every_s else now + ms / 1000
+        return ms
 
+    def _deliver(self, emissions: list[Emission], end: float) -> None:
+        """The iteration's tokens become visible at ``end``: token times, the generation counter, and finished
+        sequences leave the batch."""
         finished = False
         for e in emissions:
             if e.tokens:
@@ -351,8 +323,6 @@ class Engine:
                 self._free(e.seq)
         if finished:
             self.running = [s for s in self.running if s.running]
-        return Iteration(end - now if cfg.engine_stall_every_s else ms / 1000, emissions, decode_seqs,
-                         prefill_tokens, admitted, preempted)
 
     # -- engine stalls ----------------------------------------------------------------------
     def _resume_at(self, now: float) -> float:
