@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
-import textwrap
 
 import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("long_context")]  # one shared run per module
 
@@ -32,17 +31,14 @@ SCENARIO = f"""
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("long")
-    path, out, trace = tmp / "s.yaml", tmp / "out", tmp / "trace.jsonl"
-    path.write_text(textwrap.dedent(SCENARIO))
+    trace = tmp / "trace.jsonl"
     sim_args = ["--max-num-seqs=2", "--prefill-per-ktoken-ms=0.25", "--max-num-batched-tokens=65536",
                 "--tokens-per-word=1.3", f"--trace-file={trace}"]
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "1", "--out", str(out),
-                           *(f"--sim-arg={a}" for a in sim_args)], capture_output=True, text=True, timeout=180)
-    output = proc.stdout + proc.stderr
-    summary = json.loads((out / "summary.json").read_text())
+    r = kneecap_run(write_scenario(tmp, SCENARIO), sim_args=sim_args, out=tmp / "out")
+    summary = r.summary
     served = [json.loads(line) for line in trace.read_text().splitlines()]
-    procs = json.loads((out / "processes.json").read_text())
-    return summary, served, procs, output
+    procs = json.loads((r.out / "processes.json").read_text())
+    return summary, served, procs, r.output
 
 
 def test_the_staircase_finds_the_knee_at_the_slots(long_run):

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timing
 def test_open_loop_rates_and_saturation(tmp_path):
-    path = tmp_path / "open.yaml"
-    path.write_text(textwrap.dedent("""
+    path = write_scenario(tmp_path, """
         name: open-test
         endpoint: {api: chat, model: sim-tiny}
         workload: {input_tokens: 100, output_tokens: 20}
@@ -24,12 +20,10 @@ def test_open_loop_rates_and_saturation(tmp_path):
           rate: {start: 40, step: 120, max: 160}
           arrival: {process: constant}
           step: {warmup_s: 0.5, min_duration_s: 4, min_requests: 1, max_duration_s: 4}
-    """))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["mode"] == "open", proc.stdout + proc.stderr
+    """, name="open.yaml")
+    r = kneecap_run(path, workers=2, out=tmp_path / "out")
+    summary = r.summary
+    assert summary["mode"] == "open", r.output
     low, high = summary["steps"][0], summary["steps"][1]
     assert (low["rate_rps"], high["rate_rps"]) == (40, 160)
     # Two workers, one schedule: the fleet's achieved arrival rate is the target.

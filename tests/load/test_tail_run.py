@@ -3,15 +3,13 @@ step's tail attribution (summary.json ``steps[].tail``) names that cause first."
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from tests.kit.run import kneecap_run, write_scenario
+
 pytestmark = pytest.mark.integration
-KNEECAP = [sys.executable, "-m", "harness.cli"]
 CLOSED = "load: {mode: constant, users: 8, duration_s: 9, step: {warmup_s: 1}}\n"
 # Two users: a long prompt prefills alone (with 8, the short prompts batched into its iteration are as slow: then
 # the tail is half short prompts, and says so)
@@ -35,24 +33,19 @@ CASES = {  # cause: (workload, load, simulator flags, the metric and tail quanti
 }
 
 
-def run(tmp_path, workload: str, load: str, sim_args: list[str]) -> dict:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(f"""
+def scenario(workload: str, load: str) -> str:
+    return textwrap.dedent(f"""
         name: tail-test
         endpoint: {{api: chat, model: sim-tiny, timeouts: {{ttft_s: 20, idle_s: 10}}}}
         workload: {workload}
-    """) + load)
-    out = tmp_path / "out"
-    proc = subprocess.run([*KNEECAP, "run", str(path), "--workers", "1", "--out", str(out),
-                           *(f"--sim-arg={a}" for a in sim_args)], capture_output=True, text=True, timeout=90)
-    assert (out / "summary.json").exists(), proc.stdout + proc.stderr
-    return json.loads((out / "summary.json").read_text())
+    """) + load
 
 
 @pytest.mark.parametrize("cause", sorted(CASES))
 def test_the_injected_cause_is_named_first(tmp_path, cause):
     workload, load, sim_args, which, feature = CASES[cause]
-    summary = run(tmp_path, workload, load, sim_args)
+    summary = kneecap_run(write_scenario(tmp_path, scenario(workload, load)), sim_args=sim_args,
+                          out=tmp_path / "out").summary
     step = summary["steps"][0]
     found = {(a["metric"], a["quantile"]): a for a in step["tail"]["attributions"]}
     tail = found[which]
