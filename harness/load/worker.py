@@ -2,36 +2,27 @@
 
 Each finished request goes into the ``Recorder`` bucket of the current step and phase; every report
 (``report_to_master``, 3 s) and the final flush carry the deltas since the last one as a
-``metrics.protocol.Report``. A loop-lag monitor measures how late a 100 ms sleep wakes up: the
-validity signal for the generator (Locust's 90% CPU warning comes too late). Each report also carries the
-process's CPU seconds by step (for the client's cost per streamed token) and its garbage-collector pauses.
-
-GC: at test start the worker collects once and freezes what it has (``gc.freeze``): the modules, Locust, the
-scenario — ~53 k tracked objects that every full collection would otherwise walk, a 10-15 ms pause of every
-stream at once (measured 2026-12-01; ~0 ms frozen). Streaming itself leaves little for the collector: the young
-collections seen in runs stay under 1 ms (``generator.gc_pause_max_ms``; ``benchmarks/client_accuracy.py
---gc-freeze``).
+``metrics.protocol.Report``, with the generator's own health (``load/generator.py``: loop lag, GC pauses,
+CPU by step).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
 from gevent.event import Event
 
 from harness.analysis.slo import request_meets
 from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
+from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.metrics.aggregate import Recorder
-from harness.metrics.protocol import GeneratorSample, Report, StepMessage
+from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
-from harness.metrics.sketch import Sketch
 from harness.scenario import Scenario
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import RequestSampler
@@ -39,35 +30,10 @@ from harness.workload.sessions import SessionSampler
 
 log = logging.getLogger("kneecap")
 
-__all__ = ["LAG_PERIOD_S", "OpenStep", "WorkerSide"]
+__all__ = ["LAG_PERIOD_S", "GcPauses", "OpenStep", "WorkerSide"]
 
-LAG_PERIOD_S = 0.1
 TOLD_TIMEOUT_S = 10.0
 """How long a user waits for the master to say which step is under way (it answers in ~1 ms)."""
-
-
-class GcPauses:
-    """A ``gc.callbacks`` hook: the longest and total pause and the collections since the last ``take``."""
-
-    def __init__(self) -> None:
-        self._t0 = 0.0
-        self.longest = self.total = 0.0
-        self.collections = 0
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-            return
-        pause = time.perf_counter() - self._t0
-        self.longest = max(self.longest, pause)
-        self.total += pause
-        self.collections += 1
-
-    def take(self) -> tuple[float, float, int]:
-        out = (self.longest, self.total, self.collections)
-        self.longest = self.total = 0.0
-        self.collections = 0
-        return out
 
 
 @dataclass(frozen=True)
@@ -87,7 +53,7 @@ class WorkerSide:
         self.env = environment
         self.source = source
         self.recorder = Recorder()
-        self.lag = Sketch()
+        self.generator = GeneratorMonitor()
         self.records: list[dict] = []
         self.open_step: OpenStep | None = None
         self.told = Event()
@@ -101,12 +67,6 @@ class WorkerSide:
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._samplers = 0
         self._told_warned = False
-        self._monitor: gevent.Greenlet | None = None
-        self._cpu_mark = time.process_time()
-        self._cpu_steps: dict[int, float] = {}
-        """CPU seconds since the last report by the step they were spent in (charged at step changes)."""
-        self.gc = GcPauses()
-        self._frozen = False
         self.wall = worker_clock()
         self.clock_offset: float | None = None
         """Its wall clock minus the master's, as the master measured it (``load/clock.py``); None until then."""
@@ -129,28 +89,10 @@ class WorkerSide:
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
-        if not self._frozen:  # once per process: what exists now lives until the end
-            self._frozen = True
-            gc.collect()
-            gc.freeze()
-            gc.callbacks.append(self.gc)
-        self._cpu_mark, self._cpu_steps = time.process_time(), {}  # the cost counts from the test's start
-        self.gc.take()
-        if self._monitor is None:
-            self._monitor = gevent.spawn(self._lag_monitor)
+        self.generator.start()
 
     def stop(self) -> None:
-        if self._monitor is not None:
-            self._monitor.kill(block=False)
-        if self.gc in gc.callbacks:
-            gc.callbacks.remove(self.gc)
-
-    def _charge_cpu(self) -> None:
-        """The CPU spent since the last charge goes to the step the worker is in."""
-        now = time.process_time()
-        step = self.recorder.step
-        self._cpu_steps[step] = self._cpu_steps.get(step, 0.0) + now - self._cpu_mark
-        self._cpu_mark = now
+        self.generator.stop()
 
     def _builder(self) -> PromptBuilder:
         w = self.scenario.workload
@@ -220,7 +162,7 @@ class WorkerSide:
 
     def on_step(self, msg: StepMessage, now: float) -> None:
         """The master began a step (or ended the plan): tag records (and CPU) with it from ``now`` on."""
-        self._charge_cpu()
+        self.generator.charge(self.recorder.step)
         self.recorder.set_step(msg.index, now)
         self.told.set()
         if msg.end:
@@ -249,15 +191,7 @@ class WorkerSide:
 
     def report(self) -> Report:
         """Everything since the last report; the worker starts empty again."""
-        cpu = float(getattr(self.env.runner, "current_cpu_usage", 0))
-        self._charge_cpu()
-        gen = GeneratorSample(self.lag, cpu, cpu_s=self._cpu_steps, gc=self.gc.take())
+        gen = self.generator.sample(float(getattr(self.env.runner, "current_cpu_usage", 0)), self.recorder.step)
         out = Report(step=self.recorder.step, buckets=self.recorder.drain(), gen=gen, records=self.records)
-        self.lag, self.records, self._cpu_steps = Sketch(), [], {}
+        self.records = []
         return out
-
-    def _lag_monitor(self) -> None:
-        while True:
-            t = time.perf_counter()
-            gevent.sleep(LAG_PERIOD_S)
-            self.lag.add(max(0.0, time.perf_counter() - t - LAG_PERIOD_S))

@@ -1,10 +1,10 @@
-"""The worker's GC pause hook (load/worker.py GcPauses): longest, total and count per report period."""
+"""The worker's GC pause hook (load/generator.py GcPauses): longest, total and count per report period."""
 
 from __future__ import annotations
 
 import gc
 
-from harness.load.worker import GcPauses
+from harness.load.generator import GcPauses
 
 
 def test_pauses_are_measured_and_taken_per_period():
