@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from harness.analysis.plan import StepPlan, level_count
 from harness.cli import main
-from tests.report.test_validate import break_, written
+from tests.kit.run import kneecap_run
+from tests.kit.summaries import break_, written
 
 GOOD = "name: x\nworkload: {input_tokens: 5, output_tokens: 5}\n"
 OPEN = "name: x\nworkload: {input_tokens: 5, output_tokens: 5}\nload: {mode: open_staircase, rate: {start: 1, " \
@@ -227,9 +228,8 @@ def test_the_real_command_refuses_a_bad_host_and_a_binary_scenario(tmp_path):
     for argv, expect in ((["--host", "http://"], "Error: Invalid value for '--host'"),
                          ([str(tmp_path / "s.yaml")], "s.yaml: 1 problem\n  - the file is not UTF-8 text (byte 0xff")):
         began = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", *argv, "--out", str(tmp_path / "out")],
-                              capture_output=True, text=True, timeout=30)
-        assert proc.returncode == 2 and expect in proc.stderr and "Traceback" not in proc.stderr + proc.stdout, proc
+        r = kneecap_run(None, *argv, out=tmp_path / "out", workers=None, timeout=30)  # as typed: no --workers
+        assert r.code == 2 and expect in r.stderr and "Traceback" not in r.stderr + r.stdout, r
         assert time.monotonic() - began < 5
     assert not (tmp_path / "out").exists()  # refused before the results folder was made
 

@@ -1,6 +1,6 @@
 """Hostile endpoints against real Locust processes: rate limits, a dead port, a bug in the request path, TLS.
 
-The servers are threads of this test (``tests/client/servers.py``), so requests are counted on the server's
+The servers are threads of this test (``tests/kit/servers.py``), so requests are counted on the server's
 side; Locust runs headless in its own process for a few seconds (``kneecap run`` for the TLS cases, which
 also shows what the console says).
 """
@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
-from tests.client.servers import RATE_LIMITED, USAGE_AS_STRINGS, CannedServer, closed_port, sse_reply, tls_server
+from tests.kit.run import kneecap_run, write_scenario
+from tests.kit.servers import RATE_LIMITED, USAGE_AS_STRINGS, CannedServer, closed_port, sse_reply, tls_server
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,14 +143,8 @@ CONSTANT = "{mode: constant, users: 2, duration_s: 3, step: {warmup_s: 0.5}}"
 STAIRS = "{users: {start: 2, step: 2, max: 4}, step: {warmup_s: 0.5, min_duration_s: 4, min_requests: 5}}"
 
 
-def kneecap_run(tmp_path, host: str, *args: str, tls: str = "", load: str = CONSTANT) -> tuple[int, dict, str]:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(SCENARIO.format(host=host, tls=tls, load=load)))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "1", "--out", str(out),
-                           *args], capture_output=True, text=True, timeout=90, cwd=ROOT)
-    summary = json.loads((out / "summary.json").read_text())
-    return proc.returncode, summary, proc.stdout + proc.stderr
+def tls_scenario(tmp_path, host: str, tls: str = "", load: str = CONSTANT):
+    return write_scenario(tmp_path, SCENARIO.format(host=host, tls=tls, load=load))
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +155,8 @@ def https(tmp_path_factory):
 
 def test_kneecap_run_against_a_self_signed_server_says_tls_error_and_how_to_fix_it(tmp_path, https):
     srv, _ = https
-    code, summary, output = kneecap_run(tmp_path, srv.url, load=STAIRS)
+    r = kneecap_run(tls_scenario(tmp_path, srv.url, load=STAIRS), out=tmp_path / "out")
+    code, summary, output = r.code, r.summary, r.output
     step = summary["steps"][0]
     assert set(step["failures"]) == {"tls_error"} and step["ok"] == 0, output
     sample = f"certificate verify failed: self-signed certificate (server 127.0.0.1:{srv.port})"
@@ -174,7 +169,8 @@ def test_kneecap_run_against_a_self_signed_server_says_tls_error_and_how_to_fix_
 def test_kneecap_run_trusts_the_server_with_ca_file_or_insecure(tmp_path, https, how):
     srv, cert = https
     args, tls = (("--insecure",), "") if how == "--insecure" else ((), f", tls: {{ca_file: \"{cert}\"}}")
-    code, summary, output = kneecap_run(tmp_path, srv.url, *args, tls=tls)
+    r = kneecap_run(tls_scenario(tmp_path, srv.url, tls=tls), *args, out=tmp_path / "out")
+    code, summary, output = r.code, r.summary, r.output
     step = summary["steps"][0]
     assert step["ok"] > 20 and not step["failures"], output
     assert code == 0 and "Traceback" not in output
