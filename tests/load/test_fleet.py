@@ -4,24 +4,16 @@ the per-request records."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from tests.kit.fleet import LOCUST, exact
 from tests.kit.procs import free_port
 from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LOCUST = [sys.executable, "-m", "locust", "-f", os.path.join(ROOT, "locustfile.py")]
-
-
-def exact(values: list[float], q: float) -> float:
-    v = sorted(values)
-    return v[int(q * (len(v) - 1))]
 
 
 def test_master_and_two_workers_merge_exactly(tmp_path):

@@ -4,19 +4,17 @@ marks the steps, re-runs their levels, ends by itself with exit 5 (DEGRADED), an
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import textwrap
 
 import pytest
 
+from tests.kit.fleet import LOCUST, SHAPE
 from tests.kit.procs import Lines, free_port
 from tests.kit.sim import start_sim
-from tests.load.test_fleet import LOCUST, ROOT
 
 pytestmark = pytest.mark.integration
-SHAPE = os.path.join(ROOT, "harness", "load", "shape_file.py")
 
 
 def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):

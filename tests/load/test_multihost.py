@@ -29,9 +29,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.kit.fleet import LOCUST, SHAPE, exact
 from tests.kit.procs import Lines
-from tests.load.test_fleet import LOCUST, exact
-from tests.load.test_fleet_faults import SHAPE
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("multihost")]  # one shared run per module
 NET = "198.18.0"

@@ -5,9 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
-import sys
-import textwrap
 import urllib.request
 from statistics import mean
 
@@ -16,6 +13,7 @@ import pytest
 from harness.analysis.sessions import NOT_REPORTED
 from harness.sim.openai import plain_text
 from harness.sim.prefix import message_hash
+from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
@@ -46,17 +44,11 @@ def _run(tmp_path, *sim_args: str) -> tuple[dict, list[dict], dict[str, dict], s
     # Prefill at 100 ms per 1k tokens: a 600-token first prompt costs ~60 ms, a cached turn a few.
     with start_sim("--preset", "tiny", "--prefill-per-ktoken-ms", "100", "--trace-file", str(trace),
                    *sim_args) as sim:
-        path = tmp_path / "s.yaml"
-        path.write_text(textwrap.dedent(SCENARIO))
-        out = tmp_path / "out"
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--host", sim.url,
-                               "--workers", "1", "--out", str(out), "--save-requests"],
-                              capture_output=True, text=True, timeout=120)
+        r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--save-requests", host=sim.url, out=tmp_path / "out")
         with urllib.request.urlopen(sim.url + "/metrics", timeout=5) as resp:
             metrics = resp.read().decode()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert r.code == 0, r.output
+    summary, records = r.summary, r.records
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
     return summary, records, served, metrics
 
@@ -144,16 +136,13 @@ KV_BOUND = """
 def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sessions(tmp_path):
     """64 slots but a KV cache of 32k tokens: ~9 sessions' histories (2.5-3.5k tokens each) fit. Past that, the
     histories of sessions in their think time are evicted, later turns miss and prefill everything again."""
-    path = tmp_path / "kv.yaml"
-    path.write_text(textwrap.dedent(KV_BOUND))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "1", "--out", str(out),
-                           "--sim-arg=--preset=tiny", "--sim-arg=--max-num-seqs=64",
-                           "--sim-arg=--kv-cache-tokens=32768", "--sim-arg=--prefill-per-ktoken-ms=100"],
-                          capture_output=True, text=True, timeout=240)
-    summary = json.loads((out / "summary.json").read_text())
+    r = kneecap_run(write_scenario(tmp_path, KV_BOUND, name="kv.yaml"), "--sim-arg=--preset=tiny",
+                    "--sim-arg=--max-num-seqs=64", "--sim-arg=--kv-cache-tokens=32768",
+                    "--sim-arg=--prefill-per-ktoken-ms=100", out=tmp_path / "out",
+                    timeout=240)  # its own bound, longer than the kit's: up to five steps of 15 s
+    summary = r.summary
     knee = summary["knee"]
-    assert knee["found"], proc.stdout + proc.stderr
+    assert knee["found"], r.output
     assert 7 <= knee["users"] <= 13
     assert "prefix cache hit" in knee["reason"], knee["reason"]
     # Past the knee the cache stops holding the sessions (the step's share collapses: first turns never hit, so it
@@ -161,12 +150,11 @@ def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sess
     shares = {s["users"]: s["prefix_cache"]["client"].get("cached_share") for s in summary["steps"]}
     past = [share for users, share in shares.items() if users > knee["users"] and share is not None]
     assert shares[4] > 0.8 and past and min(past) < shares[4] - 0.2, shares
-    assert knee["reason"] in proc.stdout  # the console says it too
+    assert knee["reason"] in r.stdout  # the console says it too
 
 
 def test_open_loop_rate_is_new_sessions_per_second(tmp_path):
-    path = tmp_path / "open.yaml"
-    path.write_text(textwrap.dedent("""
+    path = write_scenario(tmp_path, """
         name: sessions-open
         endpoint: {api: chat, model: sim-tiny}
         workload:
@@ -177,12 +165,10 @@ def test_open_loop_rate_is_new_sessions_per_second(tmp_path):
           rate: {start: 4, step: 4, max: 4}
           arrival: {process: constant}
           step: {warmup_s: 1, min_duration_s: 5, min_requests: 1, max_duration_s: 5}
-    """))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--workers", "2", "--out", str(out),
-                           "--sim-arg=--preset=tiny"], capture_output=True, text=True, timeout=120)
-    step = json.loads((out / "summary.json").read_text())["steps"][0]
-    assert step["arrivals_per_s"] == pytest.approx(4, rel=0.02), proc.stdout + proc.stderr
+    """, name="open.yaml")
+    r = kneecap_run(path, "--sim-arg=--preset=tiny", workers=2, out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    assert step["arrivals_per_s"] == pytest.approx(4, rel=0.02), r.output
     s = step["sessions"]
     assert s["calls_mean"] == 5  # turn 1, then two turns of two parallel calls
     assert s["ended"] == pytest.approx(4 * step["duration_s"], abs=3)  # each arrival is a session
