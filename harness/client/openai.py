@@ -175,23 +175,7 @@ class StreamTracker(OutputTracker):
                     kind = "content"
             finish = c.get("finish_reason")
             if finish:
-                if finish.__class__ is not str:
-                    raise TypeError
-                timings = obj.get("timings")  # llama.cpp's server: per-request timings on the final chunk
-                if timings is not None:
-                    n, prefill_ms, decode_ms = timings.get("cache_n"), timings.get("prompt_ms"), \
-                        timings.get("predicted_ms")
-                    if not (_count(n) and _ms(prefill_ms) and _ms(decode_ms)):
-                        raise TypeError
-                self.finish_reason = finish
-                self.finish_t = t
-                if timings is not None:
-                    if cached is None and n is not None:
-                        self.cached_tokens, self.cached_source = n, "timings.cache_n"
-                    if prefill_ms is not None:
-                        self.server_prefill_s = prefill_ms / 1000
-                    if decode_ms is not None:
-                        self.server_decode_s = decode_ms / 1000
+                self._finish(t, obj, finish, cached)
         if kind == "content" and self.content_t is not None and not usage and self.text is None \
                 and self.chunk_tokens is None:
             self.chunk_times.append(t - self.start)  # the per-token common case, inline
@@ -208,6 +192,26 @@ class StreamTracker(OutputTracker):
                 self.reasoning_tokens = reasoning
         if self.response_id is None:
             self.response_id = obj.get("id")
+
+    def _finish(self, t: float, obj: dict, finish: object, cached: int | None) -> None:
+        """The chunk with a ``finish_reason`` (``cached``: its usage's, if any): the reason, its time and llama.cpp's
+        per-request ``timings``, all checked before anything is kept. Off the per-token path: once a stream."""
+        if finish.__class__ is not str:
+            raise TypeError
+        timings = obj.get("timings")  # llama.cpp's server: per-request timings on the final chunk
+        if timings is not None:
+            n, prefill_ms, decode_ms = timings.get("cache_n"), timings.get("prompt_ms"), timings.get("predicted_ms")
+            if not (_count(n) and _ms(prefill_ms) and _ms(decode_ms)):
+                raise TypeError
+        self.finish_reason = finish  # type: ignore[assignment]
+        self.finish_t = t
+        if timings is not None:
+            if cached is None and n is not None:
+                self.cached_tokens, self.cached_source = n, "timings.cache_n"
+            if prefill_ms is not None:
+                self.server_prefill_s = prefill_ms / 1000
+            if decode_ms is not None:
+                self.server_decode_s = decode_ms / 1000
 
 
 _count, _json_kind = count_ok, json_kind
