@@ -224,6 +224,24 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     if check.mapping(node, "load", keys) is None:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
+    start, step_by, top = _load_levels(node, check, mode)
+    arrival, cv, gaps = _load_arrival(node, check, closed=mode != "open_staircase")
+    step = _load_step(node.get("step", {}), check)
+    metric, confirm = _load_knee(node.get("knee", {}), check)
+    return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
+                    spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
+                    duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
+                    burstiness_cv=cv, trace_gaps=gaps,
+                    max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
+                    step=step, knee_metric=metric, confirm_steps=confirm,
+                    on_worker_loss=check.string(node, "on_worker_loss", "load", d.on_worker_loss,
+                                                choices=("continue", "abort")))
+
+
+def _load_levels(node: dict, check: Checker, mode: str | None) -> tuple[Any, Any, Any]:
+    """``load.users`` (closed modes) or ``load.rate`` (open_staircase): start, step and max of the staircase (one
+    number for constant), within the limits a plan may have."""
+    d = LoadPlan()
     closed = mode != "open_staircase"
     level_key, other = ("users", "rate") if closed else ("rate", "users")
     if other in node:
@@ -248,6 +266,12 @@ def _load(node: Any, check: Checker) -> LoadPlan:
             check.fail(f"{where}.step", f"the staircase {start:g}, {start + step_by:g}, ... up to {top:,} has {n:,} "
                                         f"levels, more than the {MAX_LEVELS:,} a plan may have (55 hours at 20 s "
                                         f"a step): use a step of at least {wider:.3g} or a smaller max")
+    return start, step_by, top
+
+
+def _load_arrival(node: dict, check: Checker, *, closed: bool) -> tuple[Any, Any, tuple[float, ...] | None]:
+    """``load.arrival`` (open_staircase only): the process, its burstiness cv, a trace's gaps."""
+    d = LoadPlan()
     arrival, cv, gaps = d.arrival, d.burstiness_cv, None
     if "arrival" in node:
         a = node["arrival"]
@@ -260,7 +284,12 @@ def _load(node: Any, check: Checker) -> LoadPlan:
                 gaps = _trace_gaps(a, check)
             elif "file" in a or "column" in a:
                 check.fail("load.arrival", "file and column apply to process: trace only")
-    s, sd = node.get("step", {}), StepSpec()
+    return arrival, cv, gaps
+
+
+def _load_step(s: Any, check: Checker) -> StepSpec:
+    """``load.step``: when a step's measurement is done."""
+    sd = StepSpec()
     step = sd
     if check.mapping(s, "load.step", ("warmup_s", "min_duration_s", "min_requests", "max_duration_s")) is not None:
         step = StepSpec(warmup_s=check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
@@ -271,19 +300,17 @@ def _load(node: Any, check: Checker) -> LoadPlan:
         if None not in (step.min_duration_s, step.max_duration_s) and step.min_duration_s > step.max_duration_s:
             check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
                                     f"({step.max_duration_s})")
-    k = node.get("knee", {})
+    return step
+
+
+def _load_knee(k: Any, check: Checker) -> tuple[Any, Any]:
+    """``load.knee``: the metric the knee follows and the steps that confirm it."""
+    d = LoadPlan()
     metric, confirm = d.knee_metric, d.confirm_steps
     if check.mapping(k, "load.knee", ("metric", "confirm_steps")) is not None:
         metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=KNEE_METRICS)
         confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
-    return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
-                    spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
-                    duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
-                    burstiness_cv=cv, trace_gaps=gaps,
-                    max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
-                    step=step, knee_metric=metric, confirm_steps=confirm,
-                    on_worker_loss=check.string(node, "on_worker_loss", "load", d.on_worker_loss,
-                                                choices=("continue", "abort")))
+    return metric, confirm
 
 
 def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:
