@@ -8,7 +8,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.parse
@@ -19,10 +18,10 @@ from contextlib import contextmanager
 import pytest
 
 from tests.kit.procs import Lines, free_port
+from tests.kit.run import KNEECAP, start_kneecap_run, write_scenario
+from tests.kit.scenarios import STAIRS
 
 pytestmark = pytest.mark.integration
-KNEECAP = [sys.executable, "-m", "harness.cli"]
-
 
 
 @contextmanager
@@ -65,26 +64,20 @@ def export(url: str, run: str) -> dict[tuple, list[float]]:
     return out
 
 
-def scenario(tmp_path, load: str, influx_url: str, window_s: float = 1.0) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(f"""
+def scenario(tmp_path, load: str, influx_url: str, window_s: float = 1.0):
+    return write_scenario(tmp_path, textwrap.dedent(f"""
         name: influx-test
         endpoint: {{api: chat, model: sim-tiny}}
         workload: {{input_tokens: 100, output_tokens: 20}}
         sinks: {{influxdb: {{url: "{influx_url}", org: kneecap, bucket: kneecap, window_s: {window_s}}}}}
     """) + load)
-    return str(path)
-
-
-def run(tmp_path, path: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*KNEECAP, "run", path, "--workers", "1", "--out", str(tmp_path / "out"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc: subprocess.Popen, out: Lines) -> str:
     """Wait for a run whose output ``out`` is reading; all of its output."""
     proc.wait(timeout=120)
-    return out.join()
+    out.join()
+    return out.text()
 
 
 def summary_of(tmp_path, output: str = "") -> dict:
@@ -93,20 +86,13 @@ def summary_of(tmp_path, output: str = "") -> dict:
     return json.loads(path.read_text())
 
 
-STAIRS = """
-load:
-  users: {start: 2, step: 2, max: 16}
-  step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
-"""
-
-
 COST = "cost: {per_hour: 4.2, input_per_mtok: 0.5, output_per_mtok: 1.5}\n"
 
 
 def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_the_knee(tmp_path):
     with victoria(tmp_path / "vm", free_port()) as url:
-        out, _ = run(tmp_path, scenario(tmp_path, STAIRS + COST, url),
-                     "--sim-arg=--max-num-seqs=8").communicate(timeout=120)
+        out, _ = start_kneecap_run(scenario(tmp_path, STAIRS + COST, url), "--sim-arg=--max-num-seqs=8",
+                                   out=tmp_path / "out").communicate(timeout=120)
         s = summary_of(tmp_path)
         points = export(url, s["run_id"])
     assert s["influx"]["unwritten"] == 0 and s["influx"]["written"] > 50, (s.get("influx"), out)
@@ -143,7 +129,7 @@ CONSTANT = "load: {mode: constant, users: 4, duration_s: 12, step: {warmup_s: 0.
 def test_an_outage_loses_no_point(tmp_path):
     port = free_port()
     with victoria(tmp_path / "vm", port) as url:
-        proc = run(tmp_path, scenario(tmp_path, CONSTANT, url))
+        proc = start_kneecap_run(scenario(tmp_path, CONSTANT, url), out=tmp_path / "out")
         lines = Lines(proc.stdout)  # type: ignore[arg-type]
         lines.wait_for("step 0", timeout=60)  # the load is on (startup takes ~3 s, more on a busy machine)
         time.sleep(1.5)  # the run writes its first window while the database is up
@@ -161,8 +147,8 @@ def test_an_outage_loses_no_point(tmp_path):
 
 def test_database_never_up_spools_everything_and_replay_loads_it(tmp_path):
     port = free_port()
-    out, _ = run(tmp_path, scenario(tmp_path, CONSTANT.replace("12", "4"), f"http://127.0.0.1:{port}")) \
-        .communicate(timeout=120)
+    out, _ = start_kneecap_run(scenario(tmp_path, CONSTANT.replace("12", "4"), f"http://127.0.0.1:{port}"),
+                               out=tmp_path / "out").communicate(timeout=120)
     s = summary_of(tmp_path)
     spool = tmp_path / "out" / "influx-spool.lp"
     lines = spool.read_text().splitlines()

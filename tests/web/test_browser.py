@@ -12,12 +12,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import urllib.request
 
 import pytest
 
 from tests.kit.procs import Lines, free_port
+from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]  # one shared run per module
@@ -62,8 +62,7 @@ def get_json(url: str) -> dict:
 
 
 def scenario(tmp_path) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent("""
+    return str(write_scenario(tmp_path, """
         name: ui-test
         endpoint: {api: chat, model: sim-tiny}
         workload: {input_tokens: 100, output_tokens: 20}
@@ -73,7 +72,6 @@ def scenario(tmp_path) -> str:
         slo: {ttft: "p(95)<100"}
         cost: {per_hour: 2.5, currency: EUR, input_per_mtok: 0.2, output_per_mtok: 0.8}
     """))
-    return str(path)
 
 
 def test_llm_tab_charts_report_and_compare(browser, tmp_path):
@@ -130,8 +128,7 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
 
     # A run against a simulator with half the slots: compare shows two different knees.
     other = tmp_path / "half"
-    subprocess.run([sys.executable, "-m", "harness.cli", "run", scenario(tmp_path), "--workers", "1", "--out",
-                    str(other), "--sim-arg=--max-num-seqs=4"], capture_output=True, timeout=120)
+    kneecap_run(scenario(tmp_path), "--sim-arg=--max-num-seqs=4", out=other)
     cmp_file = tmp_path / "compare.html"
     subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(out), str(other), "--out", str(cmp_file)],
                    check=True, capture_output=True)
