@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from tests.kit.procs import free_port
+
 __all__ = ["RATE_LIMITED", "USAGE_AS_STRINGS", "CannedServer", "closed_port", "self_signed", "sse_reply",
            "tls_server", "tls_server_context"]
 
@@ -131,9 +133,7 @@ class CannedServer:
 
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def self_signed(folder: pathlib.Path) -> tuple[str, str]:
