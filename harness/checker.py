@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MISSING", "Checker", "decode_text"]
+__all__ = ["MISSING", "Checker", "decode_text", "did_you_mean"]
 
 MISSING: Any = object()
 """Default meaning "required"."""
@@ -51,6 +51,12 @@ def decode_text(data: bytes) -> str:
     return text.removeprefix("\ufeff")  # a BOM (Excel's CSV export) would glue onto the first column name
 
 
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """"; did you mean 'max_tokens'?" for the known key nearest ``key`` (difflib, as click does), or ""."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 class Checker:
     """Collects problems while reading; the caller raises one error listing them all."""
 
@@ -69,8 +75,7 @@ class Checker:
         allowed = list(allowed)
         for key in node:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(allowed)}"
+                hint = did_you_mean(str(key), allowed) or f"; known keys: {', '.join(allowed)}"
                 self.fail(path, f"unknown key '{key}'{hint}")
         for key in required:
             if key not in node:

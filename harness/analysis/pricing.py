@@ -25,13 +25,14 @@ never a division error. ``run_cost`` picks the reference steps (the largest load
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.checker import Checker
 
 __all__ = ["DEFAULT_CURRENCY", "HOURS_PER_MONTH", "CostSpec", "Floor", "RunCost", "StepCost", "Tokens",
-           "cost_from_spec", "cost_line", "floor_of", "run_cost", "step_cost"]
+           "cost_from_spec", "cost_line", "floor_of", "render_cost_line", "run_cost", "step_cost"]
 
 HOURS_PER_MONTH = 730.0
 """365 × 24 / 12: the month cloud price lists use to turn hourly prices into monthly ones."""
@@ -266,11 +267,18 @@ def _volume(tokens: float) -> str:
 
 def cost_line(cost: RunCost) -> str:
     """The verdict's one line: per 1M output tokens at the reference step, flat vs metered, and the break-even."""
-    cur = cost.spec.currency
-    spent = f"; the test cost {_money(cost.test_cost)} {cur} metered" if cost.test_cost is not None else ""
-    if not cost.at:
-        return f"cost: {cost.note}: no reference load{spent}"
-    basis, c = next(iter(cost.at.items()))
+    return render_cost_line(currency=cost.spec.currency, test_cost=cost.test_cost, at=cost.at, note=cost.note,
+                            unit=cost.unit)
+
+
+def render_cost_line(*, currency: str, test_cost: float | None, at: Mapping[str, Any], note: str, unit: str) -> str:
+    """``cost_line`` from the figures alone, as summary.json's ``cost`` holds them (``at``: basis -> a step's
+    figures, a ``StepCost`` or its read model ``summary_model.StepCost``; ``unit``: the load level's)."""
+    cur = currency
+    spent = f"; the test cost {_money(test_cost)} {cur} metered" if test_cost is not None else ""
+    if not at:
+        return f"cost: {note}: no reference load{spent}"
+    basis, c = next(iter(at.items()))
     parts = []
     if c.flat_per_mtok is not None:
         parts.append(f"flat {_money(c.flat_per_mtok)} {cur}")
@@ -278,7 +286,7 @@ def cost_line(cost: RunCost) -> str:
         parts.append(f"metered {_money(c.metered_blended_per_mtok)} {cur} (output {_money(c.metered_per_mtok or 0)}"
                      " + its input)")
     figures = " vs ".join(parts) + " per 1M output tokens" if parts else "; ".join(c.notes)
-    line = f"cost at {c.level:g} {cost.unit} ({BASES[basis]}): {figures}"
+    line = f"cost at {c.level:g} {unit} ({BASES.get(basis, basis)}): {figures}"
     if c.break_even_tokens_per_month is not None:
         line += (f"; flat beats metered above {_volume(c.break_even_tokens_per_month)} output tokens/month "
                  f"(this load carries {_volume(c.capacity_tokens_per_month or 0)}; floor: {c.floor})")

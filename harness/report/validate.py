@@ -1,24 +1,22 @@
 """Is this ``summary.json`` one kneecap wrote? Every problem with its key path, before a report reads it. Pure.
 
-``summary_problems(data)`` checks a parsed summary against the schemas kneecap reads
-(``kneecap.summary/1``, ``/2`` and ``/3``, docs/results.md) and returns every problem, in document order::
+The schema is the read model, ``analysis/summary_model.py`` (``kneecap.summary/1``, ``/2`` and ``/3``,
+docs/results.md): ``summary_problems(data)`` walks a parsed summary against its Structs' types
+(``msgspec.inspect``) and returns every problem, in the model's field order::
 
     steps[2].latency_ms: expected a mapping, got a list
     knee.found: missing required key
+    steps[1]: unknown key 'complet'; did you mean 'complete'?
 
-``parse_summary(data, name)`` decodes the file's bytes, parses the JSON and raises ``ValueError`` with
-the first problem (and how many more), so ``kneecap report``/``compare`` refuse a broken file with one
-line instead of a traceback or a report of nothing. Fields a later version adds are allowed: a reader
-checks what it needs, so version 1 files keep working and version 3 ones are refused by ``schema``.
+msgspec itself stops at the first problem; the walk finds them all, in the house's words (``checker.py``).
+``load_summary(data, name)`` decodes the file's bytes into a ``Summary`` and ``parse_summary(data, name)``
+into the plain dict; both raise ``ValueError`` with the first problem (and how many more), so ``kneecap
+report``/``compare`` refuse a broken file with one line instead of a traceback or a report of nothing.
 
-The schema is data (``SUMMARY``), in a small grammar:
-
-- ``int``, ``float`` (any number; never a boolean), ``str``, ``bool``, ``dict`` (any mapping);
-- a tuple is "one of", with ``None`` for null: ``(float, None)`` is a number or null;
-- a set of strings is "one of these values": ``{"closed", "open"}``;
-- ``[spec]`` is a list of ``spec``; ``[a, b]`` is a list of exactly two items;
-- a dict is a mapping with those keys: ``"key?"`` optional, ``"key@2"`` required from schema version 2
-  on, ``"*"`` any other key, ``"$level"`` the load level's key (``users``, or ``rate_rps`` open loop).
+Fields a later version adds are allowed (a reader checks what it needs), so version 1 files keep working
+and version 3 ones are refused by ``schema``. Beyond the types: the load level's key is the mode's
+(``users``, or ``rate_rps`` open loop), a key marked ``since`` is required from that version on, and a
+found knee has its level.
 """
 
 from __future__ import annotations
@@ -26,63 +24,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+import msgspec.inspect as mi
+
 from harness.analysis.results import READABLE_SCHEMAS, level_key
-from harness.checker import decode_text
+from harness.analysis.summary_model import Summary
+from harness.checker import decode_text, did_you_mean
 
-__all__ = ["SUMMARY", "parse_summary", "summary_problems"]
+__all__ = ["load_summary", "parse_summary", "summary_problems"]
 
-_NUM = (float, None)
-_STAT = {"count": int, "mean?": _NUM, "p50?": _NUM, "p90?": _NUM, "p95?": _NUM, "p99?": _NUM, "p999?": _NUM,
-         "max?": _NUM, "p99_ci?": ([float, float], None), "p99_slo?": (float, str, None)}
-"""A metric's percentiles (``metrics.aggregate.summarize_sketch``): only ``count`` when it had no data."""
-
-_TOKENS = {"input": int, "cached_input": int, "output": int}
-_COST = {"currency": str, "tokens": _TOKENS, "test_cost": _NUM, "flat_per_mtok": _NUM, "metered_per_mtok": _NUM,
-         "metered_blended_per_mtok": _NUM, "break_even_tokens_per_month": _NUM, "capacity_tokens_per_month": _NUM,
-         "floor": str, "floor_held": (bool, None), "notes": [str], "index?": int, "level?": float}
-"""A step's cost figures (``analysis.pricing``, docs/cost.md); in ``cost.at`` with the step's index and level."""
-
-_STEP = {
-    "index": int, "$level": float, "duration_s": float, "warmup_s": float, "requests": int, "ok": int,
-    "failures": {"*": int}, "failure_samples?": {"*": str}, "warmup_requests": int, "arrivals_per_s?": _NUM,
-    "dropped_arrivals?": (int, None),
-    "throughput": {"requests_per_s": float, "output_tokens_per_s": float, "input_tokens_per_s": float,
-                   "goodput_per_s": float},
-    "latency_ms": {"*": _STAT}, "tokens_per_s_per_user": _STAT, "output_tokens_counted": int,
-    "prompt_length_error": _NUM,
-    "generator": {"lag_p99_ms": _NUM, "lag_max_ms": _NUM, "cpu_max_pct": float, "reliable": bool, "cpu_s?": _NUM,
-                  "output_tokens?": int, "cpu_us_per_token?": _NUM, "gc_pause_max_ms?": _NUM},
-    "fleet_changed?": bool, "workers_lost?": [str], "workers_joined?": [str],
-    "complete": bool, "stationary": (bool, None), "slo_passed": (bool, None),
-    "slo": [{"threshold": str, "observed": (float, str, None), "passed": bool, "abort_on_fail": bool}],
-    "server?": {"stages?": dict, "stages_note?": str, "*": _NUM}, "prefix_cache?": {"client": dict, "server": dict},
-    "sessions?": dict,
-    "stream?": dict, "new_connections?": int, "new_connection_share?": _NUM,
-    "tail?": {"attributions": [dict]}, "ttft_split?": {"client": dict, "server": dict}, "cost?": _COST,
-}
-
-SUMMARY: dict[str, Any] = {
-    "schema": str, "run_id": str, "scenario": str, "host": str, "model": str, "started_at": float,
-    "ended_at": float, "mode": {"closed", "open"}, "stop_reason": (str, None), "workers": int,
-    "steps": [_STEP],
-    "knee": {"found": bool, "confirmed": bool, "step_index": (int, None), "$level": _NUM, "metric": str,
-             "tail@2": str, "p99_before_ms": _NUM, "p99_after_ms": _NUM, "throughput_before": _NUM,
-             "throughput_after": _NUM, "confidence": (str, None), "reason": str},
-    "slo": {"thresholds": [str], "passed": (bool, None), "max_load_within_slo": _NUM},
-    "exit_code": int, "degraded?": bool,
-    "fleet_events?": [{"kind": {"lost", "joined"}, "worker": str, "at": float, "steps": [int]}],
-    "influx?": dict, "merge_errors?": int,
-    "clocks?": {"*": {"offset_ms": _NUM, "bound_ms": _NUM, "rtt_ms": _NUM, "samples": int, "drift_ms?": _NUM}},
-    "clock_warnings?": [str],
-    "cost?": {"currency": str, "hours_per_month": float, "prices": dict, "tokens": _TOKENS, "test_cost": _NUM,
-              "at": {"*": _COST}, "reference": (str, None), "note": str, "line": str},
-}
-"""The fields every reader may rely on, per docs/results.md. The fleet fields (``fleet_changed``, ``workers_lost``,
-``workers_joined``, ``degraded``, ``fleet_events``) are optional: they joined version 2 after its first files
-were written, which lack them (absent means the fleet did not change)."""
-
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
-          None: "null"}
+_MODEL = mi.type_info(Summary)
+_NAMES = {mi.IntType: "an integer", mi.FloatType: "a number", mi.StrType: "a string", mi.BoolType: "true or false",
+          mi.NoneType: "null", mi.ListType: "a list", mi.DictType: "a mapping", mi.StructType: "a mapping"}
 
 
 def _kind(value: object) -> str:
@@ -90,66 +43,76 @@ def _kind(value: object) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _expected(spec: Any) -> str:
-    if isinstance(spec, tuple):
-        return " or ".join(_expected(s) for s in spec)
-    if isinstance(spec, set):
-        return "one of " + ", ".join(sorted(spec))
-    if isinstance(spec, list):
-        return f"a list of {len(spec)}" if len(spec) > 1 else "a list"
-    return "a mapping" if isinstance(spec, dict) else _NAMES[spec]
+def _expected(t: mi.Type) -> str:
+    if isinstance(t, mi.UnionType):
+        return " or ".join(_expected(s) for s in t.types)
+    if isinstance(t, mi.LiteralType):
+        return "one of " + ", ".join(sorted(map(str, t.values)))
+    if isinstance(t, mi.TupleType):
+        return f"a list of {len(t.item_types)}"
+    return _NAMES[type(t)]
 
 
-def _fits(value: object, spec: Any) -> bool:
-    """Whether ``value`` has the outer shape of ``spec`` (its items are checked by ``_walk``)."""
-    if isinstance(spec, tuple):
-        return any(_fits(value, s) for s in spec)
-    if spec is None:
+def _fits(value: object, t: mi.Type) -> bool:
+    """Whether ``value`` has the outer shape of ``t`` (its items are checked by ``_walk``); numbers are never
+    booleans, and a float field takes an integer, as JSON and msgspec do."""
+    if isinstance(t, mi.UnionType):
+        return any(_fits(value, s) for s in t.types)
+    if isinstance(t, mi.AnyType):
+        return True
+    if isinstance(t, mi.NoneType):
         return value is None
-    if isinstance(spec, set):
-        return value in spec
-    if isinstance(spec, list):
-        return isinstance(value, list) and (len(spec) == 1 or len(value) == len(spec))
-    if isinstance(spec, dict) or spec is dict:
+    if isinstance(t, mi.LiteralType):
+        return value in t.values
+    if isinstance(t, mi.TupleType):
+        return isinstance(value, list) and len(value) == len(t.item_types)
+    if isinstance(t, (mi.StructType, mi.DictType)):
         return isinstance(value, dict)
-    if spec is float:
+    if isinstance(t, mi.FloatType):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if spec is int:
+    if isinstance(t, mi.IntType):
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, spec)
+    return isinstance(value, {mi.StrType: str, mi.BoolType: bool, mi.ListType: list}[type(t)])
 
 
-def _walk(value: object, spec: Any, path: str, ctx: dict[str, Any], out: list[str]) -> None:
-    if not _fits(value, spec):
+def _walk(value: object, t: mi.Type, path: str, ctx: dict[str, Any], out: list[str]) -> None:
+    if isinstance(t, mi.Metadata):
+        t = t.type
+    if not _fits(value, t):
         shown = f" {value!r}" if isinstance(value, (str, int, float)) and len(repr(value)) <= 40 else ""
-        out.append(f"{path or '(top level)'}: expected {_expected(spec)}, got {_kind(value)}{shown}")
-        return
-    if isinstance(spec, tuple):  # descend into the alternative that fits
-        _walk(value, next(s for s in spec if _fits(value, s)), path, ctx, out)
-    elif isinstance(spec, list):
+        out.append(f"{path or '(top level)'}: expected {_expected(t)}, got {_kind(value)}{shown}")
+    elif isinstance(t, mi.UnionType):  # descend into the alternative that fits
+        _walk(value, next(s for s in t.types if _fits(value, s)), path, ctx, out)
+    elif isinstance(t, mi.ListType):
         for i, item in enumerate(value):  # type: ignore[arg-type]
-            _walk(item, spec[0] if len(spec) == 1 else spec[i], f"{path}[{i}]", ctx, out)
-    elif isinstance(spec, dict):
-        _mapping(value, spec, path, ctx, out)  # type: ignore[arg-type]
+            _walk(item, t.item_type, f"{path}[{i}]", ctx, out)
+    elif isinstance(t, mi.TupleType):
+        for i, (item, it) in enumerate(zip(value, t.item_types, strict=True)):  # type: ignore[call-overload]
+            _walk(item, it, f"{path}[{i}]", ctx, out)
+    elif isinstance(t, mi.DictType):
+        for key, item in value.items():  # type: ignore[attr-defined]
+            _walk(item, t.value_type, f"{path}.{key}" if path else str(key), ctx, out)
+    elif isinstance(t, mi.StructType):
+        _struct(value, t, path, ctx, out)  # type: ignore[arg-type]
 
 
-def _mapping(value: dict, spec: dict, path: str, ctx: dict[str, Any], out: list[str]) -> None:
-    named = set()
-    for raw, item in spec.items():
-        if raw == "*":
-            continue
-        key, _, since = raw.rstrip("?").partition("@")
-        key = ctx["level"] if key == "$level" else key
-        named.add(key)
-        where = f"{path}.{key}" if path else key
-        if key in value:
-            _walk(value[key], item, where, ctx, out)
-        elif not raw.endswith("?") and ctx["version"] >= int(since or 1):
-            out.append(f"{where}: missing required key")
-    if "*" in spec:
-        for key, item in value.items():
-            if key not in named:
-                _walk(item, spec["*"], f"{path}.{key}" if path else str(key), ctx, out)
+def _required(field: mi.Field, ctx: dict[str, Any]) -> bool:
+    extra = (field.type.extra or {}) if isinstance(field.type, mi.Metadata) else {}
+    if "level" in extra:  # users (closed loop) or rate_rps (open loop): the mode's key is required
+        return field.encode_name == ctx["level"]
+    return field.required or ctx["version"] >= extra.get("since", ctx["version"] + 1)
+
+
+def _struct(value: dict, t: mi.StructType, path: str, ctx: dict[str, Any], out: list[str]) -> None:
+    unknown = [str(k) for k in value if k not in {f.encode_name for f in t.fields}]  # a newer version's, or misspelt
+    for f in t.fields:
+        where = f"{path}.{f.encode_name}" if path else f.encode_name
+        if f.encode_name in value:
+            _walk(value[f.encode_name], f.type, where, ctx, out)
+        elif _required(f, ctx):
+            near = next(((k, hint) for k in unknown if (hint := did_you_mean(k, [f.encode_name]))), None)
+            out.append(f"{path or '(top level)'}: unknown key '{near[0]}'{near[1]}" if near
+                       else f"{where}: missing required key")
 
 
 def summary_problems(data: object) -> list[str]:
@@ -166,27 +129,42 @@ def summary_problems(data: object) -> list[str]:
     mode = data.get("mode")
     ctx = {"version": int(schema.rsplit("/", 1)[1]), "level": level_key(mode if isinstance(mode, str) else "")}
     out: list[str] = []
-    _walk(data, SUMMARY, "", ctx, out)
+    _walk(data, _MODEL, "", ctx, out)
     knee = data.get("knee")
     if not out and isinstance(knee, dict) and knee["found"] and knee[ctx["level"]] is None:
         out.append(f"knee.{ctx['level']}: a found knee needs its load level, got null")
     return out
 
 
-def parse_summary(data: bytes, name: str) -> dict:
-    """The summary in ``data`` (the bytes of the file ``name``); ValueError "NAME: KEY: problem" when broken."""
+def _checked(data: bytes, name: str) -> tuple[dict, Summary]:
+    """The file's JSON and its ``Summary``; ValueError "NAME: KEY: problem (and N more problems)" when broken."""
     try:
         text = decode_text(data)
     except ValueError as exc:
         raise ValueError(f"{name} is {exc}") from None
     try:
-        summary = json.loads(text)
+        parsed = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"{name} is not valid JSON ({exc})") from None
     except RecursionError:  # json's recursive parser on [[[[...]]]] thousands deep
         raise ValueError(f"{name} is not a kneecap summary (nested too deeply)") from None
-    problems = summary_problems(summary)
-    if problems:
-        more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
-        raise ValueError(f"{name}: {problems[0]}{more}")
-    return summary
+    problems = summary_problems(parsed)
+    if not problems:
+        try:
+            return parsed, msgspec.convert(parsed, Summary)
+        except msgspec.ValidationError as exc:  # the walk and msgspec disagree: still say where
+            message, _, where = str(exc).partition(" - at `$")
+            problems = [f"{where.rstrip('`').lstrip('.') or '(top level)'}: {message}"]
+    n = len(problems) - 1
+    raise ValueError(f"{name}: {problems[0]}" + (f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""))
+
+
+def load_summary(data: bytes, name: str) -> Summary:
+    """The summary in ``data`` (the bytes of the file ``name``), typed; ValueError "NAME: KEY: problem" when
+    broken (its first problem, and how many more)."""
+    return _checked(data, name)[1]
+
+
+def parse_summary(data: bytes, name: str) -> dict:
+    """The summary in ``data`` as the plain dict, checked as ``load_summary`` checks it."""
+    return _checked(data, name)[0]

@@ -1,5 +1,5 @@
 """The metric registry (harness/metrics/vocabulary.py) on plain data: its extractors on hand-built records, and
-every place that names metrics agreeing with it (SLO grammar, knee, bucket, InfluxDB schema, summary validator)."""
+every place that names metrics agreeing with it (SLO grammar, knee, bucket, InfluxDB schema, summary model)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 
 from harness.analysis.slo import LATENCY_METRICS, SESSION_METRICS, SLO_METRICS, parse_threshold, request_meets
+from harness.analysis.summary_model import Step, Throughput
 from harness.metrics import vocabulary
 from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.extract import FIRST_SEEN
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SESSION_SKETCHES, SessionRecord
 from harness.metrics.vocabulary import KNEE_METRICS, METRIC, METRICS, influx_fields
-from harness.report.validate import SUMMARY
 from harness.scenario import ScenarioError, parse_scenario
 from harness.sinks.points import WINDOW_METRICS
 from harness.sinks.schema import MEASUREMENTS, PERCENTILE_FIELDS
@@ -170,10 +170,10 @@ def test_influx_names_are_in_the_sink_schema():
     assert WINDOW_METRICS == LATENCIES  # the live window merges exactly the sketches the sink writes
 
 
-def test_summary_validator_names_registry_metrics():
-    step = SUMMARY["steps"][0]
+def test_summary_model_names_registry_metrics():
+    step = Step.__struct_fields__  # the summary's read model, which the validator checks files against
     assert "tokens_per_s_per_user" in step and METRIC["tokens_per_s_per_user"].kind == "distribution"
-    assert set(step["throughput"]) <= {m.name for m in METRICS if m.kind == "counter"}
+    assert set(Throughput.__struct_fields__) <= {m.name for m in METRICS if m.kind == "counter"}
     assert LATENCIES == vocabulary.REQUEST_LATENCIES  # what a step's latency_ms holds (its keys are not fixed)
 
 
