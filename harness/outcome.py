@@ -1,20 +1,24 @@
 """The run's last lines, said once for every way a run ends: the knee, fleet changes, the SLO verdict, the cost,
 where the results are; and ``processes.json`` (each process's CPU, the client's cost per streamed token).
 
-Read from summary.json, the artefact every run writes (``kneecap run`` and a plain Locust master alike), so
-the lines say what the file says; the exit code is the summary's (``harness/exitcodes.py``).
+Read from summary.json, the artefact every run writes (``kneecap run`` and a plain Locust master alike), through
+its typed read model (``analysis/summary_model.py``, checked by ``report/validate.py``), so the lines say what
+the file says; the exit code is the summary's (``harness/exitcodes.py``), or NO_VALID_RESULT for a file that is
+not what kneecap writes. The cost line is rendered from the cost's figures, not read from its stored prose.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 from collections.abc import Callable
 
 from harness import exitcodes
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+from harness.analysis.results import level_unit
+from harness.analysis.summary_model import Summary
 from harness.procs import Child
+from harness.report.validate import load_summary
 
 __all__ = ["say_verdict", "write_processes"]
 
@@ -23,6 +27,12 @@ def _thread_cpu() -> tuple[float, float]:
     """This thread's user and system CPU seconds (the whole process's off Linux)."""
     ru = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
     return ru.ru_utime, ru.ru_stime
+
+
+def _read_summary(path: str) -> Summary:
+    """OUT/summary.json, typed; OSError, or ValueError naming its first problem with its key path."""
+    with open(path, "rb") as f:
+        return load_summary(f.read(), path)
 
 
 def write_processes(out: str, children: list[Child], report_cpu: list[float], say: Callable[[str], None]) -> None:
@@ -38,9 +48,8 @@ def write_processes(out: str, children: list[Child], report_cpu: list[float], sa
     if report_cpu:
         roles.append(RoleCpu(role="report", user_s=rep_user, sys_s=rep_sys))
     try:
-        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
-            steps = json.load(f).get("steps") or []
-    except (OSError, ValueError, AttributeError):
+        steps = _read_summary(os.path.join(out, "summary.json")).steps
+    except (OSError, ValueError):
         steps = []
     tokens, in_steps = step_totals(steps)
     block = processes_block(roles, output_tokens=tokens, workers_cpu_in_steps=in_steps)
@@ -56,30 +65,31 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
     system CPU seconds."""
     path = os.path.join(out, "summary.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
+        summary = _read_summary(path)
+    except OSError:
         say(f"no valid summary was written ({path}); see the messages above")
         return exitcodes.NO_VALID_RESULT
-    knee = summary.get("knee", {})
-    if knee.get("found"):
-        level = f"{knee['users']:g} users" if "users" in knee else f"{knee['rate_rps']:g} req/s"
-        say(f"knee: {level} ({knee['confidence']} confidence) - {knee['reason']}")
+    except ValueError as exc:  # not what kneecap writes: the first problem, with its key path
+        say(f"no valid summary was written ({exc}); see the messages above")
+        return exitcodes.NO_VALID_RESULT
+    knee, unit = summary.knee, level_unit(summary.mode)
+    if knee.found:
+        say(f"knee: {knee.level:g} {unit} ({knee.confidence} confidence) - {knee.reason}")
     else:
-        say(f"knee: not found ({knee.get('reason', '')})")
-    events = summary.get("fleet_events") or []
+        say(f"knee: not found ({knee.reason})")
+    events = summary.fleet_events
     if events:
-        lost = [e for e in events if e.get("kind") == "lost"]
-        steps = sorted({i for e in events for i in e.get("steps", ())})
+        lost = [e for e in events if e.kind == "lost"]
+        steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    slo = summary.get("slo", {})
-    if slo.get("thresholds"):
-        verdict = "PASSED" if slo.get("passed") else "FAILED"
-        say(f"SLO {verdict} up to the knee; largest load within SLO: {slo.get('max_load_within_slo')}")
-    cost = summary.get("cost") or {}
-    if cost.get("line"):  # the master logged it mid-output; the verdict's lines are where a user looks
-        say(cost["line"])
+    slo = summary.slo
+    if slo.thresholds:
+        verdict = "PASSED" if slo.passed else "FAILED"
+        within = "None" if slo.max_load_within_slo is None else f"{slo.max_load_within_slo:g}"
+        say(f"SLO {verdict} up to the knee; largest load within SLO: {within}")
+    if summary.cost_line:  # the master logged it mid-output; the verdict's lines are where a user looks
+        say(summary.cost_line)
     t0 = _thread_cpu()
     try:
         from harness.report.html import write_report  # here: its imports count as the report's cost
@@ -90,4 +100,4 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
     if report_cpu is not None:
         t1 = _thread_cpu()
         report_cpu[:] = [t1[0] - t0[0], t1[1] - t0[1]]
-    return int(summary.get("exit_code", exitcodes.NO_VALID_RESULT))
+    return summary.exit_code

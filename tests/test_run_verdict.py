@@ -4,15 +4,36 @@ from __future__ import annotations
 
 import json
 
-from harness.run import _verdict
+from harness.outcome import say_verdict
+from tests.kit.summaries import written
 
 
 def test_the_verdict_says_the_run_was_degraded(tmp_path):
-    summary = {"schema": "kneecap.summary/2", "mode": "closed", "steps": [], "exit_code": 5,
-               "knee": {"found": False, "reason": "fewer than two judged steps"}, "slo": {"thresholds": []},
+    summary = {**written(), "exit_code": 5, "degraded": True,
+               "knee": {**written()["knee"], "found": False, "users": None, "reason": "fewer than two judged steps"},
+               "slo": {"thresholds": [], "passed": None, "max_load_within_slo": None},
                "fleet_events": [{"kind": "joined", "worker": "a", "at": 1.0, "steps": [1]},
                                 {"kind": "lost", "worker": "a", "at": 2.0, "steps": [2, 3]}]}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     said: list[str] = []
-    assert _verdict(str(tmp_path), said.append) == 5
+    assert say_verdict(str(tmp_path), said.append) == 5
     assert "DEGRADED: 1 worker(s) lost, 1 joined; steps 1, 2, 3 not judged (their levels were re-run)" in said
+
+
+def test_a_summary_kneecap_did_not_write_is_no_valid_result(tmp_path):
+    from tests.kit.summaries import break_
+
+    (tmp_path / "summary.json").write_text(json.dumps(break_("steps.0.ok", None)))
+    said: list[str] = []
+    assert say_verdict(str(tmp_path), said.append) == 4  # exitcodes.NO_VALID_RESULT, not the file's exit_code
+    assert said == [f"no valid summary was written ({tmp_path / 'summary.json'}: steps[0].ok: expected an integer, "
+                    "got null); see the messages above"]
+
+
+def test_the_cost_line_is_said_from_the_figures(tmp_path):
+    summary = written(cost=True)
+    line, summary["cost"]["line"] = summary["cost"]["line"], "an older kneecap's prose"
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    said: list[str] = []
+    say_verdict(str(tmp_path), said.append)
+    assert line in said and "an older kneecap's prose" not in said

@@ -15,7 +15,12 @@ Two figures, on purpose apart:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.analysis.summary_model import Step
 
 __all__ = ["PROCESSES_SCHEMA", "RoleCpu", "cost_line", "processes_block", "step_totals"]
 
@@ -42,11 +47,11 @@ class RoleCpu:
         return self.role != "sim"
 
 
-def step_totals(steps: list[dict]) -> tuple[int, float | None]:
+def step_totals(steps: Sequence[Step]) -> tuple[int, float | None]:
     """Output tokens streamed in the summary's steps (warm-up included) and the workers' CPU seconds in them
     (None when no worker measured it: an older kneecap's summary)."""
-    tokens = sum(int(st.get("generator", {}).get("output_tokens") or 0) for st in steps)
-    cpu = [st["generator"]["cpu_s"] for st in steps if st.get("generator", {}).get("cpu_s") is not None]
+    tokens = sum(st.generator.output_tokens or 0 for st in steps)
+    cpu = [st.generator.cpu_s for st in steps if isinstance(st.generator.cpu_s, (int, float))]
     return tokens, (sum(cpu) if cpu else None)
 
 

@@ -101,11 +101,19 @@ def test_the_step_divides_by_warmup_and_measured_tokens():
 
 
 def test_processes_block_and_the_console_line():
-    from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+    import msgspec
 
-    steps = [{"generator": {"cpu_s": 1.5, "output_tokens": 30_000}}, {"generator": {"cpu_s": 2.5,
-                                                                                    "output_tokens": 70_000}},
-             {"generator": {"lag_p99_ms": None}}]  # a step cut short, or an older summary's
+    from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+    from harness.analysis.summary_model import Summary
+    from tests.kit.summaries import written
+
+    step = msgspec.convert(written(), Summary).steps[0]
+
+    def with_gen(**kw: object) -> object:
+        return msgspec.structs.replace(step, generator=msgspec.structs.replace(step.generator, **kw))
+
+    steps = [with_gen(cpu_s=1.5, output_tokens=30_000), with_gen(cpu_s=2.5, output_tokens=70_000),
+             with_gen(cpu_s=msgspec.UNSET, output_tokens=msgspec.UNSET)]  # a step cut short, or an older summary's
     tokens, in_steps = step_totals(steps)
     assert (tokens, in_steps) == (100_000, 4.0)
     roles = [RoleCpu(role="parent", user_s=0.5, sys_s=0.1), RoleCpu(role="master", user_s=1.0, sys_s=0.2),
