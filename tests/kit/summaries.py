@@ -1,7 +1,10 @@
-"""summary.json as the master writes it, built from the real result types (no hand-made dict), and broken on
-purpose: for the tests of the summary's validation, the report and compare commands, and bad input."""
+"""summary.json for the tests of its validation and read model, the report and compare commands, and bad input:
+as the master writes it (``written``, from the real result types), broken on purpose (``break_``), as schema 1
+wrote it (``version1``), and a version 2 file written by hand (``hand_made_v2``)."""
 
 from __future__ import annotations
+
+import copy
 
 from harness.analysis.knee import Knee
 from harness.analysis.pricing import CostSpec, Tokens, floor_of, run_cost, step_cost
@@ -11,7 +14,7 @@ from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 
-__all__ = ["break_", "written"]
+__all__ = ["break_", "hand_made_v2", "version1", "written"]
 
 
 def _bucket(n: int, fail: int = 0, open_loop: bool = False) -> Bucket:
@@ -76,3 +79,49 @@ def break_(path: str, value: object) -> dict:
     else:
         node[last] = value
     return s
+
+
+def version1(summary: dict) -> dict:
+    """The same run as schema 1 wrote it: without the fields version 2 added."""
+    s = copy.deepcopy(summary)
+    s["schema"] = "kneecap.summary/1"
+    for key in ("degraded", "fleet_events"):
+        del s[key]
+    del s["knee"]["tail"]
+    for st in s["steps"]:
+        for key in ("fleet_changed", "workers_lost", "workers_joined"):
+            del st[key]
+        for stats in st["latency_ms"].values():
+            stats.pop("p99_slo", None)
+    return s
+
+
+def _step_v2(index: int, users: int, p99: float | None, tokens: float, server: bool = True) -> dict:
+    lat = {} if p99 is None else {m: {"count": 100, "mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8,
+                                      "p95": p99 * 0.9, "p99": p99, "p999": p99, "max": p99,
+                                      "p99_ci": [p99 * 0.9, p99 * 1.1]} for m in ("ttft", "tpot", "e2e")}
+    return {"index": index, "users": users, "duration_s": 20.0, "warmup_s": 5.0, "requests": 0 if p99 is None else 100,
+            "ok": 0 if p99 is None else 100, "failures": {} if p99 is None else {"http_5xx": 2}, "warmup_requests": 10,
+            "latency_ms": lat, "tokens_per_s_per_user": {"count": 0}, "output_tokens_counted": 0,
+            "prompt_length_error": None, "fleet_changed": False, "workers_lost": [], "workers_joined": [],
+            "complete": p99 is not None, "slo": [],
+            "throughput": {"requests_per_s": 10.0, "output_tokens_per_s": tokens, "input_tokens_per_s": 1.0,
+                           "goodput_per_s": 9.0},
+            "generator": {"lag_p99_ms": None if p99 is None else 1.0, "lag_max_ms": None, "cpu_max_pct": 0.0,
+                          "reliable": True},
+            "stationary": None, "slo_passed": None if p99 is None else True,
+            **({"server": {"waiting_mean": None if p99 is None else 1.0, "running_max": 8.0,
+                           "kv_cache_usage_max": None, "waiting_max": 2.0, "preemptions": None}} if server else {})}
+
+
+def hand_made_v2(knee_users: int) -> dict:
+    """A version 2 summary written by hand (four steps, the last cut short with no data; a knee at ``knee_users``)."""
+    return {"schema": "kneecap.summary/2", "run_id": "r", "scenario": "s", "model": "m", "host": "h", "mode": "closed",
+            "workers": 2, "started_at": 0, "ended_at": 60, "exit_code": 0, "stop_reason": "knee confirmed",
+            "degraded": False, "fleet_events": [],
+            "steps": [_step_v2(0, 8, 50.0, 1000), _step_v2(1, 16, 60.0, 1900), _step_v2(2, 24, 900.0, 2000),
+                      _step_v2(3, 32, None, 0.0)],
+            "knee": {"found": True, "confirmed": True, "step_index": 1, "users": knee_users, "confidence": "high",
+                     "metric": "ttft", "tail": "p99_slo", "reason": "why", "p99_before_ms": 60.0, "p99_after_ms": 900.0,
+                     "throughput_before": 1900.0, "throughput_after": 2000.0},
+            "slo": {"thresholds": ["ttft: p(95)<500"], "passed": True, "max_load_within_slo": 16}}

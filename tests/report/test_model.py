@@ -27,9 +27,7 @@ from harness.analysis.decompose import UNKNOWN
 from harness.analysis.summary_model import Percentiles, SplitPart, Summary
 from harness.report import validate
 from harness.report.validate import load_summary, parse_summary, summary_problems
-from tests.kit.summaries import break_, written
-from tests.report.test_report import summary as hand_made_v2
-from tests.report.test_validate import version1
+from tests.kit.summaries import break_, hand_made_v2, version1, written
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "summary-v3-sessions.json"
 

@@ -3,28 +3,12 @@ problem with its key path, and ``parse_summary`` the first one naming the file."
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
 from harness.report.validate import parse_summary, summary_problems
-from tests.kit.summaries import break_, written
-
-
-def version1(summary: dict) -> dict:
-    """The same run as schema 1 wrote it: without the fields version 2 added."""
-    s = copy.deepcopy(summary)
-    s["schema"] = "kneecap.summary/1"
-    for key in ("degraded", "fleet_events"):
-        del s[key]
-    del s["knee"]["tail"]
-    for st in s["steps"]:
-        for key in ("fleet_changed", "workers_lost", "workers_joined"):
-            del st[key]
-        for stats in st["latency_ms"].values():
-            stats.pop("p99_slo", None)
-    return s
+from tests.kit.summaries import break_, version1, written
 
 
 @pytest.mark.parametrize("mode", ["closed", "open"])
