@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -16,6 +16,9 @@ from harness.sim.openai import OutputPolicy
 from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
+
+if TYPE_CHECKING:
+    from harness.analysis.summary_model import Summary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -286,8 +289,9 @@ _RERUN = "kneecap run writes it: re-run, or restore the file"
 """What to do about a run folder whose summary.json is missing or broken (appended to the problem)."""
 
 
-def _summary(run_dir: str) -> dict:
-    """RUN_DIR's summary, checked against its schema; InputError (exit 2) naming the file and first bad key."""
+def _summary(run_dir: str) -> Summary:
+    """RUN_DIR's summary, checked against its schema and typed; InputError (exit 2) naming the file and first bad
+    key."""
     import os
 
     from harness.report.html import read_summary
@@ -315,7 +319,7 @@ def report(run_dir: str) -> None:
         raise InputError(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot write {run_dir}/report.html: {exc.strerror or exc}") from None
-    except (KeyError, TypeError, IndexError, OverflowError) as exc:  # a summary the schema passed: our bug
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:  # the schema passed it: our bug
         raise click.ClickException(f"cannot build a report from {run_dir}: {type(exc).__name__}: {exc} (the summary "
                                    "passed its schema check: please report this with the file)") from None
 
@@ -332,9 +336,9 @@ def compare(run_dirs: tuple[str, ...], out: str) -> None:
     if len(run_dirs) < 2:
         raise click.UsageError("give at least two run folders")
     runs = [(os.path.basename(os.path.normpath(d)), _summary(d)) for d in run_dirs]
-    modes = {s["mode"] for _, s in runs}
+    modes = {s.mode for _, s in runs}
     if len(modes) > 1:  # their loads are users vs req/s: no common x axis
-        kinds = ", ".join(f"{d} ({s['mode']} loop)" for d, (_, s) in zip(run_dirs, runs, strict=True))
+        kinds = ", ".join(f"{d} ({s.mode} loop)" for d, (_, s) in zip(run_dirs, runs, strict=True))
         raise InputError(f"cannot compare closed-loop runs (users) with open-loop ones (req/s): {kinds}; "
                          "compare runs of one kind")
     page = compare_html(runs)

@@ -1,6 +1,7 @@
 """Charts as inline SVG (matplotlib, Agg): no JavaScript, no network, a few tens of KB each.
 
-Each function takes summary.json dicts (one run, or several for ``compare``) and returns an SVG string.
+Each function takes typed summaries (``analysis.summary_model.Summary``: one run, or several for ``compare``) and
+returns an SVG string.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from harness.analysis.results import level_key
+from harness.analysis.summary_model import Step, Summary
 
 __all__ = [
     "cost_vs_load",
@@ -40,38 +42,39 @@ def _svg(fig: plt.Figure) -> str:
     return text[text.index("<svg"):]
 
 
-def _level_key(summary: dict) -> str:
-    return level_key(summary.get("mode", "closed"))
+def _level_key(summary: Summary) -> str:
+    return level_key(summary.mode)
 
 
-def _steps(summary: dict) -> list[dict]:
+def _steps(summary: Summary) -> list[Step]:
     """The steps a curve shows: not those the fleet changed under (their level was re-run, README "Fleet faults")."""
-    return [s for s in summary["steps"] if not s.get("fleet_changed")]
+    return [s for s in summary.steps if not s.fleet_changed]
 
 
-def _loads(summary: dict) -> list[float]:
-    key = _level_key(summary)
-    return [s[key] for s in _steps(summary)]
+def _loads(summary: Summary) -> list[float]:
+    return [s.level for s in _steps(summary)]
 
 
-def _mark_knee(ax: plt.Axes, summary: dict) -> None:
-    knee = summary.get("knee") or {}
-    level = knee.get(_level_key(summary))
-    if knee.get("found") and level is not None:
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
+def _mark_knee(ax: plt.Axes, summary: Summary) -> None:
+    level = summary.knee.level
+    if summary.knee.found and level is not None:
         ax.axvline(level, color="crimson", linestyle="--", linewidth=1.2, label=f"knee ({level:g})")
 
 
-def latency_vs_load(summary: dict, metric: str) -> str:
+def latency_vs_load(summary: Summary, metric: str) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    key = _level_key(summary)
-    steps = [s for s in _steps(summary) if s["latency_ms"].get(metric, {}).get("count")]  # a cut-short step may
-    loads = [s[key] for s in steps]  # have no data for this metric
-    stats = [s["latency_ms"][metric] for s in steps]
+    steps = [s for s in _steps(summary) if metric in s.latency_ms and s.latency_ms[metric].count]  # a cut-short
+    loads = [s.level for s in steps]  # step may have no data for this metric
+    stats = [s.latency_ms[metric] for s in steps]
     for q, style in (("p50", ":"), ("p95", "--"), ("p99", "-")):
-        ax.plot(loads, [st.get(q) for st in stats], style, marker="o", markersize=3, label=q)
-    ci = [st.get("p99_ci") or [st.get("p99"), st.get("p99")] for st in stats]
+        ax.plot(loads, [getattr(st, q) for st in stats], style, marker="o", markersize=3, label=q)
+    ci = [st.p99_ci or [st.p99, st.p99] for st in stats]
     ax.fill_between(loads, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2, label="p99 95% CI")
-    for t in (summary.get("slo") or {}).get("thresholds", []):
+    for t in summary.slo.thresholds:
         name, _, rule = t.partition(": ")
         if name == metric and "<" in rule:
             ax.axhline(float(rule.split("<")[-1].lstrip("=")), color="gray", linewidth=1, label=f"SLO {rule}")
@@ -83,15 +86,15 @@ def latency_vs_load(summary: dict, metric: str) -> str:
     return _svg(fig)
 
 
-def throughput_vs_load(summary: dict) -> str:
+def throughput_vs_load(summary: Summary) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     loads = _loads(summary)
-    tp = [s["throughput"] for s in _steps(summary)]
-    ax.plot(loads, [t["output_tokens_per_s"] for t in tp], marker="o", markersize=3, label="output tokens/s")
+    tp = [s.throughput for s in _steps(summary)]
+    ax.plot(loads, [t.output_tokens_per_s for t in tp], marker="o", markersize=3, label="output tokens/s")
     ax.set_ylabel("output tokens/s")
     ax2 = ax.twinx()
-    ax2.plot(loads, [t["requests_per_s"] for t in tp], "g--", marker="s", markersize=3, label="requests/s")
-    ax2.plot(loads, [t["goodput_per_s"] for t in tp], "g:", marker="^", markersize=3, label="goodput/s")
+    ax2.plot(loads, [t.requests_per_s for t in tp], "g--", marker="s", markersize=3, label="requests/s")
+    ax2.plot(loads, [t.goodput_per_s for t in tp], "g:", marker="^", markersize=3, label="goodput/s")
     ax2.set_ylabel("requests/s")
     _mark_knee(ax, summary)
     ax.set_xlabel(_level_key(summary).replace("_", " "))
@@ -102,17 +105,17 @@ def throughput_vs_load(summary: dict) -> str:
     return _svg(fig)
 
 
-def errors_vs_load(summary: dict) -> str:
+def errors_vs_load(summary: Summary) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    loads = _loads(summary)
-    classes = sorted({c for s in _steps(summary) for c in s["failures"]})
+    loads = [f"{x:g}" for x in _loads(summary)]
+    classes = sorted({c for s in _steps(summary) for c in s.failures})
     bottom = [0.0] * len(loads)
     for c in classes:
-        rates = [s["failures"].get(c, 0) / max(s["requests"], 1) for s in _steps(summary)]
-        ax.bar([str(x) for x in loads], rates, bottom=bottom, label=c)
+        rates = [s.failures.get(c, 0) / max(s.requests, 1) for s in _steps(summary)]
+        ax.bar(loads, rates, bottom=bottom, label=c)
         bottom = [b + r for b, r in zip(bottom, rates, strict=True)]
     if not classes:
-        ax.bar([str(x) for x in loads], bottom)
+        ax.bar(loads, bottom)
         ax.text(0.5, 0.5, "no failed request", transform=ax.transAxes, ha="center")
     ax.set_ylabel("failed / requests")
     ax.set_xlabel(_level_key(summary).replace("_", " "))
@@ -122,14 +125,14 @@ def errors_vs_load(summary: dict) -> str:
     return _svg(fig)
 
 
-def cost_vs_load(summary: dict) -> str:
+def cost_vs_load(summary: Summary) -> str:
     """Cost per 1M output tokens by load: flat (price / sustained throughput) against metered (docs/cost.md)."""
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    steps = [s for s in _steps(summary) if s.get("cost")]
-    loads = [s[_level_key(summary)] for s in steps]
+    steps = [s for s in _steps(summary) if s.cost]
+    loads = [s.level for s in steps]
 
     def series(name: str) -> list[float]:
-        return [float("nan") if s["cost"][name] is None else s["cost"][name] for s in steps]
+        return [_nan(getattr(s.cost, name)) for s in steps]
 
     for name, style, label in (("flat_per_mtok", "-", "flat (price / throughput)"),
                                ("metered_blended_per_mtok", "--", "metered, with the input"),
@@ -140,24 +143,25 @@ def cost_vs_load(summary: dict) -> str:
     _mark_knee(ax, summary)
     ax.set_yscale("log")  # flat at a light load costs orders of magnitude more per token than at the knee
     ax.set_xlabel(_level_key(summary).replace("_", " "))
-    ax.set_ylabel(f"{summary['cost']['currency']} per 1M output tokens")
+    ax.set_ylabel(f"{summary.cost.currency} per 1M output tokens")
     ax.set_title("Cost per 1M output tokens vs load")
     ax.legend(fontsize=7)
     return _svg(fig)
 
 
-def server_vs_load(summary: dict) -> str:
+def server_vs_load(summary: Summary) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    steps = [s for s in _steps(summary) if s.get("server")]
+    steps = [s for s in _steps(summary) if s.server]
     key = _level_key(summary)
-    loads = [s[key] for s in steps]
+    loads = [s.level for s in steps]
+
     def series(name: str) -> list[float]:
-        return [float("nan") if s["server"][name] is None else s["server"][name] for s in steps]
+        return [_nan(getattr(s.server, name)) for s in steps]
 
     ax.plot(loads, series("waiting_mean"), marker="o", markersize=3, label="waiting (mean)")
     ax.plot(loads, series("running_max"), marker="s", markersize=3, label="running (max)")
     ax2 = ax.twinx()
-    kv = [100 * (s["server"]["kv_cache_usage_max"] or 0) for s in steps]
+    kv = [100 * (s.server.kv_cache_usage_max or 0) for s in steps]
     ax2.plot(loads, kv, "k:", label="KV cache % (max)")
     ax2.set_ylabel("KV cache %")
     _mark_knee(ax, summary)
@@ -168,11 +172,11 @@ def server_vs_load(summary: dict) -> str:
     return _svg(fig)
 
 
-def generator_chart(summary: dict, lag_limit_ms: float) -> str:
+def generator_chart(summary: Summary, lag_limit_ms: float) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     loads = _loads(summary)
-    lag = [s["generator"]["lag_p99_ms"] for s in _steps(summary)]
-    ax.plot(loads, [float("nan") if v is None else v for v in lag], marker="o", markersize=3, label="loop lag p99")
+    lag = [_nan(s.generator.lag_p99_ms) for s in _steps(summary)]
+    ax.plot(loads, lag, marker="o", markersize=3, label="loop lag p99")
     ax.axhline(lag_limit_ms, color="gray", linewidth=1, label=f"reliability limit {lag_limit_ms:g} ms")
     ax.set_xlabel(_level_key(summary).replace("_", " "))
     ax.set_ylabel("ms")
@@ -192,19 +196,18 @@ def histogram(achieved: list[float], target: list[float], title: str) -> str:
     return _svg(fig)
 
 
-def overlay(runs: list[tuple[str, dict]], metric: str, what: str) -> str:
+def overlay(runs: list[tuple[str, Summary]], metric: str, what: str) -> str:
     """``what``: "p99" of ``metric`` or "throughput" (output tokens/s), one line per run."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     for name, summary in runs:
         loads = _loads(summary)
         if what == "throughput":
-            ys = [s["throughput"]["output_tokens_per_s"] for s in _steps(summary)]
+            ys = [s.throughput.output_tokens_per_s for s in _steps(summary)]
         else:
-            ys = [s["latency_ms"].get(metric, {}).get("p99", float("nan")) for s in _steps(summary)]
+            ys = [_nan(s.latency_ms[metric].p99 if metric in s.latency_ms else None) for s in _steps(summary)]
         line = ax.plot(loads, ys, marker="o", markersize=3, label=name)[0]
-        knee = summary.get("knee") or {}
-        if knee.get("found"):
-            ax.axvline(knee.get(_level_key(summary)), color=line.get_color(), linestyle="--", linewidth=1)
+        if summary.knee.found:
+            ax.axvline(summary.knee.level, color=line.get_color(), linestyle="--", linewidth=1)
     ax.set_xlabel("load")
     ax.set_ylabel("output tokens/s" if what == "throughput" else f"{metric} p99 (ms)")
     ax.set_title("Throughput vs load" if what == "throughput" else f"{metric.upper()} p99 vs load (dashed: knees)")
@@ -238,16 +241,16 @@ _FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "o
                   "worker": "share on the worker", "t_in_step_s": "share in the hot windows"}
 
 
-def tail_features(summary: dict, metric: str = "ttft_s", most: int = 4) -> str:
+def tail_features(summary: Summary, metric: str = "ttft_s", most: int = 4) -> str:
     """For the last ``most`` steps whose ``metric`` tail has a cause (p99, else p95): its first feature, tail against
     the rest."""
     found = []
     for st in _steps(summary):
-        causes = [a for a in (st.get("tail") or {}).get("attributions", ()) if a["metric"] == metric and a["causes"]]
-        a = min(causes, key=lambda a: -a["quantile"], default=None)
-        test = a and next((t for t in a["tests"] if t["feature"] == a["causes"][0]), None)
+        causes = [a for a in (st.tail.attributions if st.tail else ()) if a.metric == metric and a.causes]
+        a = min(causes, key=lambda a: -a.quantile, default=None)
+        test = a and next((t for t in a.tests if t["feature"] == a.causes[0]), None)
         if test:
-            found.append((st[_level_key(summary)], a["quantile"], test))
+            found.append((st.level, a.quantile, test))
     found = found[-most:]
     if not found:
         return ""

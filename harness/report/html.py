@@ -1,4 +1,8 @@
-"""``report.html`` (one run) and ``compare.html`` (several): self-contained pages, inline SVG, no network."""
+"""``report.html`` (one run) and ``compare.html`` (several): self-contained pages, inline SVG, no network.
+
+They read the typed summary (``analysis.summary_model.Summary``, checked by ``validate.load_summary``); the
+verdict's cost line is rendered from the cost's figures, the knee's reason is the run's own prose.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,14 @@ import json
 import os
 import time
 
+from msgspec import UNSET
+
 from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
+from harness.analysis.summary_model import Percentiles, RunCost, SplitPart, Summary
 from harness.checker import decode_text
 from harness.report import charts
-from harness.report.validate import parse_summary
+from harness.report.validate import load_summary
 
 __all__ = ["compare_html", "read_records", "read_summary", "report_html", "write_report"]
 
@@ -29,49 +36,57 @@ def _page(title: str, body: str) -> str:
 
 
 def _e(x: object) -> str:
-    return html.escape("" if x is None else str(x))
+    return html.escape("" if x is None or x is UNSET else str(x))
 
 
-def _verdict(s: dict) -> str:
-    knee = s.get("knee") or {}
-    key, unit = level_key(s.get("mode", "closed")), level_unit(s.get("mode", "closed"))
-    if knee.get("found"):
-        k = (f"<b id='knee'>Knee: {knee.get(key):g} {unit}</b> ({_e(knee.get('confidence'))} confidence, "
-             f"metric {_e(knee.get('metric'))}) — {_e(knee.get('reason'))}")
+def _n(x: float | None) -> float | int | None:
+    """A load level as the file has it: 16, not 16.0 (levels are users or req/s, mostly whole)."""
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+_NO_DATA = Percentiles(count=0)
+"""A metric the step has no block for: every figure None."""
+
+
+def _verdict(s: Summary) -> str:
+    knee, unit = s.knee, level_unit(s.mode)
+    if knee.found:
+        k = (f"<b id='knee'>Knee: {knee.level:g} {unit}</b> ({_e(knee.confidence)} confidence, "
+             f"metric {_e(knee.metric)}) — {_e(knee.reason)}")
     else:
-        k = f"<b id='knee'>No knee found</b> — {_e(knee.get('reason'))}"
-    slo = s.get("slo") or {}
-    if slo.get("thresholds"):
-        cls, word = ("pass", "PASSED") if slo.get("passed") else ("fail", "FAILED")
-        k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({_e(', '.join(slo['thresholds']))}); "
-              f"largest load within SLO: {_e(slo.get('max_load_within_slo'))}")
-    if s.get("cost"):
-        k += f"<br><span id='cost'>{_e(s['cost']['line'])}</span>"
-    return f"<div class='verdict'>{k}<br>Exit code {_e(s.get('exit_code'))}; stop: {_e(s.get('stop_reason'))}</div>"
+        k = f"<b id='knee'>No knee found</b> — {_e(knee.reason)}"
+    slo = s.slo
+    if slo.thresholds:
+        cls, word = ("pass", "PASSED") if slo.passed else ("fail", "FAILED")
+        k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({_e(', '.join(slo.thresholds))}); "
+              f"largest load within SLO: {_e(_n(slo.max_load_within_slo))}")
+    if s.cost_line:  # from the cost's figures, not its stored prose
+        k += f"<br><span id='cost'>{_e(s.cost_line)}</span>"
+    return f"<div class='verdict'>{k}<br>Exit code {_e(s.exit_code)}; stop: {_e(s.stop_reason)}</div>"
 
 
-def _step_table(s: dict) -> str:
-    key = level_key(s.get("mode", "closed"))
-    metric = (s.get("knee") or {}).get("metric") or "ttft"
-    reasons = any(st["latency_ms"].get("reasoning_time") for st in s["steps"])  # TTFT and TTFO differ then
-    conns = any("new_connection_share" in st for st in s["steps"])  # older summaries lack it
+def _step_table(s: Summary) -> str:
+    key = level_key(s.mode)
+    metric = s.knee.metric or "ttft"
+    reasons = any("reasoning_time" in st.latency_ms for st in s.steps)  # TTFT and TTFO differ then
+    conns = any(st.new_connection_share is not UNSET for st in s.steps)  # older summaries lack it
     head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
             *(["TTFO p99", "reasoning p50"] if reasons else []),
             f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", *(["new conn"] if conns else []), "stationary", "SLO",
             "reliable"]
     rows = []
-    for st in s["steps"]:
-        lat = st["latency_ms"]
-        t = lat.get("ttft", {})
-        ci = t.get("p99_ci")
-        rows.append([st["index"], st[key], st["requests"], sum(st["failures"].values()),
-                     st["throughput"]["requests_per_s"], st["throughput"]["output_tokens_per_s"],
-                     st["throughput"]["goodput_per_s"], t.get("p50"),
-                     f"{t.get('p99')} [{ci[0]}, {ci[1]}]" if ci else t.get("p99"),
-                     *([lat.get("ttfo", {}).get("p99"), lat.get("reasoning_time", {}).get("p50")] if reasons else []),
-                     lat.get(metric, {}).get("p99_slo"), lat.get("tpot", {}).get("p99"), lat.get("e2e", {}).get("p99"),
-                     *([_share(st.get("new_connection_share"), "")] if conns else []), st.get("stationary"),
-                     st.get("slo_passed"), st["generator"]["reliable"]])
+    for st in s.steps:
+        lat = st.latency_ms
+        t = lat.get("ttft", _NO_DATA)
+        ci = t.p99_ci
+        rows.append([st.index, _n(st.level), st.requests, sum(st.failures.values()),
+                     st.throughput.requests_per_s, st.throughput.output_tokens_per_s,
+                     st.throughput.goodput_per_s, t.p50,
+                     f"{t.p99} [{ci[0]}, {ci[1]}]" if ci else t.p99,
+                     *([lat.get("ttfo", _NO_DATA).p99, lat.get("reasoning_time", _NO_DATA).p50] if reasons else []),
+                     lat.get(metric, _NO_DATA).p99_slo, lat.get("tpot", _NO_DATA).p99, lat.get("e2e", _NO_DATA).p99,
+                     *([_share(st.new_connection_share, "")] if conns else []), st.stationary,
+                     st.slo_passed, st.generator.reliable])
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
             + "<p>Latencies in ms. p99: over successful requests. p99_slo: failed requests ranked as misses "
@@ -80,14 +95,13 @@ def _step_table(s: dict) -> str:
                "closes connections after each response)." if conns else "") + "</p>")
 
 
-def _generator_table(s: dict) -> str:
+def _generator_table(s: Summary) -> str:
     """Per step: the workers' loop lag, GC pauses and CPU, and the client's cost per streamed token."""
-    key = level_key(s.get("mode", "closed"))
+    key = level_key(s.mode)
     head = ["step", key, "loop lag p99", "loop lag max", "GC pause max", "CPU max %", "worker CPU s", "tokens",
             "CPU µs/token"]
-    rows = [[st["index"], st[key], g.get("lag_p99_ms"), g.get("lag_max_ms"), g.get("gc_pause_max_ms"),
-             g.get("cpu_max_pct"), g.get("cpu_s"), g.get("output_tokens"), g.get("cpu_us_per_token")]
-            for st in s["steps"] for g in (st["generator"],)]
+    rows = [[st.index, _n(st.level), g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct, g.cpu_s,
+             g.output_tokens, g.cpu_us_per_token] for st in s.steps for g in (st.generator,)]
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
             + "<p>ms, over the step's reports from every worker. Worker CPU: process CPU seconds (user + system) "
@@ -95,19 +109,19 @@ def _generator_table(s: dict) -> str:
               "period; CPU µs/token: the client's cost per streamed token.</p>")
 
 
-def _cost_table(s: dict) -> str:
+def _cost_table(s: Summary, cost: RunCost) -> str:
     """Per step: the tokens it consumed, what they cost metered, cost per 1M output tokens flat vs metered, the
     break-even (docs/cost.md)."""
-    key, cur = level_key(s.get("mode", "closed")), s["cost"]["currency"]
+    key, cur = level_key(s.mode), cost.currency
     head = [key, "out tok/s", "input tokens", "cached input", "output tokens", f"test cost {cur}",
             f"flat {cur}/1M out", f"metered {cur}/1M out", f"metered + input {cur}/1M out",
             "break-even out tok/month", "capacity out tok/month", "speed floor", "notes"]
-    rows = [[st[key], st["throughput"]["output_tokens_per_s"], c["tokens"]["input"], c["tokens"]["cached_input"],
-             c["tokens"]["output"], c["test_cost"], c["flat_per_mtok"], c["metered_per_mtok"],
-             c["metered_blended_per_mtok"], c["break_even_tokens_per_month"], c["capacity_tokens_per_month"],
-             c["floor"], "; ".join(c["notes"])] for st in s["steps"] if (c := st.get("cost"))]
-    prices = ", ".join(f"{k}: {v}" for k, v in s["cost"]["prices"].items())
-    return _table(head, rows, f"Prices ({_e(prices)}); a month is {s['cost']['hours_per_month']:g} hours. Flat per "
+    rows = [[_n(st.level), st.throughput.output_tokens_per_s, c.tokens.input, c.tokens.cached_input,
+             c.tokens.output, c.test_cost, c.flat_per_mtok, c.metered_per_mtok, c.metered_blended_per_mtok,
+             c.break_even_tokens_per_month, c.capacity_tokens_per_month, c.floor, "; ".join(c.notes)]
+            for st in s.steps if (c := st.cost)]
+    prices = ", ".join(f"{k}: {v}" for k, v in cost.prices.items())
+    return _table(head, rows, f"Prices ({_e(prices)}); a month is {cost.hours_per_month:g} hours. Flat per "
                   "1M output tokens: the flat price over the step's sustained output tokens/s (the deployment kept "
                   "at this load). Metered + input: the output price plus the input tokens that come with each "
                   "output token at this step's mix. Break-even: output tokens a month above which flat costs less "
@@ -125,39 +139,38 @@ def _table(head: list, rows: list[list], note: str) -> str:
             + f"<p>{note}</p>")
 
 
-def _split_table(s: dict) -> str:
+def _mean(part: object) -> float | None:
+    """A TTFT part's mean; None for a part the server does not report (``decompose.UNKNOWN``) or no part."""
+    return part.mean_ms if isinstance(part, SplitPart) else None
+
+
+def _split_table(s: Summary) -> str:
     """Per step: TTFT in parts, means in ms (they add up), each server part with its source."""
-    key = level_key(s.get("mode", "closed"))
+    key = level_key(s.mode)
     head = [key, "client TTFT", "headers", "headers → first token", "new conn.", "connect p50", "server TTFT",
             "server queue", "server prefill", "network + client", "server source"]
     rows = []
-    for st in s["steps"]:
-        sp = st.get("ttft_split")
-        if not sp:
+    for st in s.steps:
+        if not st.ttft_split:
             continue
-        c, v = sp["client"], sp["server"]
-
-        def mean(d: object) -> object:
-            return d.get("mean_ms") if isinstance(d, dict) else None
-
-        net = v.get("network_client") or v.get("network_client_queue")
-        rows.append([st[key], mean(c["ttft"]), mean(c["headers"]), mean(c["headers_to_first_token"]),
-                     _share(c["new_connection_share"]), (c["connect"] or {}).get("p50_ms"), mean(v.get("ttft")),
-                     mean(v.get("queue")), mean(v.get("prefill")), mean(net), v["source"]])
+        c, v = st.ttft_split.client, st.ttft_split.server
+        rows.append([_n(st.level), _mean(c.ttft), _mean(c.headers), _mean(c.headers_to_first_token),
+                     _share(c.new_connection_share), c.connect.p50_ms if c.connect else None, _mean(v.ttft),
+                     _mean(v.queue), _mean(v.prefill), _mean(v.network_client or v.network_client_queue), v.source])
     return _table(head, rows, "Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its "
                   "queue and prefill. Server parts from its /metrics histograms (the step's delta: every request it "
                   "finished then, not only this test's; quantiles in summary.json with their bucket bounds) or "
                   "llama.cpp's per-request timings (prefill only: network + client then includes its queue).")
 
 
-def _tail_table(s: dict) -> str:
+def _tail_table(s: Summary) -> str:
     """Per step: why the p99 requests are slow, in words, per latency metric (``analysis.tail``)."""
-    key = level_key(s.get("mode", "closed"))
+    key = level_key(s.mode)
     rows = []
-    for st in s["steps"]:
-        found = {a["metric"]: a for a in (st.get("tail") or {}).get("attributions", ()) if a["quantile"] == 0.99}
+    for st in s.steps:
+        found = {a.metric: a for a in (st.tail.attributions if st.tail else ()) if a.quantile == 0.99}
         if found:
-            rows.append([st[key], *((found.get(m) or {}).get("line", "") for m in ("ttft_s", "tpot_s", "e2e_s"))])
+            rows.append([_n(st.level), *(found[m].line if m in found else "" for m in ("ttft_s", "tpot_s", "e2e_s"))])
     return _table([key, "TTFT p99", "TPOT p99", "E2E p99"], rows,
                   "Each step's requests above its p99, against the rest, over every recorded feature (prompt, output "
                   "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
@@ -165,24 +178,28 @@ def _tail_table(s: dict) -> str:
                   "and materially; a tail clustered in time but not in features comes from outside the test.")
 
 
-def _sessions_table(s: dict) -> str:
+def _given(x: object) -> bool:
+    return x is not None and x is not UNSET
+
+
+def _sessions_table(s: Summary) -> str:
     """Per step: sessions and the prefix cache (client and server side, each with its source)."""
-    key = level_key(s.get("mode", "closed"))
-    steps = s["steps"]
-    labels = sorted({lb for st in steps for lb in ((st.get("sessions") or {}).get("by_turn") or {})},
+    key = level_key(s.mode)
+    steps = s.steps
+    labels = sorted({lb for st in steps if st.sessions for lb in st.sessions.by_turn},
                     key=lambda lb: int(lb.split("-")[0].rstrip("+")))
     head = [key, "sessions", "failed", "turns", "session TTFT p99", "duration p50", "agent stall s",
             "cached (client)", "hit rate (server)", *(f"TTFT p50 turn {lb}" for lb in labels)]
     rows = []
     for st in steps:
-        v = st.get("sessions") or {}
-        cache = st.get("prefix_cache") or {}
-        by_turn = v.get("by_turn") or {}
-        rows.append([st[key], v.get("ended"), v.get("failed"), v.get("turns_mean"),
-                     (v.get("session_ttft_ms") or {}).get("p99"), (v.get("duration_ms") or {}).get("p50"),
-                     v.get("agent_stall_s"), _share((cache.get("client") or {}).get("cached_share")),
-                     _share((cache.get("server") or {}).get("hit_rate")),
-                     *((by_turn.get(lb) or {}).get("ttft_ms", {}).get("p50") for lb in labels)])
+        v = st.sessions or None
+        cache = st.prefix_cache or None
+        by_turn = v.by_turn if v else {}
+        figures = (v.ended, v.failed, v.turns_mean, (v.session_ttft_ms or _NO_DATA).p99,
+                   (v.duration_ms or _NO_DATA).p50, v.agent_stall_s) if v else (None,) * 6
+        rows.append([_n(st.level), *figures, _share(cache.client.cached_share if cache else None),
+                     _share(cache.server.hit_rate if cache else None),
+                     *((by_turn[lb].ttft_ms or _NO_DATA).p50 if lb in by_turn else None for lb in labels)])
     return _table(head, rows, "Sessions counted in the step they ended in; session TTFT p99 = each session's own "
                   "TTFT p99 (its worst below 100 turns), its p99 over sessions; duration includes think time; agent "
                   "stall = mean wait per session beyond the first step's speed. Cached (client): "
@@ -206,13 +223,13 @@ def _workload(records: list[dict]) -> str:
             + (f"<div>{charts.histogram(out, out_target, 'Output tokens')}</div>" if out else "") + "</div>")
 
 
-def report_html(s: dict, records: list[dict] | None = None) -> str:
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.get("started_at") or 0))
-    meta = (f"<p>Run <b>{_e(s.get('run_id'))}</b> · scenario <b>{_e(s.get('scenario'))}</b> · model "
-            f"{_e(s.get('model'))} at {_e(s.get('host'))} · {_e(s.get('mode'))} loop · {_e(s.get('workers'))} "
+def report_html(s: Summary, records: list[dict] | None = None) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started_at or 0))
+    meta = (f"<p>Run <b>{_e(s.run_id)}</b> · scenario <b>{_e(s.scenario)}</b> · model "
+            f"{_e(s.model)} at {_e(s.host)} · {_e(s.mode)} loop · {_e(s.workers)} "
             f"workers · started {started}</p>")
-    steps = s.get("steps") or []
-    parts = [f"<h1>kneecap report: {_e(s.get('scenario'))}</h1>", meta, _verdict(s)]
+    steps = s.steps
+    parts = [f"<h1>kneecap report: {_e(s.scenario)}</h1>", meta, _verdict(s)]
     if steps:
         parts += ["<h2>Latency vs load</h2><div class='grid'>"
                   + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in ("ttft", "tpot", "e2e"))
@@ -220,55 +237,51 @@ def report_html(s: dict, records: list[dict] | None = None) -> str:
                   f"<h2>Throughput</h2>{charts.throughput_vs_load(s)}",
                   f"<h2>Errors</h2>{charts.errors_vs_load(s)}",
                   "<h2>Steps</h2>" + _step_table(s)]
-        if any(st.get("sessions") for st in steps) or any(
-                ((st.get("prefix_cache") or {}).get("client") or {}).get("cached_share") is not None for st in steps):
+        if any(st.sessions for st in steps) or any(
+                st.prefix_cache and _given(st.prefix_cache.client.cached_share) for st in steps):
             parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
-        if any(st.get("ttft_split") for st in steps):
+        if any(st.ttft_split for st in steps):
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
-        if any(st.get("tail") for st in steps):
+        if any(st.tail for st in steps):
             parts.append("<h2>Why the tail</h2>" + _tail_table(s) + charts.tail_features(s))
-        if s.get("cost"):
-            parts.append(f"<h2>Cost</h2>{charts.cost_vs_load(s)}{_cost_table(s)}")
-        if any(st.get("server") for st in steps):
+        if s.cost:
+            parts.append(f"<h2>Cost</h2>{charts.cost_vs_load(s)}{_cost_table(s, s.cost)}")
+        if any(st.server for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
-        if any(st["generator"]["lag_p99_ms"] is not None for st in steps):
+        if any(st.generator.lag_p99_ms is not None for st in steps):
             parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, LAG_LIMIT_MS)}"
-                         + (_generator_table(s) if any("cpu_s" in st["generator"] for st in steps) else ""))
+                         + (_generator_table(s) if any(st.generator.cpu_s is not UNSET for st in steps) else ""))
     else:
         parts.append("<p>No step has data.</p>")
     parts.append("<h2>Workload sent</h2>" + _workload(records or []))
-    return _page(f"kneecap {s.get('scenario')} {s.get('run_id')}", "".join(parts))
+    return _page(f"kneecap {s.scenario} {s.run_id}", "".join(parts))
 
 
-def _p99_at(s: dict, load: float, metric: str = "ttft") -> float | None:  # None: no data at that load
-    key = level_key(s.get("mode", "closed"))
-    return next((st["latency_ms"].get(metric, {}).get("p99") for st in s["steps"]
-                 if st[key] == load and not st.get("fleet_changed")), None)
+def _p99_at(s: Summary, load: float, metric: str = "ttft") -> float | None:  # None: no data at that load
+    return next((st.latency_ms.get(metric, _NO_DATA).p99 for st in s.steps
+                 if st.level == load and not st.fleet_changed), None)
 
 
-def _knee_cost(s: dict) -> list[str]:
+def _knee_cost(s: Summary) -> list[str]:
     """Cost per 1M output tokens at the run's knee, flat and metered (docs/cost.md), each with its currency."""
-    cost = s.get("cost")
-    if not cost:
+    if not s.cost:
         return ["no cost: block", ""]
-    at = cost["at"].get("knee")
+    at = s.cost.at.get("knee")
     if at is None:
         return ["no knee", ""]
-    return [f"{v:.4g} {cost['currency']}" if v is not None else "n/a"
-            for v in (at["flat_per_mtok"], at["metered_blended_per_mtok"])]
+    return [f"{v:.4g} {s.cost.currency}" if v is not None else "n/a"
+            for v in (at.flat_per_mtok, at.metered_blended_per_mtok)]
 
 
-def compare_html(runs: list[tuple[str, dict]]) -> str:
+def compare_html(runs: list[tuple[str, Summary]]) -> str:
     base_name, base = runs[0]
-    key = level_key(base.get("mode", "closed"))
-    common = sorted(set.intersection(*({st[key] for st in s["steps"]} for _, s in runs)))
-    costs = any(s.get("cost") for _, s in runs)
+    common = sorted(set.intersection(*({st.level for st in s.steps} for _, s in runs)))
+    costs = any(s.cost for _, s in runs)
     rows = []
     for name, s in runs:
-        knee = s.get("knee") or {}
-        level = knee.get(key) if knee.get("found") else None
+        level = s.knee.level if s.knee.found else None
         p99 = {load: _p99_at(s, load) for load in common}
-        rows.append([name, level, (s.get("slo") or {}).get("max_load_within_slo"), *(_knee_cost(s) if costs else []),
+        rows.append([name, _n(level), _n(s.slo.max_load_within_slo), *(_knee_cost(s) if costs else []),
                      *(f"{p99[load]} ({p99[load] / _p99_at(base, load) - 1:+.0%})" if p99[load] and
                        _p99_at(base, load) else p99[load] for load in common)])
     head = ["run", "knee", "max load within SLO",
@@ -283,12 +296,12 @@ def compare_html(runs: list[tuple[str, dict]]) -> str:
     return _page("kneecap compare", body)
 
 
-def read_summary(run_dir: str) -> dict:
-    """RUN_DIR/summary.json, checked against its schema; ValueError "DIR/summary.json: KEY: problem" when broken,
-    OSError when it cannot be read."""
+def read_summary(run_dir: str) -> Summary:
+    """RUN_DIR/summary.json, checked against its schema and typed; ValueError "DIR/summary.json: KEY: problem" when
+    broken, OSError when it cannot be read."""
     path = os.path.join(run_dir, "summary.json")
     with open(path, "rb") as f:
-        return parse_summary(f.read(), path)
+        return load_summary(f.read(), path)
 
 
 def read_records(path: str) -> list[dict]:

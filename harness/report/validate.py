@@ -9,9 +9,10 @@ docs/results.md): ``summary_problems(data)`` walks a parsed summary against its 
     steps[1]: unknown key 'complet'; did you mean 'complete'?
 
 msgspec itself stops at the first problem; the walk finds them all, in the house's words (``checker.py``).
-``load_summary(data, name)`` decodes the file's bytes into a ``Summary`` and ``parse_summary(data, name)``
-into the plain dict; both raise ``ValueError`` with the first problem (and how many more), so ``kneecap
-report``/``compare`` refuse a broken file with one line instead of a traceback or a report of nothing.
+``load_summary(data, name)`` decodes the file's bytes into a ``Summary`` (``as_summary`` a parsed one) and
+``parse_summary(data, name)`` into the plain dict; they raise ``ValueError`` with the first problem (and how
+many more), so ``kneecap report``/``compare`` refuse a broken file with one line instead of a traceback or a
+report of nothing.
 
 Fields a later version adds are allowed (a reader checks what it needs), so version 1 files keep working
 and version 3 ones are refused by ``schema``. Beyond the types: the load level's key is the mode's
@@ -31,7 +32,7 @@ from harness.analysis.results import READABLE_SCHEMAS, level_key
 from harness.analysis.summary_model import Summary
 from harness.checker import decode_text, did_you_mean
 
-__all__ = ["load_summary", "parse_summary", "summary_problems"]
+__all__ = ["as_summary", "load_summary", "parse_summary", "summary_problems"]
 
 _MODEL = mi.type_info(Summary)
 _NAMES = {mi.IntType: "an integer", mi.FloatType: "a number", mi.StrType: "a string", mi.BoolType: "true or false",
@@ -148,10 +149,17 @@ def _checked(data: bytes, name: str) -> tuple[dict, Summary]:
         raise ValueError(f"{name} is not valid JSON ({exc})") from None
     except RecursionError:  # json's recursive parser on [[[[...]]]] thousands deep
         raise ValueError(f"{name} is not a kneecap summary (nested too deeply)") from None
-    problems = summary_problems(parsed)
+    return parsed, as_summary(parsed, name)
+
+
+def as_summary(data: object, name: str = "the summary") -> Summary:
+    """``data`` (a parsed summary.json) as a ``Summary``; ValueError "NAME: KEY: problem (and N more problems)"."""
+    if isinstance(data, Summary):
+        return data
+    problems = summary_problems(data)
     if not problems:
         try:
-            return parsed, msgspec.convert(parsed, Summary)
+            return msgspec.convert(data, Summary)
         except msgspec.ValidationError as exc:  # the walk and msgspec disagree: still say where
             message, _, where = str(exc).partition(" - at `$")
             problems = [f"{where.rstrip('`').lstrip('.') or '(top level)'}: {message}"]

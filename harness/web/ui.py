@@ -11,6 +11,7 @@ from flask import Blueprint, Response, request
 from harness.analysis.decompose import UNKNOWN
 from harness.analysis.results import level_key, level_unit
 from harness.metrics.aggregate import summarize_sketch
+from harness.report.validate import as_summary
 
 if TYPE_CHECKING:
     from harness.load.master import RunView
@@ -100,15 +101,14 @@ def _split_cells(split: dict) -> dict:
 def _charts_page(view: RunView) -> str:
     from harness.report import charts  # matplotlib (~0.3 s of imports) on the first chart page, not at start-up
 
-    summary = view.summary_json()
-    knee = summary.get("knee") or {}
-    key = level_key(summary["mode"])
-    marker = (f"<p id='knee'>Knee: {knee.get(key):g} ({html.escape(str(knee.get('confidence')))})</p>"
-              if knee.get("found") else "<p id='knee'>Knee: not found yet</p>")
-    parts = [f"<h1>kneecap {html.escape(summary['scenario'])} — run {html.escape(summary['run_id'])}</h1>", marker]
+    summary = as_summary(view.summary_json(), "the live summary")
+    knee = summary.knee
+    marker = (f"<p id='knee'>Knee: {knee.level:g} ({html.escape(str(knee.confidence))})</p>"
+              if knee.found else "<p id='knee'>Knee: not found yet</p>")
+    parts = [f"<h1>kneecap {html.escape(summary.scenario)} — run {html.escape(summary.run_id)}</h1>", marker]
     if len(view.history) >= 2:
         parts.append(charts.over_time(view.history))
-    if summary["steps"]:
+    if summary.steps:
         parts += [charts.latency_vs_load(summary, "ttft"), charts.latency_vs_load(summary, "tpot"),
                   charts.throughput_vs_load(summary)]
     return ("<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"

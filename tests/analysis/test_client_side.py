@@ -47,6 +47,16 @@ def test_the_warning_only_when_most_requests_paid_a_connect():
     assert connection_warning([]) is None
 
 
+def _one_step(r: object) -> object:
+    """A summary of one step, ``r``, without a knee: for the report's tables."""
+    from harness.report.validate import as_summary
+    from tests.kit.summaries import written
+
+    s = written()
+    return as_summary({**s, "steps": [r.to_json()], "knee": {**s["knee"], "found": False, "users": None, "reason": "-"},
+                       "slo": {"thresholds": [], "passed": None, "max_load_within_slo": None}})
+
+
 def test_step_point_and_report_column():
     # imported here: at collection time influxdb_client would import ssl before Locust's tests monkey-patch it
     from harness.report.html import report_html
@@ -55,8 +65,7 @@ def test_step_point_and_report_column():
     r = step_result(StepInfo(2, 8, 0.0), _bucket(10, 10), None, now=10.0)
     (line,) = [p for p in step_points(r, tags={"run": "x"}, ts_ms=1) if p.startswith("kneecap_step_client")]
     assert "new_connection_share=1" in line and "new_connections=10i" in line and "step=2" in line
-    summary = {"mode": "closed", "steps": [r.to_json()], "knee": {"found": False, "reason": "-"}}
-    page = report_html(summary)
+    page = report_html(_one_step(r))
     assert "<th>new conn</th>" in page and "<td>100.0%</td>" in page
 
 
@@ -149,5 +158,5 @@ def test_the_report_tabulates_the_generators_cost():
     lag = Sketch()
     lag.add(0.002)
     r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(lag=lag, cpu_s=0.005, gc_max_s=0.002), now=10.0)
-    page = report_html({"mode": "closed", "steps": [r.to_json()], "knee": {"found": False, "reason": "-"}})
+    page = report_html(_one_step(r))
     assert "<th>CPU µs/token</th>" in page and "<td>50.0</td>" in page and "<th>GC pause max</th>" in page

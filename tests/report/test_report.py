@@ -6,6 +6,7 @@ import json
 import tempfile
 
 from harness.report.html import compare_html, write_report
+from harness.report.validate import as_summary
 from tests.kit.summaries import hand_made_v2
 
 
@@ -20,7 +21,7 @@ def test_report_survives_a_step_without_data(tmp_path):
 
 
 def test_compare_tabulates_knees_and_deltas():
-    page = compare_html([("a", hand_made_v2(16)), ("b", hand_made_v2(24))])
+    page = compare_html([("a", as_summary(hand_made_v2(16))), ("b", as_summary(hand_made_v2(24)))])
     assert "<td>16</td>" in page and "<td>24</td>" in page and "(+0%)" in page and page.count("<svg") == 3
 
 
@@ -74,8 +75,8 @@ def test_compare_shows_cost_per_1m_tokens_at_each_runs_knee(tmp_path):
     assert "<th>flat per 1M out @ knee</th>" in page and "<th>metered + input per 1M out @ knee</th>" in page
     assert f"<td>{knee['flat_per_mtok']:.4g} USD</td><td>{knee['metered_blended_per_mtok']:.4g} USD</td>" in page
     assert "<td>no cost: block</td>" in page
-    assert "per 1M out" not in compare_html([("a", hand_made_v2(16)),
-                                             ("b", hand_made_v2(24))])  # no cost: block anywhere
+    assert "per 1M out" not in compare_html([("a", as_summary(hand_made_v2(16))),
+                                             ("b", as_summary(hand_made_v2(24)))])  # no cost: block anywhere
     # the report of a priced run whose last step was cut short (no throughput: its figures are null)
     page = (tmp_path / "priced" / write_report(str(tmp_path / "priced"))).read_text()
     assert "<h2>Cost</h2>" in page and "no output throughput at this step" in page
