@@ -222,6 +222,7 @@ def test_malformed_input_is_refused_with_exit_2_naming_file_and_key(tmp_path, mo
         assert not (tmp_path / case.absent).exists()
 
 
+@pytest.mark.integration
 def test_the_real_command_refuses_a_bad_host_and_a_binary_scenario(tmp_path):
     """The same through the installed entry point (a subprocess): stderr has the message, never a traceback."""
     (tmp_path / "s.yaml").write_bytes(b"name: \xff\n")
@@ -247,6 +248,7 @@ def test_plan_levels_are_computed_on_demand():
     assert rates.levels == (0.1, 0.2, 0.3, 0.4, 0.5) and rates.levels[-1] == 0.5 and rates.levels[1:3] == [0.2, 0.3]
 
 
+@pytest.mark.integration
 def test_plain_locust_refuses_a_bad_host(tmp_path):
     """``locust -f locustfile.py --host http://``: kneecap's init checks the host as the scenario's, exit 2."""
     locustfile = pathlib.Path(__file__).resolve().parent.parent / "locustfile.py"

@@ -58,6 +58,7 @@ def _host_ip_and_port(port: str | dict) -> tuple[str, str]:
     return (parts[0] if len(parts) == 3 else ""), (parts[-2] if len(parts) >= 2 else "")
 
 
+@pytest.mark.integration
 def test_config_resolves_to_five_services_on_loopback(config: dict) -> None:
     services = config["services"]
     assert set(services) == SERVICES
@@ -121,6 +122,7 @@ def _dockerfile_copies() -> set[str]:
     return sources
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", KNEECAP_SERVICES)
 def test_command_is_a_valid_invocation(config: dict, name: str) -> None:
     services = config["services"]
@@ -211,6 +213,7 @@ def test_dashboard_filters_every_panel_by_run() -> None:
     assert '"kneecap_event"' in annotation["target"]["query"] and annotation["enable"]
 
 
+@pytest.mark.integration
 def test_grafana_provisioning_matches_the_dashboard(config: dict) -> None:
     (datasource,) = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "influxdb.yaml").read_text())[
         "datasources"]
@@ -256,6 +259,7 @@ def test_no_secret_is_committed() -> None:
                 assert re.fullmatch(r"\$\{\w+\}", str(value)), f"{name} {key}: take secrets from .env, as ${{VAR}}"
 
 
+@pytest.mark.integration
 def test_web_ui_is_loopback_only(config: dict) -> None:
     """kneecap's UI listens on 127.0.0.1 unless told; compose opens it in the master's container only, and the
     host publishes it on its loopback (the UI starts and stops load and has no login)."""

@@ -27,7 +27,8 @@ from harness.scenario import load_scenario
 from tests.kit.procs import Lines, free_port
 from tests.kit.sim import start_sim
 
-pytestmark = pytest.mark.xdist_group("k8s")  # the rendered manifests are one module fixture: render them once
+pytestmark = [pytest.mark.integration,  # kubectl, checkov, hadolint, a real master: processes
+              pytest.mark.xdist_group("k8s")]  # the rendered manifests are one module fixture: render them once
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -354,7 +355,6 @@ def _replace(args: list[str], flag: str, value: str) -> list[str]:
     return [*args[:i + 1], value, *args[i + 2:]]
 
 
-@pytest.mark.integration
 def test_the_master_job_ends_with_kneecaps_exit_code_and_the_summary_last(rendered: dict[str, list[dict]],
                                                                            tmp_path: Path) -> None:
     """The self-contained overlay's master and worker commands, as rendered, on this machine: only the addresses

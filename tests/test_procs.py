@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.procs import RELAY_LINES, Child, LogRelay
 
 
+@pytest.mark.integration
 def test_relays_important_whole_lines_and_rate_limits(tmp_path):
     log = tmp_path / "worker-0.log"
     log.write_text("INFO fine\n[x] WARNING kneecap: slow\npartial ERROR li")
@@ -31,6 +34,7 @@ print(child.rusage.ru_utime + child.rusage.ru_stime)
 """
 
 
+@pytest.mark.integration
 def test_a_reaped_child_keeps_its_cpu_seconds(tmp_path):
     """In a fresh interpreter, as ``kneecap run`` is: once gevent has patched a process (other tests import
     Locust), its child watcher reaps every child first and no rusage is left to read."""

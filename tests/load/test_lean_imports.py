@@ -16,6 +16,7 @@ HEAVY = ("matplotlib", "numpy", "influxdb_client", "harness.web", "harness.repor
 _CHECK = "import sys; {imports}; print(' '.join(m for m in {heavy!r} if m in sys.modules))"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("role, imports", [
     ("worker", "import locust, harness.load.locustfile"),
     ("master", "import locust, harness.load.locustfile, harness.load.shape_file, harness.load.master"),

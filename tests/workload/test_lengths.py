@@ -101,6 +101,7 @@ def test_joint_sampling_keeps_pairs_and_correlation():
     assert statistics.correlation([math.log(a) for a, _ in s], [math.log(b) for _, b in s]) < -0.5
 
 
+@pytest.mark.integration
 def test_worker_streams_are_reproducible_and_independent():
     def first3(worker: int) -> list[float]:
         r = worker_rng(42, worker, "lengths")
