@@ -1,4 +1,5 @@
-"""The LLM tab and ``/kneecap/charts`` (see package docstring)."""
+"""The LLM tab and ``/kneecap/charts`` (see package docstring), from the live summary typed as summary.json is
+(``analysis.summary_model.Summary``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, request
 
 from harness.analysis.decompose import UNKNOWN
-from harness.analysis.results import level_key, level_unit
+from harness.analysis.results import level_unit
+from harness.analysis.summary_model import SplitPart, Summary, TtftSplit
 from harness.metrics.aggregate import summarize_sketch
 from harness.report.validate import as_summary
 
@@ -44,64 +46,62 @@ def llm_rows(view: RunView) -> list[dict]:
     rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,
                  "p50": f"goodput {b.good} ok", "p90": f"failures {sum(b.failures.values())}",
                  "p95": f"generator reliable: {reliable}"})
-    summary = view.summary_json()  # ~1 ms: the knee's reason with its why, and the rows below, as summary.json says
-    knee = summary["knee"]
-    rows.append({"metric": "knee", "count": f"{knee[level_key(ledger.mode)]:g} {unit}" if knee["found"] else "not yet",
-                 "p50": knee.get("confidence") or "", "p90": knee["reason"][:400]})
+    summary = as_summary(view.summary_json(), "the live summary", walk=False)  # ~1 ms, as summary.json says it
+    knee = summary.knee
+    rows.append({"metric": "knee", "count": f"{knee.level:g} {unit}" if knee.found else "not yet",
+                 "p50": knee.confidence or "", "p90": knee.reason[:400]})
     rows += why_rows(summary)
     rows.append({"metric": "charts", "p50": "/kneecap/charts"})
     return rows
 
 
-def why_rows(summary: dict) -> list[dict]:
+def why_rows(summary: Summary) -> list[dict]:
     """What the console says beside the numbers, from the live summary: fleet changes (the steps they voided),
-    clock warnings, the cost line, and for the last judged step where its TTFT went and what its tail requests
-    share (``analysis/decompose.py``, ``analysis/tail.py``)."""
+    clock warnings, the cost line (from its figures), and for the last judged step where its TTFT went and what
+    its tail requests share (``analysis/decompose.py``, ``analysis/tail.py``)."""
     rows = []
-    for e in summary.get("fleet_events", ()):
-        rows.append({"metric": f"fleet: worker {e['worker']} {e['kind']}",
-                     "count": f"step {', '.join(map(str, e['steps']))}" if e["steps"] else "",
-                     "p50": "not judged, level re-run" if e["steps"] else ""})
-    rows += [{"metric": "clock", "p50": note} for note in summary.get("clock_warnings", ())]
-    if summary.get("cost"):
-        rows.append({"metric": "cost", "p50": summary["cost"]["line"]})
-    steps = summary.get("steps", ())
-    split = next((s for s in reversed(steps) if s.get("ttft_split")), None)
+    for e in summary.fleet_events:
+        rows.append({"metric": f"fleet: worker {e.worker} {e.kind}",
+                     "count": f"step {', '.join(map(str, e.steps))}" if e.steps else "",
+                     "p50": "not judged, level re-run" if e.steps else ""})
+    rows += [{"metric": "clock", "p50": note} for note in summary.clock_warnings or ()]
+    if summary.cost_line:
+        rows.append({"metric": "cost", "p50": summary.cost_line})
+    split = next((s for s in reversed(summary.steps) if s.ttft_split), None)
     if split is not None:
-        rows.append({"metric": f"where TTFT goes, p50 ms (step {split['index']})", **_split_cells(split["ttft_split"])})
-    tail = next((s for s in reversed(steps) if s.get("tail")), None)
-    for a in tail["tail"]["attributions"] if tail is not None else ():
-        if a["metric"] == "ttft_s" and a["verdict"] in ("cause", "time"):
-            rows.append({"metric": f"tail p{a['quantile'] * 100:g} ttft (step {tail['index']})", "count": a["n_tail"],
-                         "p50": a["line"][:200]})
+        rows.append({"metric": f"where TTFT goes, p50 ms (step {split.index})", **_split_cells(split.ttft_split)})
+    tail = next((s for s in reversed(summary.steps) if s.tail), None)
+    for a in tail.tail.attributions if tail is not None else ():
+        if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
+            rows.append({"metric": f"tail p{a.quantile * 100:g} ttft (step {tail.index})", "count": a.n_tail,
+                         "p50": a.line[:200]})
     return rows
 
 
-def _split_cells(split: dict) -> dict:
-    def ms(part: dict | None, key: str = "p50_ms") -> str:
-        v = (part or {}).get(key)
-        v = v[0] if isinstance(v, list) else v  # server histograms: [estimate, low, high]
+def _split_cells(split: TtftSplit) -> dict:
+    def ms(part: SplitPart | str | None) -> str:
+        v = part.p50 if isinstance(part, SplitPart) else None  # server histograms: the estimate
         return "n/a" if v is None else f"{v:.1f}"
 
-    c, srv = split["client"], split.get("server") or {}
-    cells = {"count": (c["ttft"] or {}).get("n", 0), "p50": f"ttft {ms(c['ttft'])}",
-             "p90": f"headers {ms(c['headers'])}", "p95": f"to first token {ms(c['headers_to_first_token'])}",
-             "p99": f"new conn {c['new_connection_share']:.0%}"}
-    if isinstance(srv.get("prefill"), dict):
-        queue = srv.get("queue")
-        cells["p999"] = f"server prefill {ms(srv['prefill'])}" + (
-            f", queue {ms(queue)}" if isinstance(queue, dict) else "")
-    elif isinstance(srv.get("ttft"), dict):
-        cells["p999"] = f"server ttft {ms(srv['ttft'])}"
+    c, srv = split.client, split.server
+    share = c.new_connection_share
+    cells = {"count": c.ttft.n if c.ttft and c.ttft.n is not None else 0, "p50": f"ttft {ms(c.ttft)}",
+             "p90": f"headers {ms(c.headers)}", "p95": f"to first token {ms(c.headers_to_first_token)}",
+             "p99": f"new conn {'n/a' if share is None else f'{share:.0%}'}"}
+    if isinstance(srv.prefill, SplitPart):
+        cells["p999"] = f"server prefill {ms(srv.prefill)}" + (
+            f", queue {ms(srv.queue)}" if isinstance(srv.queue, SplitPart) else "")
+    elif isinstance(srv.ttft, SplitPart):
+        cells["p999"] = f"server ttft {ms(srv.ttft)}"
     else:  # the endpoint does not say, or did but not within this step (``analysis/server.NO_STAGE_DELTA``)
-        cells["p999"] = "server: not reported" if srv.get("source", UNKNOWN) == UNKNOWN else "server: not in this step"
+        cells["p999"] = "server: not reported" if (srv.source or UNKNOWN) == UNKNOWN else "server: not in this step"
     return cells
 
 
 def _charts_page(view: RunView) -> str:
     from harness.report import charts  # matplotlib (~0.3 s of imports) on the first chart page, not at start-up
 
-    summary = as_summary(view.summary_json(), "the live summary")
+    summary = as_summary(view.summary_json(), "the live summary", walk=False)
     knee = summary.knee
     marker = (f"<p id='knee'>Knee: {knee.level:g} ({html.escape(str(knee.confidence))})</p>"
               if knee.found else "<p id='knee'>Knee: not found yet</p>")
