@@ -1,21 +1,21 @@
 """summary.json as typed values: the read side of ``results.py``, for every reader of a run's summary. Pure.
 
-``results.py`` writes the file (``RunSummary.to_json``); these msgspec Structs read it back, whole, for the
-versions kneecap reads (``kneecap.summary/1``, ``/2``, ``/3``, docs/results.md)::
+``results.py`` writes the file; these msgspec Structs read all of it back, for the versions kneecap reads
+(``kneecap.summary/1``, ``/2``, ``/3``, docs/results.md); ``report/validate.py`` checks a file against them::
 
-    summary = msgspec.convert(json.loads(text), Summary)   # after report/validate.py found no problem
+    summary = load_summary(data, "summary.json")   # every problem with its key path, or the Summary
     summary.knee.found, summary.steps[0].latency_ms["ttft"].p99, summary.steps[0].level
 
-Fields a later version added have defaults, so older files decode; keys a newer file adds are ignored
-(a reader checks what it needs). Three kinds of optional field:
+Keys a newer file adds are ignored. A key a later version added and kneecap always writes since has a plain
+default, what an older file meant (``fleet_changed=False``); one written only when it applies (``server``,
+``cost``, the open loop's ``arrivals_per_s``) is ``UNSET`` when absent, so a file encodes back to its own keys.
+The load level is ``users`` (closed loop) or ``rate_rps`` (open loop): ``Step.level``, ``Knee.level``.
+``Meta(extra=...)`` marks the level keys (``level``) and a key required from a version on (``since``).
 
-- added by a later version and always written since: a plain default (``fleet_changed=False``), which is
-  what an older file meant;
-- written only when it applies (``server``, ``cost``, the open loop's ``arrivals_per_s``, a step's level
-  key): ``UNSET`` when absent, so a file kneecap wrote encodes back to the same keys and values;
-- the load level: ``users`` (closed loop) or ``rate_rps`` (open loop); ``Step.level`` and ``Knee.level``
-  read whichever the file has. ``Meta(extra={"level": mode})`` marks them, ``Meta(extra={"since": 2})``
-  a key required from schema version 2 on; ``report/validate.py`` reads both when it checks a file.
+Prose at the edge: ``cost.line`` is still written (older readers print it) but readers say
+``Summary.cost_line``, rendered from the figures by the function that wrote it. ``knee.reason`` stays the
+run's prose: its sentence cites figures the file does not keep (the elasticities between the judged steps, the
+server's and the cache's before/after, the tail's cause), so it cannot be said again from the fields.
 """
 
 from __future__ import annotations

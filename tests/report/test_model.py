@@ -26,7 +26,7 @@ import pytest
 from harness.analysis.decompose import UNKNOWN
 from harness.analysis.summary_model import Percentiles, SplitPart, Summary
 from harness.report import validate
-from harness.report.validate import load_summary, parse_summary, summary_problems
+from harness.report.validate import as_summary, load_summary, parse_summary, summary_problems
 from tests.kit.summaries import break_, hand_made_v2, version1, written
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "summary-v3-sessions.json"
@@ -136,7 +136,11 @@ def test_the_level_key_follows_the_mode():
 
 
 def test_msgspec_says_where_when_the_walk_misses_something(monkeypatch):
-    """The walk and msgspec agree on every test here; should they ever not, the file is still refused with a path."""
+    """The walk and msgspec agree on every test here; should they ever not, the file is still refused with a path.
+    The live summary (the master's own, in the web UI) is typed by msgspec alone, and says where too."""
+    with pytest.raises(ValueError, match=r"^live: steps\[0\].ok: Expected `int`, got `null`$"):
+        as_summary(break_("steps.0.ok", None), "live", walk=False)
+    assert as_summary(written(), walk=False) == as_summary(written())
     monkeypatch.setattr(validate, "summary_problems", lambda data: [])
     with pytest.raises(ValueError, match=r"^f: steps\[0\].ok: Expected `int`, got `null`$"):
         load_summary(json.dumps(break_("steps.0.ok", None)).encode(), "f")
