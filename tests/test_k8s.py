@@ -154,6 +154,7 @@ spec:
 """
 
 
+@pytest.mark.timing  # not about time: ~25 s of one core, which would slow every load test beside it
 def test_checkov_fails_nothing_beyond_the_reasoned_skips(rendered: dict[str, list[dict]], tmp_path: Path) -> None:
     checkov = _tool("checkov", "pip install -e '.[test]'")
     for name, docs in rendered.items():
