@@ -109,3 +109,14 @@ def test_no_import_cycle():
         if m not in state:
             walk(m, [m])
     assert cycles == [], "\n".join(cycles)
+
+
+def test_files_and_functions_fit_in_a_head():
+    """No module over 400 lines (``load/``, the glue, under 250), no function over 60 in ``harness/``: past that a
+    reader loses the thread (STYLE.md §1)."""
+    big = [f"{m}: {n} lines" for m, p in MODULES.items()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > (250 if _under(m, "harness.load") else 400)]
+    long = [f"{m}.{f.name}: {f.end_lineno - f.lineno + 1} lines" for m, p in MODULES.items()
+            for f in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 60]
+    assert big == [] and long == [], big + long
