@@ -63,7 +63,6 @@ class MasterSide:
         self.scraper: Scraper | None = None
         self.flushed: set[str] = set()
         """Workers whose final report arrived."""
-        self.finalized = False
         self.clocks = FleetClocks()
         """Each worker's clock offset to this master's (``load/clock.py`` measures them)."""
 
@@ -93,6 +92,11 @@ class MasterSide:
     @property
     def stop_reason(self) -> str | None:
         return self.control.stop_reason
+
+    @property
+    def finalized(self) -> bool:
+        """The summary has been written (the step control's flag: fleet changes from then on are bookkeeping)."""
+        return self.control.finalized
 
     def _event(self, kind: str, text: str, load: float | None) -> None:
         if self.live is not None:
@@ -152,7 +156,7 @@ class MasterSide:
         lost = {e.worker for e in self.ledger.fleet_events if e.kind == "lost"}
         for worker in sorted(self.ledger.reporters - self.flushed - lost):  # died, or unreachable, at the end
             self.control.fleet_change("lost", worker)
-        self.finalized = self.control.finalized = True
+        self.control.finalized = True
         self.ledger.end_step(self.clock())
         self.judge()
         summary = self.summary()
