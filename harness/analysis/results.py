@@ -56,7 +56,8 @@ class GeneratorHealth:
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
-    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS``: the generator did not add latency."""
+    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS`` and chunk stamps shared in at most
+    ``SHARED_STAMP_LIMIT`` of requests: the generator neither added latency nor misdated it."""
     cpu_s: float | None = None
     """CPU seconds (user + system) of all workers while the step ran, warm-up included; None from workers that
     do not measure it."""
@@ -66,6 +67,11 @@ class GeneratorHealth:
     """The client's cost: ``cpu_s`` / ``output_tokens``, in µs of worker CPU per streamed token."""
     gc_pause_max_ms: float | None = None
     """The longest garbage-collector pause of any worker in the step (it stalls every stream of that worker)."""
+    shared_stamps: int = 0
+    """Measured successful requests with output chunks that shared a receive's stamp with a later chunk and may
+    have arrived apart (``RequestRecord.shared_stamps``): their times may be late."""
+    shared_stamp_share: float = 0.0
+    """``shared_stamps`` over the step's measured successes."""
 
 
 @dataclass(frozen=True, kw_only=True)

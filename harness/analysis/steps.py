@@ -11,11 +11,15 @@ from harness.analysis.slo import LATENCY_METRICS
 from harness.metrics.aggregate import LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
-__all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "Generator", "StepInfo", "connection_warning", "step_result"]
+__all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
+           "step_result"]
 
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
 server, was adding latency (see benchmarks/client_accuracy.py for where timing noise starts to grow)."""
+SHARED_STAMP_LIMIT = 0.01
+"""A step where more than this share of successful requests had output chunks sharing a receive's stamp (their
+times may be late: ``RequestRecord.shared_stamps``) is marked unreliable, as for loop lag."""
 CONNECT_SHARE_WARN = 0.5
 """Past this share of measured requests paying a new connection, the server is not keeping connections alive
 (a kept-alive fleet pays one connect per user, in the first step's warm-up): the run says so once."""
@@ -73,18 +77,22 @@ class Generator:
     def add_cpu(self, seconds: float) -> None:
         self.cpu_s = (self.cpu_s or 0.0) + seconds
 
-    def health(self, output_tokens: int = 0) -> GeneratorHealth:
-        """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token."""
+    def health(self, output_tokens: int = 0, shared_stamps: int = 0, ok: int = 0) -> GeneratorHealth:
+        """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token;
+        ``shared_stamps`` of ``ok`` measured successes had chunk times that may be late."""
         cpu = round(self.cpu_max_pct, 1)
+        share = shared_stamps / ok if ok else 0.0
         cost = dict(cpu_s=None if self.cpu_s is None else round(self.cpu_s, 3), output_tokens=output_tokens,
                     cpu_us_per_token=round(self.cpu_s * 1e6 / output_tokens, 2)
                     if self.cpu_s is not None and output_tokens else None,
-                    gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3))
+                    gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
+                    shared_stamps=shared_stamps, shared_stamp_share=round(share, 4))
+        stamps_ok = share <= SHARED_STAMP_LIMIT
         if self.lag.count == 0:
-            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True, **cost)
+            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=stamps_ok, **cost)
         p99 = self.lag.quantile(0.99) * 1000
         return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
-                               reliable=p99 <= LAG_LIMIT_MS, **cost)
+                               reliable=p99 <= LAG_LIMIT_MS and stamps_ok, **cost)
 
 
 def _latency(bucket: Bucket) -> dict[str, dict]:
@@ -123,7 +131,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         output_tokens_counted=bucket.counted_outputs,
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
-        generator=(generator or Generator()).health(bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
+        generator=(generator or Generator()).health(bucket.output_tokens + (warmup.output_tokens if warmup else 0),
+                                                    bucket.extra.get("shared_stamps", 0), bucket.ok),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,

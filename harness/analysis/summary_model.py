@@ -69,11 +69,12 @@ class Generator(_View, kw_only=True):
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
-    cpu_s: float | UnsetType | None = UNSET
-    """Absent from files older than the client's cost; None from workers that do not measure it."""
+    cpu_s: float | UnsetType | None = UNSET  # absent before the client's cost; None: workers did not measure it
     output_tokens: int | UnsetType = UNSET
     cpu_us_per_token: float | UnsetType | None = UNSET
     gc_pause_max_ms: float | UnsetType | None = UNSET
+    shared_stamps: int | UnsetType = UNSET  # these two: absent from files older than per-segment stamps
+    shared_stamp_share: float | UnsetType = UNSET
 
 
 class SloCheck(_View, kw_only=True):

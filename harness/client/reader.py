@@ -125,6 +125,10 @@ class ResponseReader:
 
     # -- the transport's calls ---------------------------------------------------------------------------
 
+    def shared_stamps(self, n: int) -> None:
+        """``n`` more output chunks shared a receive's stamp with a later one and may have arrived earlier."""
+        self.record.shared_stamps += n
+
     def feed(self, data: bytes, t: float) -> bool:
         """One receive's bytes, arrived at ``t``; True once the response is over. The per-token hot path."""
         if self.over:

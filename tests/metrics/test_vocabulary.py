@@ -26,7 +26,8 @@ def _streamed(**kw) -> RequestRecord:
     """Open loop, sent 0.1 s late; reasons 0.1 → 0.5 s, calls a tool at 0.9 s; four chunks with exact counts."""
     base = dict(start=10.0, intended_start=9.9, headers_s=0.02, ttft_s=0.1, e2e_s=1.1, ttfo_s=0.5,
                 reasoning_start_s=0.1, reasoning_tokens=4, tool_call_s=0.9, chunk_times=[0.1, 0.3, 0.5, 1.1],
-                chunk_tokens=[1, 3, 2, 4], output_tokens=10, prompt_tokens=200, cached_tokens=50, new_connection=True)
+                chunk_tokens=[1, 3, 2, 4], output_tokens=10, prompt_tokens=200, cached_tokens=50, new_connection=True,
+                shared_stamps=2)
     return RequestRecord(**{**base, **kw})
 
 
@@ -37,7 +38,7 @@ EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for 
     "tokens_per_chunk": ([1, 3, 2, 4], None), "error_rate": None, "requests_per_s": None, "ok_per_s": None,
     "output_tokens_per_s": 10, "input_tokens_per_s": 200, "goodput_per_s": None, "new_connections": True,
     "itl_token_unknown": False, "exact_chunk_counts": True, "reasoning_tokens_counted": False, "inputs_per_s": None,
-    "continuous_usage_refused": None,
+    "continuous_usage_refused": None, "shared_stamps": True,
 }
 SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}
 
