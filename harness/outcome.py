@@ -16,6 +16,7 @@ from collections.abc import Callable
 from harness import exitcodes
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.results import level_unit
+from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
 from harness.analysis.summary_model import Summary
 from harness.procs import Child
 from harness.report.validate import load_summary
@@ -33,6 +34,25 @@ def _read_summary(path: str) -> Summary:
     """OUT/summary.json, typed; OSError, or ValueError naming its first problem with its key path."""
     with open(path, "rb") as f:
         return load_summary(f.read(), path)
+
+
+def _unreliable(summary: Summary) -> list[str]:
+    """One line per step whose load generator could not be trusted, and why (such a step is not judged)."""
+    out = []
+    for st in summary.steps:
+        g = st.generator
+        if g.reliable:
+            continue
+        why = []
+        if g.lag_p99_ms is not None and g.lag_p99_ms > LAG_LIMIT_MS:
+            why.append(f"its event-loop lag p99 was {g.lag_p99_ms:g} ms (limit {LAG_LIMIT_MS:g})")
+        share = g.shared_stamp_share if isinstance(g.shared_stamp_share, float) else 0.0
+        if share > SHARED_STAMP_LIMIT:
+            why.append(f"{share:.1%} of its requests had chunk times shared by one receive (limit "
+                       f"{SHARED_STAMP_LIMIT:.0%}): the reader fell behind without the kernel's per-segment stamps")
+        out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): {'; '.join(why) or 'the generator lagged'} - its "
+                   "times may be late, so the knee search skips it")
+    return out
 
 
 def write_processes(out: str, children: list[Child], report_cpu: list[float], say: Callable[[str], None]) -> None:
@@ -83,6 +103,8 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
+    for line in _unreliable(summary):
+        say(line)
     slo = summary.slo
     if slo.thresholds:
         verdict = "PASSED" if slo.passed else "FAILED"

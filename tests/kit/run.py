@@ -78,8 +78,8 @@ class RunResult:
 
 
 def _command(scenario: str | os.PathLike | None, args: Sequence[str], *, out: pathlib.Path | None,
-             workers: int | None, host: str | None, sim_args: Sequence[str]) -> list[str]:
-    return [*KNEECAP, "run",
+             workers: int | None, host: str | None, sim_args: Sequence[str], prefix: Sequence[str] = ()) -> list[str]:
+    return [*prefix, *KNEECAP, "run",
             *([str(scenario)] if scenario is not None else []),
             *(["--host", host] if host is not None else []),
             *(["--workers", str(workers)] if workers is not None else []),
@@ -93,13 +93,13 @@ def _env(env: Mapping[str, str] | None) -> dict[str, str] | None:
 
 def kneecap_run(scenario: str | os.PathLike | None, *args: str, out: pathlib.Path | None, workers: int | None = 1,
                 host: str | None = None, sim_args: Sequence[str] = (), timeout: float = DEFAULT_TIMEOUT_S,
-                env: Mapping[str, str] | None = None) -> RunResult:
+                env: Mapping[str, str] | None = None, prefix: Sequence[str] = ()) -> RunResult:
     """``kneecap run SCENARIO [--host HOST] [--workers N] [--out OUT] ARGS... [--sim-arg=A]...`` to its end.
 
     ``None`` leaves a part out (no scenario, no ``--workers``, no ``--out``: the command as a user might mistype
-    it). ``env``: variables set on top of this process's environment. Past ``timeout`` the run is killed and the
-    test fails with what it had written so far."""
-    cmd = _command(scenario, args, out=out, workers=workers, host=host, sim_args=sim_args)
+    it). ``env``: variables set on top of this process's environment; ``prefix``: a command to run it under
+    (``taskset -c 1``). Past ``timeout`` the run is killed and the test fails with what it had written so far."""
+    cmd = _command(scenario, args, out=out, workers=workers, host=host, sim_args=sim_args, prefix=prefix)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=_env(env))
     except subprocess.TimeoutExpired as exc:
