@@ -1,5 +1,8 @@
 """Client timing accuracy and cost: ``python -m benchmarks.client_accuracy``.
 
+``--run`` measures the whole ``kneecap run`` (parent, master, workers) on one shared core instead
+(``benchmarks/run_accuracy.py``: its flags and figures).
+
 Protects the client's timing accuracy and cost. Goals (client issue), at 100 concurrent streams of 50 tokens/s
 on one worker process: median transport+parse offset of TTFT < 1.5 ms on loopback; noise p99 |Δ − median Δ|
 < 1 ms (Δ = client arrival − server send time, per token); TPOT within 2% of the server's; >= 1.5× the streamed
@@ -372,6 +375,11 @@ def memory(args: argparse.Namespace, n: int, tmp: str) -> dict:
 
 
 def main() -> None:
+    if "--run" in sys.argv[1:]:  # the whole kneecap run on one shared core: benchmarks/run_accuracy.py
+        from benchmarks.run_accuracy import main as run_main
+
+        run_main([a for a in sys.argv[1:] if a != "--run"])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--load", nargs=8, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window per configuration")

@@ -93,7 +93,7 @@ def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
         b1 = _busy()
     finally:
         _stop(sim)
-    if run.returncode not in (0, 1):
+    if run.returncode not in (0, 1, 4):  # 4: the step was flagged unreliable (its figures are still written)
         raise SystemExit(f"kneecap run exited {run.returncode}:\n{run.stdout}\n{run.stderr}")
     with open(trace) as f:
         sent = {t["id"]: t["first_token"] for t in map(json.loads, f) if t["status"] == "ok"}

@@ -49,7 +49,7 @@ def _unreliable(summary: Summary) -> list[str]:
         share = g.shared_stamp_share if isinstance(g.shared_stamp_share, float) else 0.0
         if share > SHARED_STAMP_LIMIT:
             why.append(f"{share:.1%} of its requests had chunk times shared by one receive (limit "
-                       f"{SHARED_STAMP_LIMIT:.0%}): the reader fell behind without the kernel's per-segment stamps")
+                       f"{SHARED_STAMP_LIMIT:.0%}): the reader fell behind, or the server sends several chunks at once")
         out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): {'; '.join(why) or 'the generator lagged'} - its "
                    "times may be late, so the knee search skips it")
     return out
