@@ -12,9 +12,10 @@ BIO (``ssl.SSLObject``), so TLS streams keep the kernel's stamp too.
 A receive's stamp is the arrival of the newest byte it returns, and Linux keeps no more than that: segments
 that wait in a socket's receive queue are merged, each merge keeping the newer time (``tcp_try_coalesce``), so
 not even a receive cut at each event's end could date the earlier ones (tried: every piece came back with the
-newest time). When one receive completes several output chunks, all but the last are counted in the record's
-``shared_stamps``: their times may be late. Servers send one chunk per write, so that happens when the reader
-fell behind (the worker busy starting many requests at once, another process on its core).
+newest time). When a receive that came late (``behind``: the reader had not looked for more than ``LATE_S``, or
+read this more than ``LATE_S`` after it arrived) completes several output chunks, all but the last are counted
+in the record's ``shared_stamps``: their times may be late by more than ``LATE_S``. Several chunks in a receive
+that came on time arrived within ``LATE_S`` of each other (a server that writes them at once): not counted.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ import time
 from harness.client.deadline import Deadline
 from harness.client.reader import ResponseReader
 
-__all__ = ["RECV_BYTES", "SO_TIMESTAMPNS", "InFlight"]
+__all__ = ["LATE_S", "RECV_BYTES", "SO_TIMESTAMPNS", "InFlight"]
+
+LATE_S = 0.001
+"""A receive this late may carry chunk times off by more than this (the 1 ms bound timing promises)."""
 
 RECV_BYTES = 65536
 # Python does not export it; 35 is SO_TIMESTAMPNS (= SCM_TIMESTAMPNS) in Linux's asm-generic socket.h.
@@ -62,8 +66,9 @@ class InFlight:
         self.waiter: object = None
         """Whoever waits for this request to end (the mux's use)."""
 
-    def pump(self) -> bool:
-        """One receive, fed to the reader; True once reading is over (the reader is over, or ``stale``)."""
+    def pump(self, behind: bool = False) -> bool:
+        """One receive, fed to the reader; True once reading is over (the reader is over, or ``stale``).
+        ``behind``: the reader had not looked at its sockets for more than ``LATE_S`` (the mux knows)."""
         deadline = self.deadline
         try:
             if self.kernel_ts:
@@ -74,11 +79,11 @@ class InFlight:
             return False
         except OSError as exc:
             return self._lost(f"connection error after {len(self.chunk_times)} content chunks: {exc}")
-        t = time.perf_counter()
+        t = now = time.perf_counter()
         if anc and anc[0][1] == SO_TIMESTAMPNS:
             # The kernel's receive time on our clock: when the bytes arrived, however late we read them.
             sec, nsec = _unpack(anc[0][2])
-            t = min(t, sec + nsec * 1e-9 - self.real_minus_perf)
+            t = min(now, sec + nsec * 1e-9 - self.real_minus_perf)
         deadline.last = t
         before = len(self.chunk_times)
         if self.tls is not None:
@@ -89,7 +94,7 @@ class InFlight:
             over = self.feed(data, t)
             if not over and not deadline.first:
                 deadline.first = bool(self.chunk_times)
-        if len(self.chunk_times) - before > 1:  # several output chunks, one time: all but the last may be late
+        if len(self.chunk_times) - before > 1 and (behind or now - t > LATE_S):  # one late time for several
             self.reader.shared_stamps(len(self.chunk_times) - before - 1)
         return over
 

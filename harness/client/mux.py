@@ -25,7 +25,7 @@ from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
 from harness.client.deadline import TICK_S
-from harness.client.inflight import InFlight
+from harness.client.inflight import LATE_S, InFlight
 
 __all__ = ["Mux", "available", "read"]
 
@@ -51,6 +51,13 @@ class Mux:
         self._io = loop.io(self.epoll.fileno(), 1)
         self._timer = loop.timer(TICK_S, TICK_S)
         self._poll = self.epoll.poll
+        # Around each of the hub's polls: how long it had not looked at the sockets (greenlets ran, e.g. users
+        # starting their next requests) tells a receive that may have found chunks merged by waiting.
+        self._prepare, self._check = loop.prepare(), loop.check()
+        self.polled = time.perf_counter()
+        """When the hub's last poll returned."""
+        self.behind = False
+        """The hub's last poll came more than ``LATE_S`` after the one before returned."""
 
     def read(self, st: InFlight) -> None:
         """Block this greenlet until ``st``'s reading is over (its reader over, or the socket stale)."""
@@ -61,6 +68,9 @@ class Mux:
         if len(self.live) == 1:
             self._io.start(self._ready)
             self._timer.start(self._tick)
+            self.polled = time.perf_counter()
+            self._prepare.start(self._before_poll)
+            self._check.start(self._after_poll)
         try:
             waiter.get()
         finally:
@@ -74,17 +84,25 @@ class Mux:
         if not self.live:  # idle: nothing keeps the hub's loop alive on our account
             self._io.stop()
             self._timer.stop()
+            self._prepare.stop()
+            self._check.stop()
+
+    def _before_poll(self) -> None:
+        self.behind = time.perf_counter() - self.polled > LATE_S
+
+    def _after_poll(self) -> None:
+        self.polled = time.perf_counter()
 
     def _ready(self) -> None:
         """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
         done = []
-        live = self.live
+        live, behind = self.live, self.behind
         for fd, _ in self._poll(0):
             st = live.get(fd)
             if st is None:
                 continue
             try:
-                over = st.pump()
+                over = st.pump(behind)
             except BaseException as exc:  # a bug in parsing: that request's greenlet gets it, the hub goes on
                 self._drop(fd)
                 done.append((st.waiter, exc))

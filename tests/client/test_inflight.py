@@ -39,15 +39,17 @@ class ScriptedSocket:
         return self.receives.pop(0)[0]
 
 
-def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True) -> tuple[list[float], int]:
-    """Pump the script through; the output chunks' times (on the wall clock) and the record's shared stamps."""
+def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True, behind: bool = False
+         ) -> tuple[list[float], int]:
+    """Pump the script through (``behind``: as the mux says when it had not looked for a while); the output
+    chunks' times (on the wall clock) and the record's shared stamps."""
     start = time.perf_counter()
     real_minus_perf = time.time() - start
     reader = ResponseReader(start)
     st = InFlight(ScriptedSocket(receives), None, kernel_ts, reader, Deadline(start, 60, 60, 60), False,
                   real_minus_perf)
     while receives:
-        st.pump()
+        st.pump(behind)
     return [start + t + real_minus_perf for t in reader.chunk_times], reader.record.shared_stamps
 
 
@@ -58,12 +60,21 @@ def test_one_chunk_a_receive_each_keeps_its_own_kernel_time():
     assert shared == 0
 
 
-def test_chunks_of_one_receive_share_its_time_and_the_record_counts_all_but_the_last():
+def test_chunks_of_a_late_receive_share_its_time_and_the_record_counts_all_but_the_last():
     now = time.time()
     times, shared = read([(HEAD + event("a"), now - 0.05), (event("b") + event("c") + event("d"), now - 0.01),
                           (event("e"), now - 0.005)])
     assert times == pytest.approx([now - 0.05, now - 0.01, now - 0.01, now - 0.01, now - 0.005], abs=2e-6)
-    assert shared == 2  # b and c may have arrived before d: their times may be late
+    assert shared == 2  # read 10 ms after d arrived: b and c may have arrived long before it, their times late
+
+
+def test_chunks_of_a_receive_on_time_arrived_together_and_are_not_counted():
+    """A server that writes several chunks at once: read right away, they share a time because they shared it."""
+    now = time.time()
+    times, shared = read([(HEAD + event("a") + event("b"), now)])
+    assert len(times) == 2 and times[0] == times[1] and shared == 0
+    _, shared = read([(HEAD + event("a") + event("b"), now)], behind=True)  # unless the reader had been away
+    assert shared == 1
 
 
 def test_a_chunk_completed_across_two_receives_is_one_chunk_not_shared():
@@ -73,8 +84,8 @@ def test_a_chunk_completed_across_two_receives_is_one_chunk_not_shared():
     assert times == pytest.approx([now - 0.01], abs=2e-6) and shared == 0
 
 
-def test_without_kernel_stamps_the_time_is_the_read_and_shared_chunks_are_counted_too():
+def test_without_kernel_stamps_the_time_is_the_read_and_a_late_one_is_counted():
     before = time.time()
-    times, shared = read([(HEAD, 0.0), (event("a") + event("b"), 0.0)], kernel_ts=False)
+    times, shared = read([(HEAD, 0.0), (event("a") + event("b"), 0.0)], kernel_ts=False, behind=True)
     assert len(times) == 2 and times[0] == times[1] and times[0] >= before - 1e-3
     assert shared == 1

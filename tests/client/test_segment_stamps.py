@@ -82,6 +82,7 @@ def request(monkeypatch, url: str, done: threading.Event, *, late: bool, ca: str
 
         def late_receive(conn: Connection, st) -> None:
             assert done.wait(5), "the server did not finish writing"
+            time.sleep(0.005)  # the lateness under test: read 5 ms after the last write arrived
             original(conn, st)
 
         monkeypatch.setattr(transport, "_receive", late_receive)
