@@ -36,22 +36,20 @@ def _read_summary(path: str) -> Summary:
         return load_summary(f.read(), path)
 
 
-def _unreliable(summary: Summary) -> list[str]:
-    """One line per step whose load generator could not be trusted, and why (such a step is not judged)."""
+def _untrusted(summary: Summary) -> list[str]:
+    """One line per step kneecap could not time as it promises: its generator lagged (the step is not judged), or
+    some of its chunk times may be late by more than 1 ms (judged: ITL and fast TTFTs are what that moves)."""
     out = []
     for st in summary.steps:
         g = st.generator
-        if g.reliable:
-            continue
-        why = []
-        if g.lag_p99_ms is not None and g.lag_p99_ms > LAG_LIMIT_MS:
-            why.append(f"its event-loop lag p99 was {g.lag_p99_ms:g} ms (limit {LAG_LIMIT_MS:g})")
-        share = g.shared_stamp_share if isinstance(g.shared_stamp_share, float) else 0.0
-        if share > SHARED_STAMP_LIMIT:
-            why.append(f"{share:.1%} of its requests had chunk times shared by one receive (limit "
-                       f"{SHARED_STAMP_LIMIT:.0%}): the reader fell behind, or the server sends several chunks at once")
-        out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): {'; '.join(why) or 'the generator lagged'} - its "
-                   "times may be late, so the knee search skips it")
+        if not g.reliable:
+            out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its event-loop lag p99 was {g.lag_p99_ms} ms "
+                       f"(limit {LAG_LIMIT_MS:g}): the load generator added latency, so the knee search skips it")
+        if g.stamps_flagged is True:
+            out.append(f"TIMING: step {st.index} ({st.level:g}): {g.shared_stamp_share:.1%} of its requests had chunk "
+                       f"times that may be late by more than 1 ms (limit {SHARED_STAMP_LIMIT:.0%}): the reader fell "
+                       "behind and one receive brought several chunks under one time; their ITL and TTFT are uncertain "
+                       "at that scale")
     return out
 
 
@@ -103,7 +101,7 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    for line in _unreliable(summary):
+    for line in _untrusted(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

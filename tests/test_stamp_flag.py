@@ -2,8 +2,8 @@
 
 The simulator streams 500 tokens/s to 24 users from its own core; ``kneecap run`` (parent, master, worker) shares
 the other core with a process that never sleeps, so the worker's reader comes late and finds several chunks
-waiting, merged by the kernel under the newest one's time. More than 1% of requests are hit: the step is flagged
-as unreliable in the summary and on the console and, the run's only step, the run has no valid result (exit 4)."""
+waiting, merged by the kernel under the newest one's time. More than 1% of requests are hit: the step is flagged in
+the summary (``stamps_flagged``, with the share) and on the console (``TIMING: step 0 ...``)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,6 @@ def test_a_reader_behind_a_cpu_hog_is_flagged(tmp_path):
             hog.kill()
             hog.wait()
     g = r.summary["steps"][0]["generator"]
-    assert g["shared_stamp_share"] > 0.01 and g["shared_stamps"] > 0 and not g["reliable"], (g, r.output)
-    assert "UNRELIABLE: step 0" in r.output and "chunk times shared by one receive" in r.output, r.output
-    assert r.code == 4, r.output
+    assert g["shared_stamp_share"] > 0.01 and g["shared_stamps"] > 0 and g["stamps_flagged"], (g, r.output)
+    assert "TIMING: step 0" in r.output and "may be late by more than 1 ms" in r.output, r.output
+    assert r.code == (0 if g["reliable"] else 4), r.output  # flagged, still judged (unless its loop lag broke too)

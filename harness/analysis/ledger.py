@@ -209,7 +209,7 @@ class Ledger:
         answers are kept: ~30 MB a 100k-request step is free again)."""
         info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        reliable = (st.generator or Generator()).health(0, bucket.extra.get("shared_stamps", 0), bucket.ok).reliable
+        reliable = (st.generator or Generator()).health().reliable
         mid = info.started + info.warmup_s + duration / 2
         first, second = Sketch(), Sketch()
         for t, sk in st.halves:

@@ -56,8 +56,7 @@ class GeneratorHealth:
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
-    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS`` and chunk stamps shared in at most
-    ``SHARED_STAMP_LIMIT`` of requests: the generator neither added latency nor misdated it."""
+    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS``: the generator did not add latency."""
     cpu_s: float | None = None
     """CPU seconds (user + system) of all workers while the step ran, warm-up included; None from workers that
     do not measure it."""
@@ -68,10 +67,12 @@ class GeneratorHealth:
     gc_pause_max_ms: float | None = None
     """The longest garbage-collector pause of any worker in the step (it stalls every stream of that worker)."""
     shared_stamps: int = 0
-    """Measured successful requests with output chunks that shared a receive's stamp with a later chunk and may
-    have arrived apart (``RequestRecord.shared_stamps``): their times may be late."""
+    """Measured successful requests with chunk times that may be late by more than 1 ms: a receive that came late
+    brought several chunks under one time (``RequestRecord.shared_stamps``)."""
     shared_stamp_share: float = 0.0
     """``shared_stamps`` over the step's measured successes."""
+    stamps_flagged: bool = False
+    """``shared_stamp_share`` above ``analysis.steps.SHARED_STAMP_LIMIT``: said on the console."""
 
 
 @dataclass(frozen=True, kw_only=True)

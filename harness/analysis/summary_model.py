@@ -73,8 +73,9 @@ class Generator(_View, kw_only=True):
     output_tokens: int | UnsetType = UNSET
     cpu_us_per_token: float | UnsetType | None = UNSET
     gc_pause_max_ms: float | UnsetType | None = UNSET
-    shared_stamps: int | UnsetType = UNSET  # these two: absent from files older than per-segment stamps
+    shared_stamps: int | UnsetType = UNSET  # these three: absent from files older than shared stamps
     shared_stamp_share: float | UnsetType = UNSET
+    stamps_flagged: bool | UnsetType = UNSET
 
 
 class SloCheck(_View, kw_only=True):
@@ -384,8 +385,7 @@ class Summary(_View, kw_only=True):
     knee: Knee
     slo: Slo
     exit_code: int
-    degraded: bool = False
-    """A worker was lost (version 2 on; early version 2 files lack it, as they lack ``fleet_events``)."""
+    degraded: bool = False  # a worker was lost (version 2 on; early version 2 files lack it, and fleet_events)
     fleet_events: list[FleetEvent] = []
     influx: Influx | UnsetType = UNSET
     merge_errors: int | UnsetType = UNSET
