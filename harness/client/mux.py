@@ -7,7 +7,9 @@ request's greenlet registers its socket and waits once; the hub watches the epol
 reads every ready socket (``InFlight.pump``: one ``recvmsg`` with the kernel's timestamp, the push parsers)
 and wakes a request's greenlet only when its response is over. One switch per request, not per token.
 
-Level-triggered: a socket with bytes left stays ready and is read again on the next wake. Deadlines live here
+Level-triggered: a socket with bytes left stays ready and is read again on the next wake. Around each of the
+hub's polls (libev prepare/check watchers) it notes whether the hub had not polled for more than 1 ms: a receive
+in that pass may find chunks the kernel merged while they waited (``InFlight.pump``'s ``behind``). Deadlines live here
 too: a timer every ``deadline.TICK_S`` ends each request whose TTFT, idle or total limit has passed (the reader
 knows every stream's last arrival), so no receive waits with a timeout (under gevent each would arm a timer).
 

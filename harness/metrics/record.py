@@ -104,9 +104,8 @@ class RequestRecord:
     after_error: bool = False
     """The request before this one on the same connection failed."""
     shared_stamps: int = 0
-    """Output chunks dated by a receive that also completed a later one, where they may have arrived apart (no
-    kernel stamp per segment, or a framing the client could not cut): their times may be late
-    (``client/inflight.py``). 0 when every chunk had the time of the segment that carried it."""
+    """Output chunks dated by a late receive (more than 1 ms) that also completed a later chunk: their times may be
+    late by more than 1 ms (``client/inflight.py``). 0 when every chunk kept its own arrival time."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 

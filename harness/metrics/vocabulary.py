@@ -127,8 +127,8 @@ METRICS: tuple[Metric, ...] = (
            "itl_token_unknown"),
     Metric("exact_chunk_counts", "requests", "counter", "requests whose every chunk's token count the server gave",
            "exact_chunks", key="exact_chunks"),
-    Metric("shared_stamps", "requests", "counter", "requests with output chunks dated by a receive that also "
-           "completed a later one, where they may have arrived apart: their times may be late", "stamps_shared"),
+    Metric("shared_stamps", "requests", "counter", "requests with chunk times that may be late by more than 1 ms: a "
+           "late receive brought several chunks under one time", "stamps_shared"),
     Metric("reasoning_tokens_counted", "requests", "counter", "reasoning tokens counted from chunks (usage silent)",
            "reasoning_tokens_counted", key="reasoning_counted"),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
