@@ -102,7 +102,7 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         for name in ("cpu_s", "cpu_us_per_token", "gc_pause_max_ms"):
             if getattr(g, name) is not None:
                 p = p.field(name, float(getattr(g, name)))
-        out.append(p.field("output_tokens", g.output_tokens))
+        out.append(p.field("output_tokens", g.output_tokens).field("shared_stamp_share", float(g.shared_stamp_share)))
     if step.sessions and step.sessions["ended"]:
         v = step.sessions
         p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v["ended"]).field("failed", v["failed"]) \

@@ -58,10 +58,11 @@ MEASUREMENTS: dict[str, dict] = {
     "kneecap_step_client": {
         "doc": "per judged step: the client's side: requests that opened a new connection inside their own time and "
                "their share of the step's requests; the workers' CPU seconds in the step, the output tokens streamed "
-               "in it (warm-up included), CPU µs per token, the longest GC pause",
+               "in it (warm-up included), CPU µs per token, the longest GC pause, the share of requests with chunk "
+               "times that may be late by more than 1 ms",
         "tags": ("step",),
         "fields": ("new_connections", "new_connection_share", "cpu_s", "output_tokens", "cpu_us_per_token",
-                   "gc_pause_max_ms", "load"),
+                   "gc_pause_max_ms", "shared_stamp_share", "load"),
     },
     "kneecap_step_cost": {
         "doc": "per judged step, with the scenario's cost: block (docs/cost.md): the tokens it consumed (warm-up "

@@ -148,6 +148,7 @@ def test_generator_and_step_points_carry_the_cost():
     r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(cpu_s=0.005, gc_max_s=0.002), now=10.0)
     (client,) = [p for p in step_points(r, tags={}, ts_ms=1) if p.startswith("kneecap_step_client")]
     assert "cpu_us_per_token=50" in client and "gc_pause_max_ms=2" in client and "output_tokens=100i" in client
+    assert "shared_stamp_share=0" in client
 
 
 def test_the_report_tabulates_the_generators_cost():
@@ -160,3 +161,4 @@ def test_the_report_tabulates_the_generators_cost():
     r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(lag=lag, cpu_s=0.005, gc_max_s=0.002), now=10.0)
     page = report_html(_one_step(r))
     assert "<th>CPU µs/token</th>" in page and "<td>50.0</td>" in page and "<th>GC pause max</th>" in page
+    assert "<th>late stamps %</th>" in page
