@@ -34,14 +34,10 @@ RELAY_WINDOW_S = 10.0
 _IMPORTANT = ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error:")
 
 
-def _die_with(parent: int, nice: int = 0) -> Callable[[], None]:
-    """``preexec_fn`` for a child: SIGTERM when ``parent`` dies (Linux), and exit if it died already; ``nice``
-    more niceness (a lower CPU priority) than the parent."""
+def _die_with(parent: int) -> Callable[[], None]:
+    """``preexec_fn`` for a child: SIGTERM when ``parent`` dies (Linux), and exit if it died already."""
 
     def setup() -> None:
-        if nice:
-            with contextlib.suppress(OSError):
-                os.nice(nice)
         if sys.platform.startswith("linux"):
             # without prctl the child would outlive a SIGKILLed parent; ``stop_child`` still covers the rest
             with contextlib.suppress(OSError, AttributeError):
@@ -84,16 +80,16 @@ class Child:
         return code
 
 
-def start_child(name: str, cmd: list[str], log_path: str | None = None, *, nice: int = 0, **kw: object) -> Child:
-    """Start ``cmd`` in its own session, tied to this process's life, ``nice`` steps lower in CPU priority. With
-    ``log_path``, what ``kw`` does not redirect (stdout, stderr) goes to that file."""
+def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:
+    """Start ``cmd`` in its own session, tied to this process's life. With ``log_path``, what ``kw`` does not
+    redirect (stdout, stderr) goes to that file."""
     log: IO[bytes] | None = None
     if log_path is not None:
         log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; ours is closed right after the fork
         kw.setdefault("stdout", log)
         kw.setdefault("stderr", subprocess.STDOUT if kw["stdout"] is log else log)
     try:
-        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with(os.getpid(), nice),
+        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with(os.getpid()),
                                 **kw)  # type: ignore[call-overload]
     finally:
         if log is not None:

@@ -31,12 +31,6 @@ __all__ = ["RunOptions", "run"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
 SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
-MASTER_NICE = 10
-"""The master runs this much nicer than the workers: on a machine where they share cores, a worker's reads come
-before the master's merges (the master needs a few % of a core; at nice 10 its weight is ~1/10 of a busy
-worker's, enough for that). The parent stays as it is: it is idle while steps run, and a process cannot undo its
-own nice. Measured: no change in timing on one shared core (the master is idle while steps run; its CPU comes
-at step ends and the end): kept so that it stays out of the readers' way when it is not."""
 
 
 @dataclass
@@ -118,7 +112,7 @@ def _start_fleet(host: str, options: KneecapOptions, n: int, out: str) -> tuple[
                                     "--master", "--expect-workers", str(n), "--master-bind-host", "127.0.0.1",
                                     "--master-bind-port", str(port), "--only-summary", "--loglevel", "INFO",
                                     "--host", host, *options.to_argv()],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, nice=MASTER_NICE)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     workers = [start_child(f"worker-{i}", [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker",
                                            "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel",
                                            "WARNING"], os.path.join(out, f"worker-{i}.log"))

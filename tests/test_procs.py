@@ -46,19 +46,3 @@ def test_a_reaped_child_keeps_its_cpu_seconds(tmp_path):
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) > 0.01
 
-
-@pytest.mark.integration
-def test_a_nicer_child_runs_at_a_lower_cpu_priority(tmp_path):
-    """``kneecap run`` starts its master this way (``run.MASTER_NICE``): the workers' reads come first."""
-    import os
-    import subprocess
-    import sys
-
-    from harness.procs import start_child
-    from harness.run import MASTER_NICE
-
-    child = start_child("nicer", [sys.executable, "-c", "import os; print(os.nice(0))"], nice=MASTER_NICE,
-                        stdout=subprocess.PIPE, text=True)
-    out, _ = child.proc.communicate(timeout=30)
-    assert child.proc.returncode == 0
-    assert int(out) == min(19, os.nice(0) + MASTER_NICE)
