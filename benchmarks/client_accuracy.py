@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import git_rev, pin
+from benchmarks.common import busy_jiffies, git_rev, pin, stop_procs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -63,12 +63,6 @@ def _q(xs: list[float], p: float) -> float | None:  # nearest rank, sorted input
 
 def _ms(x: float | None, scale: float = 1000) -> float | None:
     return None if x is None else round(x * scale, 3)
-
-
-def _busy() -> tuple[int, int]:  # busy and total jiffies of the whole machine
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v) - v[3] - v[4], sum(v)
 
 
 def _rss() -> int:
@@ -284,22 +278,15 @@ def _measure(args: argparse.Namespace, stack: str, n: int, tmp: str, warmup: flo
         begin = float(load.stdout.readline().split()[1])  # type: ignore[union-attr]
         time.sleep(max(0.0, begin + warmup - time.perf_counter()))
         _stats(port, reset=True)
-        b0 = _busy()
+        b0 = busy_jiffies()
         time.sleep(max(0.0, begin + warmup + seconds - time.perf_counter()))
-        s, b1 = _stats(port), _busy()
+        s, b1 = _stats(port), busy_jiffies()
         s["machine_busy_cores"] = (b1[0] - b0[0]) / max(1, b1[1] - b0[1]) * (os.cpu_count() or 1)
         load.communicate(timeout=60)
         if load.returncode != 0:
             raise SystemExit(f"load process failed: {stack} {n}")
     finally:
-        for proc in (load, sim):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()  # the simulator flushes its trace file on SIGTERM
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_procs(load, sim)
     with open(out) as f:
         return json.load(f), s, trace
 

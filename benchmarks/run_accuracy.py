@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import ROOT, git_rev, pin
+from benchmarks.common import ROOT, busy_jiffies, git_rev, nearest_rank, pin, stop_procs
 
 SCENARIO = """\
 name: run-accuracy
@@ -47,18 +47,8 @@ load:
 """
 
 
-def _q(xs: list[float], p: float) -> float | None:  # nearest rank, sorted input
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
-
-
 def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000, 3)
-
-
-def _busy() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v) - v[3] - v[4], sum(v)
 
 
 def _sim(args: argparse.Namespace, trace: str) -> tuple[subprocess.Popen, int]:
@@ -75,16 +65,6 @@ def _sim(args: argparse.Namespace, trace: str) -> tuple[subprocess.Popen, int]:
     return sim, int(m.group(1))
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()  # the simulator flushes its trace on SIGTERM
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
     """One ``kneecap run`` against a fresh simulator; its figures as one JSON-able dict."""
     trace, out = os.path.join(tmp, f"trace-{workers}-{i}.jsonl"), os.path.join(tmp, f"run-{workers}-{i}")
@@ -94,13 +74,13 @@ def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
         with open(scenario, "w") as f:
             f.write(SCENARIO.format(port=port, prompt=args.prompt_tokens, tokens=args.tokens, streams=args.streams,
                                     seconds=args.seconds, warmup=args.warmup))
-        b0 = _busy()
+        b0 = busy_jiffies()
         run = subprocess.run([*pin(1), sys.executable, "-m", "harness.cli", "run", scenario, "--out", out,
                               "--workers", str(workers), "--save-requests", *args.extra], cwd=ROOT,
                              capture_output=True, text=True, timeout=args.seconds + args.warmup + 120)
-        b1 = _busy()
+        b1 = busy_jiffies()
     finally:
-        _stop(sim)
+        stop_procs(sim)
     if run.returncode not in (0, 1, 4):  # 4: the step was flagged unreliable (its figures are still written)
         raise SystemExit(f"kneecap run exited {run.returncode}:\n{run.stdout}\n{run.stderr}")
     with open(trace) as f:
@@ -112,14 +92,15 @@ def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
                 continue
             offsets.append(rec["start"] + rec["ttft_s"] - sent[rec["response_id"]])
     offsets.sort()
-    med = _q(offsets, 0.5)
+    med = nearest_rank(offsets, 0.5)
     noise = sorted(abs(x - med) for x in offsets) if med is not None else []
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     gen = (summary.get("steps") or [{}])[0].get("generator") or {}
     line = {"name": "run_accuracy", "workers": workers, "streams": args.streams, "tokens": args.tokens,
             "iter_ms": args.iter_ms, "seconds": args.seconds, "requests": len(offsets),
-            "offset_p50_ms": _ms(med), "noise_p99_ms": _ms(_q(noise, 0.99)), "noise_max_ms": _ms(_q(noise, 1.0)),
+            "offset_p50_ms": _ms(med), "noise_p99_ms": _ms(nearest_rank(noise, 0.99)),
+            "noise_max_ms": _ms(nearest_rank(noise, 1.0)),
             "requests_over_1ms": sum(x > 0.001 for x in noise),
             "shared_stamp_share": gen.get("shared_stamp_share"), "reliable": gen.get("reliable"),
             "loop_lag_p99_ms": gen.get("lag_p99_ms"), "cpu_us_per_token": gen.get("cpu_us_per_token"),

@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import git_rev, pin
+from benchmarks.common import busy_jiffies, git_rev, pin, stop_procs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -62,12 +62,6 @@ PATH = "/v1/chat/completions"
 MODEL = "bench"
 TURNS, FIRST_TOKENS, TURN_TOKENS, OUT_TOKENS = 8, 1000, 100, 100
 TICK_S = 0.1
-
-
-def _busy() -> tuple[int, int]:  # busy and total jiffies of the whole machine
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v) - v[3] - v[4], sum(v)
 
 
 def _median(xs: list[float]) -> float:
@@ -255,17 +249,6 @@ def _stats(port: int, reset: bool = False) -> dict:
         return json.loads(r.read())
 
 
-def _stop(procs: list) -> None:
-    for proc in procs:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 def measure(args: argparse.Namespace, mode: str, n: int, tmp: str) -> dict:
     """Simulator on core 0, one load process on core 1; one JSON line of the window."""
     out = os.path.join(tmp, f"load-{mode}-{n}.json")
@@ -287,14 +270,14 @@ def measure(args: argparse.Namespace, mode: str, n: int, tmp: str) -> dict:
         begin = float(proc.stdout.readline().split()[1])  # type: ignore[union-attr]
         time.sleep(max(0.0, begin + args.warmup - time.perf_counter()))
         _stats(port, reset=True)
-        b0 = _busy()
+        b0 = busy_jiffies()
         time.sleep(max(0.0, begin + args.warmup + args.seconds - time.perf_counter()))
-        s, b1 = _stats(port), _busy()
+        s, b1 = _stats(port), busy_jiffies()
         proc.communicate(timeout=60)
         if proc.returncode != 0:
             raise SystemExit(f"load process failed: {mode} {n}")
     finally:
-        _stop([proc, sim])
+        stop_procs(proc, sim)
     with open(out) as f:
         res = json.load(f)
     wall, cpu = res["w1"] - res["w0"], res["cpu_s"]
@@ -351,7 +334,7 @@ def main() -> None:
         try:
             proc.wait(timeout=300)
         finally:
-            _stop([proc])
+            stop_procs(proc)
         if proc.returncode != 0:
             raise SystemExit("in-process measurement failed")
         with open(out) as f:
