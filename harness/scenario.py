@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, LoadPlan, StepSpec, level_count
+from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, OPEN_MODES, SEARCH_MODES, LoadPlan, StepSpec, level_count
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
 from harness.checker import Checker, decode_text
@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "RETRY_AFTER", "End
            "ScenarioError", "StepSpec", "Timeouts", "Tls", "Workload", "apply_overrides", "default_scenario",
            "load_scenario", "parse_scenario", "url_problem"]
 
-LOAD_MODES = ("staircase", "constant", "open_staircase")
+LOAD_MODES = ("staircase", "constant", "open_staircase", "search", "open_search")
 
 
 class ScenarioError(KneecapError):
@@ -225,7 +225,7 @@ def _load(node: Any, check: Checker) -> LoadPlan:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
     start, step_by, top = _load_levels(node, check, mode)
-    arrival, cv, gaps = _load_arrival(node, check, closed=mode != "open_staircase")
+    arrival, cv, gaps = _load_arrival(node, check, closed=mode not in OPEN_MODES)
     step = _load_step(node.get("step", {}), check)
     metric, confirm = _load_knee(node.get("knee", {}), check)
     return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
@@ -239,10 +239,10 @@ def _load(node: Any, check: Checker) -> LoadPlan:
 
 
 def _load_levels(node: dict, check: Checker, mode: str | None) -> tuple[Any, Any, Any]:
-    """``load.users`` (closed modes) or ``load.rate`` (open_staircase): start, step and max of the staircase (one
-    number for constant), within the limits a plan may have."""
+    """``load.users`` (closed modes) or ``load.rate`` (open modes): start, step and max of the staircase (one
+    number for constant; min, resolution and max of a search), within the limits a plan may have."""
     d = LoadPlan()
-    closed = mode != "open_staircase"
+    closed = mode not in OPEN_MODES
     level_key, other = ("users", "rate") if closed else ("rate", "users")
     if other in node:
         check.fail(f"load.{other}", f"{mode} mode is driven by {level_key}, not {other}")
@@ -250,22 +250,24 @@ def _load_levels(node: dict, check: Checker, mode: str | None) -> tuple[Any, Any
     level = node.get(level_key, {})
     if mode == "constant" and not isinstance(level, dict):
         level = {"start": level, "max": level}
-    if check.mapping(level, f"load.{level_key}", ("start", "step", "max")) is not None:
+    keys = ("min", "resolution", "max") if mode in SEARCH_MODES else ("start", "step", "max")
+    if check.mapping(level, f"load.{level_key}", keys) is not None:
         where, unit = f"load.{level_key}", "users" if closed else "requests/s"
         limit = (f"the most {unit} one run may ask for, so a larger number is a typo, not a plan: give what your "
                  "fleet can drive; a Locust worker runs a few thousand users")
         start, step_by, top = (check.number(level, key, where, default, integer=closed, above=0, maximum=MAX_LEVEL,
                                             limit=limit)
-                               for key, default in (("start", d.start), ("step", d.step_by), ("max", d.max)))
+                               for key, default in zip(keys, (d.start, d.step_by, d.max), strict=True))
         if None not in (start, top) and start > top:
-            check.fail(where, f"start ({start}) must be <= max ({top})")
+            check.fail(where, f"{keys[0]} ({start}) must be <= max ({top})")
         elif None not in (start, step_by, top) and mode != "constant" and \
                 (n := level_count(start, step_by, top)) > MAX_LEVELS:
             wider = (top - start) / (MAX_LEVELS - 1)
             wider = math.ceil(wider) if closed else wider
-            check.fail(f"{where}.step", f"the staircase {start:g}, {start + step_by:g}, ... up to {top:,} has {n:,} "
-                                        f"levels, more than the {MAX_LEVELS:,} a plan may have (55 hours at 20 s "
-                                        f"a step): use a step of at least {wider:.3g} or a smaller max")
+            grid = "search grid" if mode in SEARCH_MODES else "staircase"
+            check.fail(f"{where}.{keys[1]}", f"the {grid} {start:g}, {start + step_by:g}, ... up to {top:,} has {n:,} "
+                                             f"levels, more than the {MAX_LEVELS:,} a plan may have (55 hours at 20 s "
+                                             f"a step): use a {keys[1]} of at least {wider:.3g} or a smaller max")
     return start, step_by, top
 
 
@@ -291,12 +293,16 @@ def _load_step(s: Any, check: Checker) -> StepSpec:
     """``load.step``: when a step's measurement is done."""
     sd = StepSpec()
     step = sd
-    if check.mapping(s, "load.step", ("warmup_s", "min_duration_s", "min_requests", "max_duration_s")) is not None:
+    keys = ("warmup_s", "min_duration_s", "min_requests", "max_duration_s", "precision")
+    if check.mapping(s, "load.step", keys) is not None:
         step = StepSpec(warmup_s=check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
                         min_duration_s=check.number(s, "min_duration_s", "load.step", sd.min_duration_s, above=0),
                         min_requests=check.number(s, "min_requests", "load.step", sd.min_requests, integer=True,
                                                   minimum=1),
-                        max_duration_s=check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0))
+                        max_duration_s=check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0),
+                        precision=check.number(s, "precision", "load.step", None, above=0, maximum=1,
+                                               limit="a share of the p99: 0.1 ends a step once its p99 is known "
+                                                     "to within ±10%"))
         if None not in (step.min_duration_s, step.max_duration_s) and step.min_duration_s > step.max_duration_s:
             check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
                                     f"({step.max_duration_s})")

@@ -86,7 +86,7 @@ MALFORMED = [
     (GOOD + "endpoint: {headers: {X-Key: {envv: K}}}", "endpoint.headers.X-Key: unknown key 'envv'"),
     (GOOD + "endpoint: {continuous_usage: always}", "endpoint.continuous_usage: must be one of auto, on, off"),
     (GOOD + "endpoint: {timeouts: {ttft_s: 0}}", "endpoint.timeouts.ttft_s: must be > 0, got 0"),
-    (GOOD + "load: {mode: ramp}", "load.mode: must be one of staircase, constant, open_staircase; got 'ramp'"),
+    (GOOD + "load: {mode: ramp}", "load.mode: must be one of staircase, constant, open_staircase, search, open_search; got 'ramp'"),
     (GOOD + "load: {users: {start: 64, step: 4, max: 8}}", "load.users: start (64) must be <= max (8)"),
     (GOOD + "load: {users: {start: 2.5}}", "load.users.start: expected an integer, got a number 2.5"),
     (GOOD + "load: {mode: staircase, rate: {start: 1}}", "load.rate: staircase mode is driven by users, not rate"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Knee", "KneeParams", "StepPoint", "find_knee"]
+__all__ = ["Knee", "KneeParams", "StepPoint", "by_load", "find_knee"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,13 @@ def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float
     e_t = math.log(b.throughput / a.throughput) / dl
     significant = _ci(b)[0] > _ci(a)[1]
     return significant and e_p > params.min_latency_elasticity and e_t < params.max_throughput_elasticity, e_p, e_t
+
+
+def by_load(points: list[StepPoint]) -> list[StepPoint]:
+    """The points in load order, the latest of each load (a search visits levels in any order; a level re-run
+    after a fleet change keeps its last judged step)."""
+    latest = {p.load: p for p in sorted(points, key=lambda p: p.index)}
+    return [latest[k] for k in sorted(latest)]
 
 
 def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label: str = "p99") -> Knee:

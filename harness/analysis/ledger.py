@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
-from harness.analysis.knee import Knee, KneeParams, StepPoint, find_knee
+from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.plan import StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
-from harness.analysis.results import FleetEvent, SloCheck, StepResult
+from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
+from harness.analysis.search import DRAIN_E2E_FACTOR, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
@@ -101,8 +102,14 @@ class Ledger:
     _last_report: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.plan = StepPlan.for_load(self.scenario.load)
-        self.mode = "open" if self.scenario.load.mode == "open_staircase" else "closed"
+        load = self.scenario.load
+        self.plan = StepPlan.for_load(load)
+        self.mode = "open" if load.open_loop else "closed"
+        self.search = load.search
+        self.grid = SearchGrid(load.start, load.max, load.step_by, integer=not load.open_loop)
+        """A search's levels: the staircase's at its resolution."""
+        self.decision: Decision | None = None
+        """A search's last choice of level (``next_probe``)."""
 
     @property
     def steps(self) -> list[StepInfo]:
@@ -121,11 +128,13 @@ class Ledger:
     def state(self, index: int) -> StepState | None:
         return self.states[index] if 0 <= index < len(self.states) else None
 
-    def begin_step(self, level: float, now: float, wall: float, level_index: int = -1) -> StepInfo:
+    def begin_step(self, level: float, now: float, wall: float, level_index: int = -1, *, why: str = "",
+                   warmup_s: float | None = None, warmup_why: str = "") -> StepInfo:
         """Close the running step (if any) and start the next one at ``level`` (the plan's ``level_index``-th)."""
         self.end_step(now)
-        info = StepInfo(len(self.states), level, now, self.scenario.load.step.warmup_s, started_wall=wall,
-                        level_index=level_index)
+        warmup = self.scenario.load.step.warmup_s if warmup_s is None else warmup_s
+        info = StepInfo(len(self.states), level, now, warmup, started_wall=wall, level_index=level_index, why=why,
+                        warmup_why=warmup_why)
         self.states.append(StepState(info))
         return info
 
@@ -145,11 +154,12 @@ class Ledger:
         self.fleet_events.append(event)
         return event
 
-    def end_step(self, now: float) -> bool:
-        """Close the running step; False when there is none."""
+    def end_step(self, now: float, why: str = "stopped") -> bool:
+        """Close the running step (``why``: ``StepInfo.ended_why``); False when there is none."""
         if not self.states or self.states[-1].info.ended is not None:
             return False
         self.states[-1].info.ended = now
+        self.states[-1].info.ended_why = self.states[-1].info.ended_why or why
         return True
 
     def merge(self, worker: str, report: Report, now: float) -> None:
@@ -185,6 +195,39 @@ class Ledger:
             st.server = st.server or ServerStep()
             st.server.add(sample)
 
+    def next_probe(self, now: float) -> Decision:
+        """A search's next level (``analysis/search.py``), from every step measured so far: judged, or (the one
+        that just ended) as its data stands; steps the fleet changed during are left out, like the judging does."""
+        probes = []
+        for st in self.states:
+            bucket = self.measured(st.index)
+            if st.info.fleet_changed or not bucket.requests:
+                continue
+            server = st.server.summary() if st.server is not None else {}
+            probes.append(Probe(self.point(st, now), bucket.requests / st.info.measured_s(now),
+                                server.get("waiting_mean"), server.get("running_max")))
+        self.decision = choose(probes, self.grid, self.knee_params, open_loop=self.mode == "open",
+                               label=self.knee_label)
+        return self.decision
+
+    def search_line(self) -> str:
+        """Where a search stands, in one line: "knee between 24 and 32 users; next: 28"."""
+        return search_line(self.decision, self.current, level_unit(self.mode))
+
+    def drain_warmup(self, prev: StepInfo, level: float) -> tuple[float | None, str]:
+        """The warm-up of a step at ``level`` after ``prev``: the plan's, or, going down in load, long enough for
+        ``prev``'s requests to finish (``DRAIN_E2E_FACTOR`` × its e2e p99, at most the step's max duration): the
+        lighter step must not measure the heavier one's queue."""
+        spec = self.scenario.load.step
+        e2e = self.measured(prev.index).sketches.get("e2e")
+        if level >= prev.level or e2e is None or not e2e.count:
+            return None, ""
+        drain = min(DRAIN_E2E_FACTOR * e2e.quantile(0.99), spec.max_duration_s)
+        if drain <= spec.warmup_s:
+            return None, ""
+        return drain, (f"drain after {prev.level:g} {level_unit(self.mode)}: {DRAIN_E2E_FACTOR:g} x its e2e p99 "
+                       f"({e2e.quantile(0.99):.1f} s)")
+
     def measured(self, index: int) -> Bucket:
         return self.fleet.bucket(index, "measure")
 
@@ -199,10 +242,25 @@ class Ledger:
             bucket = self.measured(info.index)
             if bucket.requests and not info.fleet_changed:
                 self._judge(st, bucket)
-        self.knee = find_knee([s.judgement.point for s in self.states if s.judgement is not None],
-                              KneeParams(confirm_steps=self.scenario.load.confirm_steps),
-                              label=f"{self.scenario.load.knee_metric} p99_slo")
+        self.knee = find_knee(by_load([s.judgement.point for s in self.states if s.judgement is not None]),
+                              self.knee_params, label=self.knee_label)
         return self.knee
+
+    @property
+    def knee_params(self) -> KneeParams:
+        return KneeParams(confirm_steps=self.scenario.load.confirm_steps)
+
+    @property
+    def knee_label(self) -> str:
+        return f"{self.scenario.load.knee_metric} p99_slo"
+
+    def point(self, st: StepState, now: float) -> StepPoint:
+        """The step as the knee finder sees it: its judgement's, or (not judged yet) from its data so far."""
+        if st.judgement is not None:
+            return st.judgement.point
+        info = st.info
+        return step_point(info.index, info.level, self.measured(info.index), self.scenario.load.knee_metric,
+                          (st.generator or Generator()).health().reliable, info.measured_s(now))
 
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go (both
@@ -238,7 +296,8 @@ class Ledger:
     def stop_reason(self) -> str | None:
         """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
         judged = [(s.index, s.judgement) for s in self.states if s.judgement is not None]
-        reason = stop_reason(self.knee, [j.error_rate for _, j in judged],
+        # a search ends when its bracket is within the resolution (``load/control.py``), not at the first knee
+        reason = stop_reason(Knee(False) if self.scenario.load.search else self.knee, [j.error_rate for _, j in judged],
                              [c.threshold for _, j in judged for c in j.slo if c.abort_on_fail and not c.passed])
         if reason is not None and reason.startswith("error storm"):  # say which failures, and the likely fix
             bucket = self.measured(judged[-1][0])

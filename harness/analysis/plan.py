@@ -14,8 +14,8 @@ from typing import overload
 
 from harness.analysis.knee import Knee
 
-__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "Levels", "LoadPlan", "Step", "StepPlan", "StepSpec",
-           "level_count", "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "SEARCH_MODES", "Levels", "LoadPlan", "Step",
+           "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -34,14 +34,21 @@ class StepSpec:
     min_duration_s: float = 20.0
     min_requests: int = 200
     max_duration_s: float = 120.0
+    precision: float | None = None
+    """End the step (past the floors) once the knee metric's p99 CI half-width is within this share of the p99."""
+
+
+SEARCH_MODES = ("search", "open_search")
+OPEN_MODES = ("open_staircase", "open_search")
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoadPlan:
     mode: str = "staircase"
     start: float = 4
-    """Users (closed loop) or requests/s (open loop) of the first step."""
+    """Users (closed loop) or requests/s (open loop) of the first step; a search's ``min``."""
     step_by: float = 4
+    """The staircase's step; a search's ``resolution`` (its levels are on the same grid)."""
     max: float = 64
     spawn_rate: float = 50.0
     duration_s: float = 60.0
@@ -57,6 +64,14 @@ class LoadPlan:
     confirm_steps: int = 1
     on_worker_loss: str = "continue"
     """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""
+
+    @property
+    def open_loop(self) -> bool:
+        return self.mode in OPEN_MODES
+
+    @property
+    def search(self) -> bool:
+        return self.mode in SEARCH_MODES
 
 
 _EPS = 1e-9
@@ -128,6 +143,7 @@ class StepPlan:
     min_duration_s: float
     min_requests: int
     max_duration_s: float
+    precision: float | None = None
 
     @property
     def levels(self) -> Levels:
@@ -136,19 +152,20 @@ class StepPlan:
 
     @classmethod
     def staircase(cls, start: float, step: float, top: float, *, warmup_s: float, min_duration_s: float,
-                  min_requests: int, max_duration_s: float) -> StepPlan:
+                  min_requests: int, max_duration_s: float, precision: float | None = None) -> StepPlan:
         return cls(start, step, level_count(start, step, top), warmup_s, min_duration_s, min_requests,
-                   max_duration_s)
+                   max_duration_s, precision)
 
     @classmethod
     def for_load(cls, load: LoadPlan) -> StepPlan:
-        """The plan of a scenario's ``load`` section: a constant level, or a staircase (closed or open loop)."""
+        """The plan of a scenario's ``load`` section: a constant level, or a staircase (closed or open loop); a
+        search's levels are the staircase's grid at its resolution (it picks which to visit)."""
         st = load.step
         if load.mode == "constant":
             return cls.constant(load.start, load.duration_s, st.warmup_s)
         return cls.staircase(load.start, load.step_by, load.max, warmup_s=st.warmup_s,
                              min_duration_s=st.min_duration_s, min_requests=st.min_requests,
-                             max_duration_s=st.max_duration_s)
+                             max_duration_s=st.max_duration_s, precision=st.precision)
 
     @classmethod
     def constant(cls, level: float, duration_s: float, warmup_s: float) -> StepPlan:
@@ -158,16 +175,37 @@ class StepPlan:
         """The ``index``-th level, or None past the last one (the plan is complete)."""
         return self.levels[index] if 0 <= index < self.count else None
 
-    def step_done(self, elapsed_s: float, measured_requests: int) -> bool:
-        """Hold until BOTH min duration and min requests (after warm-up), or until max duration."""
-        measured = elapsed_s - self.warmup_s
-        return measured >= self.max_duration_s or (measured >= self.min_duration_s
-                                                    and measured_requests >= self.min_requests)
+    def step_done(self, elapsed_s: float, measured_requests: int, p99_precision: float | None = None, *,
+                  warmup_s: float | None = None) -> bool:
+        return self.step_end(elapsed_s, measured_requests, p99_precision, warmup_s=warmup_s) is not None
 
-    def samples_line(self, elapsed_s: float, measured_requests: int) -> str:
-        measured = max(0.0, elapsed_s - self.warmup_s)
+    def step_end(self, elapsed_s: float, measured_requests: int, p99_precision: float | None = None, *,
+                 warmup_s: float | None = None) -> str | None:
+        """Why the step is done, or None to hold: "max_duration"; past BOTH floors (min duration and min requests,
+        after warm-up) "min" — or, with a ``precision``, "precision" once the knee metric's ``p99_precision`` (CI
+        half-width / p99) is within it. ``warmup_s``: the step's own, when it is not the plan's (a drain)."""
+        measured = elapsed_s - (self.warmup_s if warmup_s is None else warmup_s)
+        if measured >= self.max_duration_s:
+            return "max_duration"
+        if measured < self.min_duration_s or measured_requests < self.min_requests:
+            return None
+        if self.precision is None:
+            return "min"
+        return "precision" if p99_precision is not None and p99_precision <= self.precision else None
+
+    def samples_line(self, elapsed_s: float, measured_requests: int, warmup_s: float | None = None) -> str:
+        warmup = self.warmup_s if warmup_s is None else warmup_s
+        measured = max(0.0, elapsed_s - warmup)
         return (f"{measured:.0f}/{self.min_duration_s:g}s, {measured_requests}/{self.min_requests} requests"
-                if elapsed_s >= self.warmup_s else f"warming up {max(0.0, elapsed_s):.0f}/{self.warmup_s:g}s")
+                if elapsed_s >= warmup else f"warming up {max(0.0, elapsed_s):.0f}/{warmup:g}s")
+
+
+def p99_precision(p99: float, ci: tuple[float, float] | None) -> float | None:
+    """The p99's order-statistic 95% CI half-width as a share of the p99 (None: no interval, or a p99 that is 0 or
+    infinite). Distribution-free: the CI's ranks come from Binomial(n, 0.99) (``metrics.aggregate.ci_ranks``)."""
+    if ci is None or not 0 < p99 < math.inf or not all(map(math.isfinite, ci)):
+        return None
+    return (ci[1] - ci[0]) / 2 / p99
 
 
 def stop_reason(knee: Knee, error_rates: list[float], aborted: list[str]) -> str | None:

@@ -138,6 +138,9 @@ class StepResult:
     closes the connection after each response, and every request's TTFT includes a connect."""
     cost: StepCost | None = None
     """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
+    ended: str | None = None
+    """Why the step ended (``StepInfo.ended_why``): "min", "precision", "max_duration", "stopped", ...; None while
+    it runs."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, level_key(self.mode): self.level, "duration_s": self.duration_s,
@@ -168,6 +171,8 @@ class StepResult:
             out["tail"] = self.tail
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
+        if self.ended is not None:
+            out["ended"] = self.ended
         return out
 
 
@@ -218,6 +223,8 @@ class RunSummary:
     """Workers whose clock is off by more than ``metrics.clock.WARN_OFFSET_S``, far away, or not measured."""
     cost: RunCost | None = None
     """With the scenario's ``cost:``: the prices, the test's tokens and cost, figures at the reference loads."""
+    search: dict | None = None
+    """A search's grid, state and path (``analysis/search.search_summary``); None for a staircase or constant run."""
 
     @property
     def degraded(self) -> bool:
@@ -241,4 +248,6 @@ class RunSummary:
             out.update(clocks=self.clocks, clock_warnings=self.clock_warnings)
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
+        if self.search is not None:
+            out["search"] = self.search
         return out

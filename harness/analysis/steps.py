@@ -41,6 +41,12 @@ class StepInfo:
     started_wall: float = 0.0
     level_index: int = -1
     """Position of ``level`` in the plan's levels (a step re-run after a fleet change repeats it); -1: none."""
+    why: str = ""
+    """Why this level was chosen (a search's chooser, a re-run); "" for the staircase's next level."""
+    warmup_why: str = ""
+    """Why the warm-up is longer than the plan's (a drain after a heavier step); "" when it is the plan's."""
+    ended_why: str | None = None
+    """Why the step ended: "min", "precision", "max_duration" (``StepPlan.step_end``), "stopped", "fleet change"."""
     workers_lost: list[str] = field(default_factory=list)
     """Workers that went missing or quit while this step ran: its load was not what it says."""
     workers_joined: list[str] = field(default_factory=list)
@@ -138,7 +144,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,
-        new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None)
+        new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
+        ended=info.ended_why)
 
 
 def connection_warning(steps: list[StepResult]) -> str | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.pricing import run_cost
 from harness.analysis.results import RunSummary, StepResult, level_unit
+from harness.analysis.search import search_summary
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
 from harness.analysis.verdict import run_exit_code, slo_verdict
@@ -46,7 +47,7 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
     if knee_index is not None:
         why = knee_why(steps, knee_index, sc.load.knee_metric)
         reason = f"{reason}; {why}" if why else reason
-    slo = slo_verdict(steps, sc.slo, knee_index)
+    slo = slo_verdict(steps, sc.slo, knee.load if knee.found else None)
     cost = None if sc.cost is None else run_cost(
         sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee_index,
         judged={s.index: s.slo_passed for s in steps if s.index in ledger.judged},
@@ -58,14 +59,24 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
                       stop_reason=facts.stop_reason, workers=len(ledger.fleet.worker_step), steps=steps, knee=knee,
                       knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo, exit_code=code,
                       fleet_events=list(ledger.fleet_events), merge_errors=facts.merge_errors, cost=cost,
-                      clocks=facts.clocks, clock_warnings=facts.clock_warnings)
+                      clocks=facts.clocks, clock_warnings=facts.clock_warnings, search=_search(ledger))
+
+
+def _search(ledger: Ledger) -> dict | None:
+    if not ledger.search:
+        return None
+    return search_summary(mode=ledger.scenario.load.mode, grid=ledger.grid, unit=level_unit(ledger.mode),
+                          steps=ledger.steps, judged=set(ledger.judged), knee=ledger.knee, decision=ledger.decision,
+                          current=ledger.current)
 
 
 def knee_why(steps: list[StepResult], knee_index: int, metric: str) -> str:
     """Why the knee is where it is, beyond the curve: the server's queue and the prefix cache at the knee step
     against the step after it, and what the knee metric's p99 tail was made of past it."""
     at = next((s for s in steps if s.index == knee_index), None)
-    after = next((s for s in steps if s.index > knee_index), None)
+    # the step just past it in load (a search visits levels in any order): the lightest heavier judged step
+    heavier = [s for s in steps if at is not None and s.level > at.level]
+    after = min(heavier, key=lambda s: (s.level, -s.index), default=None)
     server = explain(at.server if at else None, after.server if after else None)
     cache = explain_cache(at.prefix_cache if at else None, after.prefix_cache if after else None)
     return "; ".join(w for w in (server, cache, _tail_why(after, metric)) if w)

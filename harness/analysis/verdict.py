@@ -13,13 +13,13 @@ EXIT_SLO_FAILED = exitcodes.SLO_FAILED
 EXIT_NO_VALID_RESULT = exitcodes.NO_VALID_RESULT
 
 
-def slo_verdict(steps: list[StepResult], thresholds: tuple[Threshold, ...], knee_step: int | None) -> SloVerdict:
-    """Passed: every SLO held at every step up to the knee (every step when there is no knee);
+def slo_verdict(steps: list[StepResult], thresholds: tuple[Threshold, ...], knee_load: float | None) -> SloVerdict:
+    """Passed: every SLO held at every step up to the knee's load (every step when there is no knee);
     ``max_load_within_slo``: the largest load whose step met them all."""
     if not thresholds:
         return SloVerdict(thresholds=[], passed=None, max_load_within_slo=None)
     judged = [s for s in steps if s.slo_passed is not None]
-    upto = [s for s in judged if knee_step is None or s.index <= knee_step]
+    upto = [s for s in judged if knee_load is None or s.level <= knee_load]
     within = [s.level for s in judged if s.slo_passed]
     return SloVerdict(thresholds=[t.text for t in thresholds], passed=bool(upto) and all(s.slo_passed for s in upto),
                       max_load_within_slo=max(within) if within else None)

@@ -48,4 +48,4 @@ class ScenarioSource:
 
     @property
     def open_loop(self) -> bool:
-        return self.scenario.load.mode == "open_staircase"
+        return self.scenario.load.open_loop

@@ -16,16 +16,20 @@ from collections.abc import Callable
 
 from harness.analysis.failures import top_failures
 from harness.analysis.ledger import Ledger
-from harness.analysis.plan import Step
+from harness.analysis.plan import Step, p99_precision
 from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo
 from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import StepMessage
 
-__all__ = ["NOTICED_AFTER_S", "PROGRESS_EVERY_S", "StepControl"]
+__all__ = ["HOLD_MAX_S", "NOTICED_AFTER_S", "PROGRESS_EVERY_S", "StepControl"]
 
 log = logging.getLogger("kneecap")
 PROGRESS_EVERY_S = 5.0
+HOLD_MAX_S = 10.0
+"""The longest a search waits for a finished step's last reports before choosing the next level without them."""
+HOLD_WARMUP_S = 86_400.0
+"""Between a search's steps the workers' records are warm-up: the load is still the last level's."""
 NOTICED_AFTER_S = 5.0
 """How long after a worker dies the master may notice: Locust marks a worker missing after 3 missed 1 s
 heartbeats (``HEARTBEAT_LIVENESS``), and the watch polls every 0.5 s."""
@@ -57,6 +61,8 @@ class StepControl:
         self.finalized = False
         """Set by the master at the end: fleet changes from then on are its own bookkeeping, not a re-run."""
         self._last_progress = -PROGRESS_EVERY_S
+        self._hold: float | None = None
+        """A search between steps: when its last step ended (the load holds while its data comes in)."""
 
     def tick(self, now: float) -> Step | None:
         """The shape's tick: the users to run now, or None to stop (see ``load/shapes.py``)."""
@@ -67,17 +73,21 @@ class StepControl:
         cur = ledger.current
         if cur is None:
             self.start_run()
-            cur = self.begin_step(plan.levels[0], 0)
+            cur = self.begin_step(plan.levels[0], 0, why="start at min" if ledger.search else "")
             return self._users(cur.level, spawn)
         self.judge()
         reason = ledger.stop_reason()
         measured = ledger.measured(cur.index).requests
-        if reason is None and plan.step_done(now - cur.started, measured):
-            nxt = plan.level(cur.level_index + 1)
-            if nxt is None:
-                reason = f"plan complete: last level {cur.level:g} done"
-            else:
-                cur, measured = self.begin_step(nxt, cur.level_index + 1), 0
+        end = None if reason is not None or self._hold is not None else self._step_end(cur, now, measured)
+        if end is not None and ledger.search:
+            self._begin_hold(end, now)
+        elif end is not None:
+            cur.ended_why = end
+            reason = self._next_step(cur, now)
+        elif reason is None and self._hold is not None and self._hold_over(cur, now):
+            reason = self._next_step(cur, now)
+        if ledger.current is not cur:
+            cur, measured = ledger.current, 0  # type: ignore[assignment]
         if reason is not None:
             log.info("kneecap: stopping: %s", reason)
             self.stop(reason)
@@ -87,19 +97,72 @@ class StepControl:
             log.info("kneecap: %s", self._progress_line(cur, now, measured))
         return self._users(cur.level, spawn)
 
+    def _step_end(self, cur: StepInfo, now: float, measured: int) -> str | None:
+        """Why the running step is done (``StepPlan.step_end``), or None; the p99's precision only when asked for."""
+        plan, st = self.ledger.plan, self.ledger.state(cur.index)
+        precision = None
+        if plan.precision is not None and st is not None:
+            point = self.ledger.point(st, now)
+            precision = p99_precision(point.p99, point.ci)
+        return plan.step_end(now - cur.started, measured, precision, warmup_s=cur.warmup_s)
+
+    def _begin_hold(self, why: str, now: float) -> None:
+        """A search's step is done: close it, keep the load, and move the workers to a step that is all warm-up
+        until the next level is chosen (``_hold_over``) from the closed step's complete data."""
+        ledger = self.ledger
+        ledger.end_step(self.clock(), why)
+        self._hold = now
+        cur = ledger.current
+        rate = cur.level if self.open_loop and cur is not None else None
+        self.step_message = StepMessage(index=len(ledger.states), rate=rate, stride=self.workers(),
+                                        warmup_s=HOLD_WARMUP_S)
+        self.send_step(self.step_message)
+
+    def _hold_over(self, cur: StepInfo, now: float) -> bool:
+        """Every worker's report from past ``cur`` arrived (they report at once on a step message), or
+        ``HOLD_MAX_S`` passed (then the choice is made on the data there is, and the console says so)."""
+        if self.ledger.fleet.step_complete(cur.index, self.workers()):
+            return True
+        if now - (self._hold or now) < HOLD_MAX_S:
+            return False
+        log.warning("kneecap: step %d's last reports did not all arrive within %.0f s of its end: choosing the next "
+                    "level on the data there is", cur.index, HOLD_MAX_S)
+        return True
+
+    def _next_step(self, cur: StepInfo, now: float) -> str | None:
+        """Begin the step after ``cur``: the staircase's next level, or where the search probes next (with a
+        longer warm-up to drain a heavier step's queue). Returns why the plan is done instead, or None."""
+        ledger = self.ledger
+        if not ledger.search:
+            nxt = ledger.plan.level(cur.level_index + 1)
+            if nxt is None:
+                return f"plan complete: last level {cur.level:g} done"
+            self.begin_step(nxt, cur.level_index + 1)
+            return None
+        self._hold = None
+        self.judge()
+        decision = ledger.next_probe(now)
+        if decision.level is None:
+            return f"search done: {decision.why}"
+        warmup, warmup_why = ledger.drain_warmup(cur, decision.level)
+        self.begin_step(decision.level, ledger.grid.index(decision.level), why=decision.why, warmup_s=warmup,
+                        warmup_why=warmup_why)
+        return None
     def begin_plain(self, users: float) -> None:
         """A plain ``-u/-r/-t`` run (no shape): one step at its users, from the start."""
         self.start_run()
         self.begin_step(users)
 
-    def begin_step(self, level: float, level_index: int = 0) -> StepInfo:
+    def begin_step(self, level: float, level_index: int = 0, *, why: str = "", warmup_s: float | None = None,
+                   warmup_why: str = "") -> StepInfo:
         """Start a new step at ``level`` users (or req/s), the plan's ``level_index``-th; workers tag their
-        records from now on."""
-        info = self.ledger.begin_step(level, self.clock(), time.time(), level_index)
-        msg = StepMessage(index=info.index)
-        if self.open_loop:
-            msg = StepMessage(index=info.index, rate=level, stride=self.workers())
-        text = f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}"
+        records from now on (and count its first ``warmup_s`` as warm-up, when it is not the plan's)."""
+        info = self.ledger.begin_step(level, self.clock(), time.time(), level_index, why=why, warmup_s=warmup_s,
+                                      warmup_why=warmup_why)
+        msg = StepMessage(index=info.index, rate=level if self.open_loop else None,
+                          stride=self.workers() if self.open_loop else 1, warmup_s=warmup_s)
+        text = f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}" + (f" ({why})" if why else "") + (
+            f"; warm-up {info.warmup_s:.1f} s: {warmup_why}" if warmup_why else "")
         log.info("kneecap: %s", text)
         self.event("step", text, level)
         self.step_message = msg
@@ -109,7 +172,8 @@ class StepControl:
     def end_plan(self) -> None:
         """Close the last step now: workers move to a step past the plan (their records from here on are
         not part of any step) and open-loop drivers stop dispatching."""
-        if self.ledger.end_step(self.clock()):
+        if self.ledger.end_step(self.clock()) or self._hold is not None:
+            self._hold = None
             self.step_message = StepMessage(index=len(self.ledger.states), end=True)
             self.send_step(self.step_message)
 
@@ -147,7 +211,7 @@ class StepControl:
         if policy == "abort":
             self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
             return
-        self.begin_step(first.level, first.level_index)
+        self.begin_step(first.level, first.level_index, why=f"re-run: the fleet changed during step {steps}")
         self.rebalance()
 
     def _users(self, level: float, spawn: float) -> Step:
@@ -162,12 +226,13 @@ class StepControl:
         metric = ledger.scenario.load.knee_metric
         s = ledger.measured(cur.index).sketches.get(metric)
         p99 = f" | {metric} p99 {s.quantile(0.99) * 1000:.0f} ms" if s is not None else ""
-        knee = ledger.knee
-        knee_text = f"knee at {knee.load:g} ({knee.confidence})" if knee.found else "no knee yet"
+        knee = ledger.knee  # only once confirmed: a pending knee comes and goes as steps are judged
+        knee_text = (ledger.search_line() if ledger.search else f"knee at {knee.load:g} ({knee.confidence})"
+                     if knee.found and knee.confirmed else "no knee confirmed yet")
         seen = Bucket()  # warm-up included: failures from the first second on are worth saying
         seen.merge(ledger.fleet.bucket(cur.index, "warmup"))
         seen.merge(ledger.measured(cur.index))
         failures = top_failures(seen)
         return (f"step {cur.index} | {cur.level:g} {level_unit(ledger.mode)} | "
-                f"{ledger.plan.samples_line(now - cur.started, measured)}{p99} | {knee_text}"
+                f"{ledger.plan.samples_line(now - cur.started, measured, cur.warmup_s)}{p99} | {knee_text}"
                 + (f" | failing: {failures}" if failures else ""))

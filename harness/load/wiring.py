@@ -30,7 +30,7 @@ from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
-from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, STEP_MESSAGE, StepMessage
+from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, REPORT_MESSAGE, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError, url_problem
 
 if TYPE_CHECKING:
@@ -123,8 +123,11 @@ def _worker(environment: Any, k: Kneecap) -> None:
     ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__(REPORT_KEY,
                                                                                     w.report().to_wire()))
     ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
-    runner.register_message(STEP_MESSAGE, lambda environment, msg, **kw: w.on_step(StepMessage.from_wire(msg.data),
-                                                                                     time.perf_counter()))
+    def on_step(environment: Any, msg: Any, **_: Any) -> None:
+        w.on_step(StepMessage.from_wire(msg.data), time.perf_counter())
+        runner.send_message(REPORT_MESSAGE, w.report().to_wire())  # the step before is complete at the master now
+
+    runner.register_message(STEP_MESSAGE, on_step)
     runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 
@@ -163,6 +166,7 @@ def _master(environment: Any, k: Kneecap) -> None:
     ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
     runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.flush(msg.node_id, msg.data))
+    runner.register_message(REPORT_MESSAGE, lambda environment, msg, **kw: m.merge(msg.node_id, msg.data))
 
 
 def _local(environment: Any, k: Kneecap) -> None:
@@ -181,8 +185,12 @@ def _local(environment: Any, k: Kneecap) -> None:
         w.stop()
         m.flush("local", w.report())
 
-    m = k.master = MasterSide(environment, k.source, send_step=lambda msg: w.on_step(msg, time.perf_counter()),
-                              workers=lambda: 1, before_summary=before_summary)
+    def send_step(msg: StepMessage) -> None:
+        w.on_step(msg, time.perf_counter())
+        drain()  # as a worker's REPORT_MESSAGE: the step before is complete at once
+
+    m = k.master = MasterSide(environment, k.source, send_step=send_step, workers=lambda: 1,
+                              before_summary=before_summary)
 
     def flush_loop() -> None:
         while True:

@@ -164,6 +164,8 @@ class WorkerSide:
         """The master began a step (or ended the plan): tag records (and CPU) with it from ``now`` on."""
         self.generator.charge(self.recorder.step)
         self.recorder.set_step(msg.index, now)
+        default = self.scenario.load.step.warmup_s
+        self.recorder.warmup_s = default if msg.warmup_s is None else msg.warmup_s
         self.told.set()
         if msg.end:
             self.open_step = None

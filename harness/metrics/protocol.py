@@ -30,6 +30,11 @@ Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the p
     {"index": 3}                                   closed loop: records from now on belong to step 3
     {"index": 3, "rate": 12.0, "stride": 2}        open loop: also the fleet's rate and the worker count
     {"index": 4, "end": True}                      the plan ended: no step from here on, arrivals stop
+    {"index": 3, "warmup_s": 12.5}                 this step's warm-up is not the scenario's (optional key)
+
+Worker → master, the ``REPORT_MESSAGE`` (a report, as above) at once when a ``STEP_MESSAGE`` arrives: the step
+before it has all its data within a round trip, not at the next 3 s report (a search chooses its next level from
+it while the load holds).
 
 Worker → master, ``HELLO_MESSAGE`` (no data) once its handlers are registered: the master answers with the
 ``STEP_MESSAGE`` under way, if any. A worker joining a running test learns its step that way — a message sent
@@ -49,14 +54,15 @@ from harness.metrics.aggregate import Bucket, Delta
 from harness.metrics.sketch import Sketch
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["FLUSH_MESSAGE", "HELLO_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "STEP_MESSAGE", "GeneratorSample",
-           "ProtocolError", "Report", "StepMessage"]
+__all__ = ["FLUSH_MESSAGE", "HELLO_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "REPORT_MESSAGE", "STEP_MESSAGE",
+           "GeneratorSample", "ProtocolError", "Report", "StepMessage"]
 
 PROTOCOL_VERSION = 1
 REPORT_KEY = "kneecap"
 STEP_MESSAGE = "kneecap_step"
 FLUSH_MESSAGE = "kneecap_flush"
 HELLO_MESSAGE = "kneecap_hello"
+REPORT_MESSAGE = "kneecap_report"
 
 
 class ProtocolError(KneecapError):
@@ -140,15 +146,21 @@ class StepMessage:
     """Open loop: how many workers share the schedule (each takes every stride-th arrival)."""
     end: bool = False
     """The plan ended: ``index`` is past the last step."""
+    warmup_s: float | None = None
+    """This step's warm-up when it is not the scenario's (a search draining a heavier step); on the wire only then."""
 
     def to_wire(self) -> dict:
         if self.end:
             return {"index": self.index, "end": True}
+        out: dict = {"index": self.index}
         if self.rate is not None:
-            return {"index": self.index, "rate": self.rate, "stride": self.stride}
-        return {"index": self.index}
+            out.update(rate=self.rate, stride=self.stride)
+        if self.warmup_s is not None:
+            out["warmup_s"] = self.warmup_s
+        return out
 
     @classmethod
     def from_wire(cls, d: dict) -> StepMessage:
+        warmup = d.get("warmup_s")
         return cls(index=int(d["index"]), rate=d.get("rate"), stride=int(d.get("stride", 1)),
-                   end=bool(d.get("end", False)))
+                   end=bool(d.get("end", False)), warmup_s=None if warmup is None else float(warmup))
