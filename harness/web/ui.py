@@ -1,152 +1,128 @@
-"""The LLM tab and ``/kneecap/charts`` (see package docstring), from the live summary typed as summary.json is
-(``analysis.summary_model.Summary``)."""
+"""The "LLM" and "LLM why" tabs and the ``/kneecap/`` routes on Locust's Flask app (see the package docstring)."""
 
 from __future__ import annotations
 
-import html
 import json
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, redirect, request
 
-from harness.analysis.decompose import UNKNOWN
 from harness.analysis.results import level_unit
-from harness.analysis.summary_model import SplitPart, Summary, TtftSplit
+from harness.analysis.summary_model import Summary
 from harness.metrics.aggregate import summarize_sketch
 from harness.report.validate import as_summary
+from harness.web.dashboard import COLUMNS, payload
+from harness.web.page import PAGE
+from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
 if TYPE_CHECKING:
     from harness.load.master import RunView
 
-__all__ = ["llm_rows", "register", "why_rows"]
+__all__ = ["llm_rows", "register", "status_line", "why_tab_rows"]
 
-_COLUMNS = ("metric", "count", "p50", "p90", "p95", "p99", "p999")
+_SKETCHES = (("ttft", "ttft (ms)", 1000.0), ("tpot", "tpot (ms)", 1000.0), ("itl", "itl (ms)", 1000.0),
+             ("e2e", "e2e (ms)", 1000.0), ("tokens_per_s", "tokens/s per user", 1.0),
+             ("session_ttft", "session ttft (ms)", 1000.0), ("session_duration", "session duration (ms)", 1000.0),
+             ("session_model_time", "session time on the endpoint (ms)", 1000.0),
+             ("session_context", "session final context (tokens)", 1.0))
 
 
 def llm_rows(view: RunView) -> list[dict]:
-    """Rows of the LLM tab: the current step's merged percentiles (ms), speed, goodput, step, knee, and why."""
+    """The running step's merged percentiles (from the fleet's sketches, not Locust's rounded ones): one row a
+    metric that has data, every column after ``metric`` a number."""
     ledger = view.ledger
     step = ledger.current
     if step is None:
-        return [{"metric": "waiting for the first step"}]
+        return []
     b = ledger.measured(step.index)
     rows = []
-    for metric in ("ttft", "tpot", "itl", "e2e"):
-        s = b.sketches.get(metric)
+    for name, label, scale in _SKETCHES:
+        s = b.sketches.get(name)
         if s is not None and s.count:
-            rows.append({"metric": f"{metric} (ms)", **{c: v for c, v in summarize_sketch(s).items() if c in _COLUMNS}})
-    speed = b.sketches.get("tokens_per_s")
-    if speed is not None and speed.count:
-        rows.append({"metric": "tokens/s per user", **{c: v for c, v in summarize_sketch(speed, 1.0).items()
-                                                       if c in _COLUMNS}})
+            figures = summarize_sketch(s, scale)
+            rows.append({"metric": label, **{c: figures[c] for c in COLUMNS}})
+    return rows
+
+
+def status_line(view: RunView) -> str:
+    """The running step: its level, requests, goodput, failures, and whether its generator was reliable."""
+    ledger = view.ledger
+    step = ledger.current
+    if step is None:
+        return "waiting for the first step"
+    b = ledger.measured(step.index)
     state = ledger.state(step.index)
     gen = state.generator if state is not None else None
-    reliable = gen.health().reliable if gen else "n/a"
-    unit = level_unit(ledger.mode)
-    rows.append({"metric": f"step {step.index}: {step.level:g} {unit}", "count": b.requests,
-                 "p50": f"goodput {b.good} ok", "p90": f"failures {sum(b.failures.values())}",
-                 "p95": f"generator reliable: {reliable}"})
-    summary = as_summary(view.summary_json(), "the live summary", walk=False)  # ~1 ms, as summary.json says it
-    knee = summary.knee
-    rows.append({"metric": "knee", "count": f"{knee.level:g} {unit}" if knee.found else "not yet",
-                 "p50": knee.confidence or "", "p90": knee.reason[:400]})
-    rows += why_rows(summary)
-    rows.append({"metric": "charts", "p50": "/kneecap/charts"})
+    reliable = "reliable" if gen is None or gen.health().reliable else "NOT reliable (lagging)"
+    ended = f"; run ended: {view.stop_reason}" if view.stop_reason else ""
+    return (f"step {step.index}: {step.level:g} {level_unit(ledger.mode)}, {b.requests} requests ({b.good} good, "
+            f"{sum(b.failures.values())} failed), generator {reliable}{ended}")
+
+
+def why_tab_rows(view: RunView, summary: Summary, search: dict | None) -> list[dict]:
+    """The "LLM why" tab: the step, the knee, the why rows, the latest sessions and prefix cache, the dashboard."""
+    rows = [{"topic": "step", "text": status_line(view)}, *knee_rows(summary, search), *why_rows(summary)]
+    sessions = next((s for s in reversed(summary.steps) if s.sessions and s.sessions.ended), None)
+    if sessions is not None:
+        rows.append({"topic": f"sessions (step {sessions.index})", "text": sessions_text(sessions)})
+    cache = next((s for s in reversed(summary.steps) if s.prefix_cache and (
+        s.prefix_cache.client.requests or s.prefix_cache.server.queries)), None)
+    if cache is not None:
+        said = cache_rows(cache.prefix_cache)  # type: ignore[arg-type]
+        rows.append({"topic": f"prefix cache (step {cache.index})", "text": "; ".join(f"{k}: {v}" for k, v in said)})
+    rows.append({"topic": "dashboard", "text": "live charts, the search and these rows: ./kneecap/"})
     return rows
 
 
-def why_rows(summary: Summary) -> list[dict]:
-    """What the console says beside the numbers, from the live summary: fleet changes (the steps they voided),
-    clock warnings, the cost line (from its figures), and for the last judged step where its TTFT went and what
-    its tail requests share (``analysis/decompose.py``, ``analysis/tail.py``)."""
-    rows = []
-    for e in summary.fleet_events:
-        rows.append({"metric": f"fleet: worker {e.worker} {e.kind}",
-                     "count": f"step {', '.join(map(str, e.steps))}" if e.steps else "",
-                     "p50": "not judged, level re-run" if e.steps else ""})
-    rows += [{"metric": "clock", "p50": note} for note in summary.clock_warnings or ()]
-    if summary.cost_line:
-        rows.append({"metric": "cost", "p50": summary.cost_line})
-    split = next((s for s in reversed(summary.steps) if s.ttft_split), None)
-    if split is not None:
-        rows.append({"metric": f"where TTFT goes, p50 ms (step {split.index})", **_split_cells(split.ttft_split)})
-    tail = next((s for s in reversed(summary.steps) if s.tail), None)
-    for a in tail.tail.attributions if tail is not None else ():
-        if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
-            rows.append({"metric": f"tail p{a.quantile * 100:g} ttft (step {tail.index})", "count": a.n_tail,
-                         "p50": a.line[:200]})
-    return rows
-
-
-def _split_cells(split: TtftSplit) -> dict:
-    def ms(part: SplitPart | str | None) -> str:
-        v = part.p50 if isinstance(part, SplitPart) else None  # server histograms: the estimate
-        return "n/a" if v is None else f"{v:.1f}"
-
-    c, srv = split.client, split.server
-    share = c.new_connection_share
-    cells = {"count": c.ttft.n if c.ttft and c.ttft.n is not None else 0, "p50": f"ttft {ms(c.ttft)}",
-             "p90": f"headers {ms(c.headers)}", "p95": f"to first token {ms(c.headers_to_first_token)}",
-             "p99": f"new conn {'n/a' if share is None else f'{share:.0%}'}"}
-    if isinstance(srv.prefill, SplitPart):
-        cells["p999"] = f"server prefill {ms(srv.prefill)}" + (
-            f", queue {ms(srv.queue)}" if isinstance(srv.queue, SplitPart) else "")
-    elif isinstance(srv.ttft, SplitPart):
-        cells["p999"] = f"server ttft {ms(srv.ttft)}"
-    else:  # the endpoint does not say, or did but not within this step (``analysis/server.NO_STAGE_DELTA``)
-        cells["p999"] = "server: not reported" if (srv.source or UNKNOWN) == UNKNOWN else "server: not in this step"
-    return cells
-
-
-def _charts_page(view: RunView) -> str:
-    from harness.report import charts  # matplotlib (~0.3 s of imports) on the first chart page, not at start-up
-
-    summary = as_summary(view.summary_json(), "the live summary", walk=False)
-    knee = summary.knee
-    marker = (f"<p id='knee'>Knee: {knee.level:g} ({html.escape(str(knee.confidence))})</p>"
-              if knee.found else "<p id='knee'>Knee: not found yet</p>")
-    parts = [f"<h1>kneecap {html.escape(summary.scenario)} — run {html.escape(summary.run_id)}</h1>", marker]
-    if len(view.history) >= 2:
-        parts.append(charts.over_time(view.history))
-    if summary.steps:
-        parts += [charts.latency_vs_load(summary, "ttft"), charts.latency_vs_load(summary, "tpot"),
-                  charts.throughput_vs_load(summary)]
-    return ("<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
-            "<title>kneecap charts</title><style>body{font:14px system-ui,sans-serif;margin:20px}"
-            "svg{max-width:48%;height:auto;display:inline-block}</style></head><body>" + "".join(parts)
-            + "</body></html>")
+def _search(data: dict) -> dict | None:
+    return data.get("search") if isinstance(data.get("search"), dict) else None
 
 
 def register(environment: Any, view: RunView) -> None:
     web = environment.web_ui
     if web is None:
         return
-    web.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
-    web.template_args["extended_tables"] = [{"key": "llm", "structure": [
-        {"key": "metric", "title": "LLM metric"}, {"key": "count", "title": "count"},
-        *({"key": q, "title": q} for q in ("p50", "p90", "p95", "p99", "p999"))]}]
+    web.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}, {"title": "LLM why", "key": "llm_why"}]
+    web.template_args["extended_tables"] = [
+        {"key": "llm", "structure": [{"key": "metric", "title": "LLM metric"},
+                                     *({"key": c, "title": c} for c in COLUMNS)]},
+        {"key": "llm_why", "structure": [{"key": "topic", "title": "topic"}, {"key": "text", "title": "why"}]}]
     web.template_args["extended_csv_files"] = [
-        {"href": "./kneecap/charts", "title": "kneecap charts: LLM latency over time and vs load"},
+        {"href": "./kneecap/", "title": "kneecap live dashboard: charts, knee search, why, sessions"},
         {"href": "./kneecap/summary.json", "title": "kneecap summary.json (live)"}]
     auth = getattr(web, "auth_required_if_enabled", lambda f: f)
     bp = Blueprint("kneecap", __name__)
 
     @web.app.after_request
-    def add_llm_tab(response: Response) -> Response:
+    def add_llm_tabs(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": "llm", "data": llm_rows(view)}]
+            live = view.summary_json()
+            summary = as_summary(live, "the live summary", walk=False)  # ~1 ms, as summary.json says it
+            data["extended_stats"] = [{"key": "llm", "data": llm_rows(view)},
+                                      {"key": "llm_why", "data": why_tab_rows(view, summary, _search(live))}]
             response.set_data(json.dumps(data))
         return response
 
-    @bp.route("/kneecap/charts")
+    @bp.route("/kneecap/")
     @auth
-    def chart_page() -> Response:
-        return Response(_charts_page(view), mimetype="text/html")
+    def dashboard() -> Response:
+        return Response(PAGE, mimetype="text/html")
+
+    @bp.route("/kneecap/live.json")
+    @auth
+    def live_json() -> Response:
+        data = payload(view.summary_json(), view.history, llm_rows(view), status_line(view))
+        return Response(json.dumps(data, default=str), mimetype="application/json")
+
+    @bp.route("/kneecap/charts")
+    def charts() -> Any:
+        return redirect("./", code=302)  # the old server-rendered chart page: the dashboard draws it live
 
     @bp.route("/kneecap/summary.json")
     @auth
     def live_summary() -> Response:
         return Response(json.dumps(view.summary_json(), default=str), mimetype="application/json")
 
-    web.app.register_blueprint(bp)
+    # Under Locust's --web-base-path its own routes move; ours move with them (the tabs' links are relative).
+    web.app.register_blueprint(bp, url_prefix=getattr(environment.parsed_options, "web_base_path", None) or None)

@@ -1,7 +1,8 @@
-"""The web UI's LLM tab, the chart page, report.html and compare.html in a real headless Chromium.
+"""The web UI's LLM tabs, the live dashboard, report.html and compare.html in a real headless Chromium.
 
 Screenshots go to test-artifacts/. Chromium is Debian's (.ci/run installs it); Playwright drives it
-through its executable path, nothing is downloaded.
+through its executable path, nothing is downloaded. The dashboard is read while the run goes (a new window
+redraws it) and at its end; its search panel mid-search, from a summary served to the page (``tests/kit``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import urllib.request
 
 import pytest
 
+from tests.kit.dashboard import BASE, LINE, mid_search, serve
 from tests.kit.procs import Lines, free_port
 from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.sim import start_sim
@@ -55,7 +57,6 @@ def open_page(browser, url: str):
     return page, errors
 
 
-
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
@@ -74,7 +75,74 @@ def scenario(tmp_path) -> str:
     """))
 
 
-def test_llm_tab_charts_report_and_compare(browser, tmp_path):
+def rows_of(page, selector: str) -> list[list[str]]:
+    """Each row's cell texts (a table of Locust's React UI or of the dashboard)."""
+    return page.locator(selector).evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))")
+
+
+DRAWN = """() => {
+  const d = window.kneecapLive, n = (c, k) => document.querySelectorAll(`#${c} g[data-key="${k}"] circle`).length;
+  const count = (rows, k) => rows.filter(r => r[k] !== null && r[k] !== undefined).length;
+  return {history: d.history.length, load: n("chart-time", "load"), ttft: n("chart-time", "ttft_p99"),
+          ttft_windows: count(d.history, "ttft_p99"), steps: count(d.steps, "ttft_p99"),
+          step_points: n("chart-ttft", "ttft_p99"), tpot_points: n("chart-tpot", "tpot_p99"),
+          knee_marks: document.querySelectorAll("#chart-ttft line.knee").length,
+          slo_lines: document.querySelectorAll("#chart-ttft line.slo").length};
+}"""
+"""What the dashboard drew against the payload it drew it from, read in one go (no poll lands in between)."""
+LOAD_POINTS = "document.querySelectorAll('#chart-time g[data-key=\"load\"] circle').length"
+
+
+def check_dashboard(dash, live: dict) -> None:
+    """The ended run's dashboard: each step a point with the knee and the SLO marked, the percentile table all
+    numbers, the why, the staircase's levels as good or past the knee."""
+    drawn = dash.evaluate(DRAWN)
+    steps = [s for s in live["steps"] if not s.get("fleet_changed") and s["requests"]]
+    assert drawn["step_points"] == drawn["tpot_points"] == drawn["steps"] == len(steps), drawn
+    assert drawn["knee_marks"] == 1 and drawn["slo_lines"] == 1, drawn
+    knee = live["knee"]
+    assert dash.locator("#knee").inner_text().startswith(f"knee: {knee['users']:g} users ("), live["knee"]
+    table = rows_of(dash, "#pct tbody tr")
+    assert [r[0] for r in table][:2] == ["ttft (ms)", "tpot (ms)"] and all(float(c) >= 0 for r in table for c in r[1:])
+    why = dict(rows_of(dash, "#why tbody tr"))
+    assert why["cost"] == live["cost"]["line"] and why["knee"].startswith(f"{knee['users']:g} users (")
+    judged = [st for st in live["steps"] if st.get("ttft_split")]
+    assert f"where TTFT goes (step {judged[-1]['index']})" in why
+    path = rows_of(dash, "#search-path tbody tr")
+    assert dash.locator("#search-range circle.tried").count() == len(path) == len(live["steps"])
+    verdicts = {(float(r[1]), r[2]) for r in path}
+    assert (knee["users"], "good") in verdicts and all(
+        v == "not judged" or (v == "good") == (level <= knee["users"]) for level, v in verdicts), verdicts
+    assert [r[0] for r in rows_of(dash, "#cache tr")] == ["client", "server"]
+    assert "no sessions in this run" in dash.locator("#sessions").inner_text()
+
+
+def check_llm_tabs(page, live: dict) -> None:
+    """Locust's own UI: the LLM tab a percentile table (numbers only under the percentiles), "LLM why" the rest."""
+    page.get_by_role("tab", name="LLM", exact=True).click()
+    page.get_by_text("ttft (ms)").wait_for(timeout=10_000)
+    assert page.locator("table thead th").all_inner_texts() == [
+        "LLM metric", "count", "p50", "p90", "p95", "p99", "p999", "max"]
+    rows = rows_of(page, "table tbody tr")
+    assert all(float(c) >= 0 for r in rows for c in r[1:]), rows  # only numbers under count … max
+    ttft = next(r for r in rows if r[0] == "ttft (ms)")
+    last = live["steps"][-1]["latency_ms"]["ttft"]
+    assert float(ttft[2]) == pytest.approx(last["p50"]) and float(ttft[5]) == pytest.approx(last["p99"])
+    page.screenshot(path=os.path.join(ARTIFACTS, "web-llm-tab.png"), full_page=True)
+
+    page.get_by_role("tab", name="LLM why", exact=True).click()
+    page.get_by_text("where TTFT goes").wait_for(timeout=10_000)
+    why = dict(rows_of(page, "table tbody tr"))
+    judged = [st for st in live["steps"] if st.get("ttft_split")]
+    p50 = judged[-1]["ttft_split"]["client"]["ttft"]["p50_ms"]
+    assert f"ttft {p50:.1f} = headers " in why[f"where TTFT goes (step {judged[-1]['index']})"]
+    assert why["cost"] == live["cost"]["line"]  # the console's cost line, in the tab
+    assert why["step"].startswith(f"step {live['steps'][-1]['index']}: ") and "run ended" in why["step"]
+    assert why["knee"].startswith(f"{live['knee']['users']:g} users (")
+    page.screenshot(path=os.path.join(ARTIFACTS, "web-llm-why-tab.png"), full_page=True)
+
+
+def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
     os.makedirs(ARTIFACTS, exist_ok=True)
     out = tmp_path / "ui-run"
     port = free_port()
@@ -87,32 +155,32 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
         lines = Lines(locust.stdout)  # type: ignore[arg-type]
         base = f"http://127.0.0.1:{port}"
         try:
+            lines.wait_for("Starting web interface", timeout=30)
+            dash, dash_errors = open_page(browser, base + "/kneecap/")
+            # While the run goes: a window every 5 s, each drawn as it arrives (one point a window).
+            dash.wait_for_function(f"{LOAD_POINTS} >= 1", timeout=30_000)
+            first = dash.evaluate(DRAWN)
+            assert first["load"] == first["history"] and first["ttft"] == first["ttft_windows"], first
+            dash.wait_for_function(f"{LOAD_POINTS} > {first['load']}", timeout=20_000)
+            again = dash.evaluate(DRAWN)
+            assert again["load"] == again["history"] > first["history"], again
+
             # Locust says this once the shape has ended and runner.stop() has returned: the numbers are final.
             lines.wait_for("--autoquit not specified", timeout=90)
             live = get_json(base + "/kneecap/summary.json")
-            assert live.get("stop_reason"), live
+            assert live.get("stop_reason") and live["knee"]["found"], live
+            dash.wait_for_function("window.kneecapLive.stop_reason", timeout=10_000)
+            check_dashboard(dash, live)
+            dash.screenshot(path=os.path.join(ARTIFACTS, "web-dashboard.png"), full_page=True)
+            dash.close()
+            assert not dash_errors, dash_errors
 
             page, errors = open_page(browser, base + "/")
-            page.get_by_role("tab", name="LLM").click()
-            page.get_by_text("ttft (ms)").wait_for(timeout=10_000)
-            row = page.get_by_role("row").filter(has_text="ttft (ms)")
-            cells = [c.strip() for c in row.get_by_role("cell").all_inner_texts()]
-            page.screenshot(path=os.path.join(ARTIFACTS, "web-llm-tab.png"), full_page=True)
-            last = live["steps"][-1]["latency_ms"]["ttft"]
-            assert float(cells[2]) == pytest.approx(last["p50"]) and float(cells[5]) == pytest.approx(last["p99"])
-            judged = [st for st in live["steps"] if st.get("ttft_split")]
-            split = page.get_by_role("row").filter(has_text=f"where TTFT goes, p50 ms (step {judged[-1]['index']})")
-            p50 = judged[-1]["ttft_split"]["client"]["ttft"]["p50_ms"]
-            assert f"ttft {p50:.1f}" in split.inner_text(timeout=10_000)
-            cost = page.get_by_role("row").filter(has_text="cost at ")  # the console's cost line, in the tab
-            assert live["cost"]["line"] in cost.inner_text(timeout=10_000)
+            check_llm_tabs(page, live)
+            page.close()
             assert not errors, errors
-
-            page, errors = open_page(browser, base + "/kneecap/charts")
-            assert page.locator("#knee").inner_text().startswith("Knee: ") and "not found" not in page.content()
-            assert page.locator("svg").count() >= 3
-            page.screenshot(path=os.path.join(ARTIFACTS, "web-charts.png"), full_page=True)
-            assert not errors, errors
+            with urllib.request.urlopen(base + "/kneecap/charts", timeout=10) as r:  # the old chart page
+                assert r.geturl() == base + "/kneecap/" and b"kneecapLive" in r.read()
         finally:
             locust.send_signal(signal.SIGTERM)
             locust.wait(timeout=30)
@@ -137,4 +205,54 @@ def test_llm_tab_charts_report_and_compare(browser, tmp_path):
     other_knee = json.loads((other / "summary.json").read_text())["knee"]["users"]
     assert knees == [f"{summary['knee']['users']}", f"{other_knee}"] and knees[0] != knees[1], knees
     page.screenshot(path=os.path.join(ARTIFACTS, "compare.png"), full_page=True)
+    assert not errors, errors
+
+
+WATCH = """() => {
+  window.seen = [];  // at each redraw: the header and the knee marks drawn (charts and search range)
+  const knee = document.getElementById("knee");
+  new MutationObserver(() => window.seen.push([knee.textContent, document.querySelectorAll("line.knee").length]))
+    .observe(knee, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def test_dashboard_search_panel_and_a_knee_only_once_confirmed(browser):
+    """Mid-search the page shows the bracket, the levels tried by verdict and the next one; a candidate knee that
+    comes and goes between polls never reaches the header or the charts; once confirmed it does."""
+    searching = mid_search()
+    refuted = {**searching, "knee": {**searching["knee"], "found": False, "users": None, "step_index": None}}
+    polls = {"n": 0, "confirmed": False}
+
+    def answer() -> dict:
+        polls["n"] += 1
+        return mid_search(confirmed=True) if polls["confirmed"] else (searching, refuted)[polls["n"] % 2]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    serve(page, answer)
+    page.goto(BASE + "?poll_ms=100")
+    page.wait_for_function("document.body.dataset.polls >= 1")
+    page.evaluate(WATCH)
+    page.wait_for_function("window.seen.length >= 4")
+    assert {tuple(s) for s in page.evaluate("window.seen")} == {(LINE, 0)}  # no flicker
+    assert page.locator("#search-line").inner_text() == LINE
+    assert page.locator("#search-state").inner_text() == "search: bracketing, 2–256 users, to within 2 users"
+    tried = page.locator("#search-range circle.tried").evaluate_all("cs => cs.map(c => c.getAttribute('class'))")
+    assert tried == [f"tried v-{v}" for v in ("good", "good", "past", "past", "good", "pending")]
+    assert page.locator("#search-range rect.bracket").count() == 1 and page.locator("#search-range circle.next").count()
+    assert rows_of(page, "#search-path tbody tr")[0] == ["0", "2", "good", "start at min", "precision",
+                                                         "5 s (the plan's)"]
+    assert [r[0] for r in rows_of(page, "#turns tbody tr")] == ["1", "2-4"]
+    assert "66% of 65,664 prompt tokens cached" in page.locator("#cache").inner_text()
+    assert rows_of(page, "#pct tbody tr") == [["ttft (ms)", "120", "41.5", "60.3", "70", "90.1", "99", "102"]]
+    page.screenshot(path=os.path.join(ARTIFACTS, "web-dashboard-search.png"), full_page=True)
+
+    polls["confirmed"] = True
+    page.wait_for_function("document.getElementById('knee').textContent.startsWith('knee: ')")
+    assert page.locator("#knee").inner_text() == "knee: 24 users (medium confidence)"
+    assert page.locator("#chart-ttft line.knee").count() == 1 and page.locator("#search-range line.knee").count() == 1
+    assert page.locator("#search-range circle.next").count() == 0
+    page.close()
     assert not errors, errors
