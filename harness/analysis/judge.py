@@ -91,4 +91,4 @@ def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: b
     # Throughput in output tokens/s; an endpoint that generates nothing (embeddings) in input tokens/s.
     work = bucket.output_tokens or bucket.input_tokens or bucket.requests
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,
-                     work / max(duration_s, 1e-9), reliable)
+                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails)

@@ -36,6 +36,8 @@ class StepPoint:
     throughput: float
     """Output tokens/s over the step's measured part."""
     reliable: bool = True
+    n: int = 0
+    """Requests the p99 ranks (failures included: they rank as misses)."""
 
 
 @dataclass(frozen=True)

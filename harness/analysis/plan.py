@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import overload
 
 from harness.analysis.knee import Knee
+from harness.metrics.aggregate import ci_min_samples
 
 __all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "SEARCH_MODES", "Levels", "LoadPlan", "Step",
            "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
@@ -200,10 +201,11 @@ class StepPlan:
                 if elapsed_s >= warmup else f"warming up {max(0.0, elapsed_s):.0f}/{warmup:g}s")
 
 
-def p99_precision(p99: float, ci: tuple[float, float] | None) -> float | None:
-    """The p99's order-statistic 95% CI half-width as a share of the p99 (None: no interval, or a p99 that is 0 or
-    infinite). Distribution-free: the CI's ranks come from Binomial(n, 0.99) (``metrics.aggregate.ci_ranks``)."""
-    if ci is None or not 0 < p99 < math.inf or not all(map(math.isfinite, ci)):
+def p99_precision(p99: float, ci: tuple[float, float] | None, n: int) -> float | None:
+    """The p99's order-statistic 95% CI half-width as a share of the p99, from ``n`` ranked requests. None when it
+    bounds nothing: fewer than ``ci_min_samples(0.99)`` (368) requests, whose largest is no upper bound of the p99
+    (distribution-free, from Binomial(n, 0.99): ``metrics.aggregate.ci_ranks``), or a p99 that is 0 or infinite."""
+    if ci is None or n < ci_min_samples(0.99) or not 0 < p99 < math.inf or not all(map(math.isfinite, ci)):
         return None
     return (ci[1] - ci[0]) / 2 / p99
 

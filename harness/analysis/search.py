@@ -20,6 +20,7 @@ Everything the chooser says is a ``Decision``: the level (or None: done), why, t
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -122,11 +123,12 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
         return Decision(grid.lo, "start at min", "growing")
     pts = _latest(probes)
     knee = judge(probes, params, label)
-    if not knee.found:
-        return _grow(pts, grid, knee)
-    a = knee.load or 0.0
-    b = min(p.level for p in pts if p.level > a)
-    if b - a <= grid.resolution + 1e-9:
+    if knee.found:
+        a = knee.load or 0.0
+        b = min(p.level for p in pts if p.level > a)
+        if b - a > grid.resolution + 1e-9:
+            nxt, why = _inside(pts, grid, a, b, open_loop)
+            return Decision(nxt, why, "bracketing", (a, b), knee)
         if knee.confirmed or params.confirm_steps == 0:
             return Decision(None, f"knee at {a:g}: bracket {a:g}..{b:g} within the resolution {grid.resolution:g}",
                             "done", (a, b), knee)
@@ -135,8 +137,29 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
             return Decision(None, f"knee at {a:g}, not confirmed: nothing past {b:g} up to max {grid.top:g}",
                             "done", (a, b), knee)
         return Decision(nxt, f"confirm the knee at {a:g}: past {b:g}", "confirming", (a, b), knee)
-    nxt, why = _inside(pts, grid, a, b, open_loop)
-    return Decision(nxt, why, "bracketing", (a, b), knee)
+    # No knee by the full signature yet. A coarse pair can straddle it with throughput still growing between its
+    # two levels (e.g. 64 -> 128 users around a capacity of 100), so latency alone says where to look closer.
+    wide = next(((a, b) for a, b in _latency_breaks(pts, params) if b - a > grid.resolution + 1e-9), None)
+    if wide is not None:
+        nxt, why = _inside(pts, grid, *wide, open_loop)
+        return Decision(nxt, f"p99 rose faster than load between {wide[0]:g} and {wide[1]:g}: {why}", "bracketing",
+                        wide, knee)
+    return _grow(pts, grid, knee)
+
+
+def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, float]]:
+    """Neighbouring probed levels (a, b) where b's p99 CI lies above a's and p99 grew faster than load (latency
+    elasticity above ``params.min_latency_elasticity``): the latency half of the knee's signature."""
+    out = []
+    for x, y in itertools.pairwise(pts):
+        a, b = x.point, y.point
+        if not (a.reliable and b.reliable) or a.p99 <= 0 or b.p99 <= 0 or a.load <= 0 or b.p99 != b.p99:
+            continue
+        lo_b = b.ci[0] if b.ci else b.p99
+        hi_a = a.ci[1] if a.ci else a.p99
+        if lo_b > hi_a and math.log(b.p99 / a.p99) / math.log(b.load / a.load) > params.min_latency_elasticity:
+            out.append((a.load, b.load))
+    return out
 
 
 def _grow(pts: list[Probe], grid: SearchGrid, knee: Knee) -> Decision:
@@ -187,7 +210,7 @@ def _inside(pts: list[Probe], grid: SearchGrid, a: float, b: float, open_loop: b
     guess = predict(pts, a, b, open_loop)
     if guess is not None:
         n, source = guess
-        at = grid.snap_down(n)
+        at = grid.snap_down(min(max(n, a), b))  # a guess at or below a: the knee is just past a
         for level, where in ((at, "at"), (grid.snap_up(at + grid.resolution), "just past")):
             if a < level < b and level not in probed:
                 return level, f"{where} the predicted knee {n:.3g} ({source})"

@@ -103,7 +103,7 @@ class StepControl:
         precision = None
         if plan.precision is not None and st is not None:
             point = self.ledger.point(st, now)
-            precision = p99_precision(point.p99, point.ci)
+            precision = p99_precision(point.p99, point.ci, point.n)
         return plan.step_end(now - cur.started, measured, precision, warmup_s=cur.warmup_s)
 
     def _begin_hold(self, why: str, now: float) -> None:

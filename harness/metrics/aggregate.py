@@ -9,6 +9,7 @@ class and enter the SLO math as misses (``analysis``), never silently dropped. V
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Collection
@@ -23,8 +24,8 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder", "ci_ranks", "quantile_ci",
-           "summarize_sketch"]
+__all__ = ["LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder", "ci_min_samples", "ci_ranks",
+           "quantile_ci", "summarize_sketch"]
 
 ROWS_CAP = 100_000
 """Request rows kept per bucket (a step's, on the master): ~30 MB; past it a uniform sample (``Bucket.add_rows``)."""
@@ -339,11 +340,32 @@ class Fleet:
         return len(self.worker_step) >= workers and all(s > index for s in self.worker_step.values())
 
 
+@functools.lru_cache(maxsize=4096)  # summaries ask again every second for the same counts
 def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
-    """Distribution-free CI ranks of the q-quantile: n·q ± z·sqrt(n·q·(1−q)) (normal approximation of
-    Binomial(n, q)), clamped to the sample (so with few samples the upper end is the sample max)."""
-    half = z * math.sqrt(n * q * (1 - q))
-    return max(0, math.floor(n * q - half)), min(n - 1, math.ceil(n * q + half))
+    """Distribution-free CI ranks (0-based) of the q-quantile of n samples: the exact Binomial(n, q) ranks l, u with
+    P(K <= l) <= a/2 and P(K <= u) >= 1 - a/2 (K: samples below the true quantile; a = 2·(1 - Φ(z)), 5% at the
+    default), so [x_(l), x_(u)] covers it with at least 1 - a. Clamped to the sample: when even the largest sample
+    is not far enough out (n < ``ci_min_samples``), the upper end is the sample max and bounds nothing."""
+    tail = math.erfc(z / math.sqrt(2)) / 2
+    mean, sd = n * q, math.sqrt(n * q * (1 - q))
+    lo_k, hi_k = max(0, math.floor(mean - 10 * sd - 2)), min(n, math.ceil(mean + 10 * sd + 2))
+    # the pmf over mean ± 10 sd: the mass outside is below 1e-20, and the sum costs O(sd), not O(n)
+    log_q, log_p = math.log(q), math.log1p(-q)
+    lg_n = math.lgamma(n + 1)
+    cdf, lo, hi = 0.0, lo_k - 1, None
+    for k in range(lo_k, hi_k + 1):
+        cdf += math.exp(lg_n - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
+        if cdf <= tail:
+            lo = k
+        if hi is None and cdf >= 1 - tail:
+            hi = k
+    return max(0, lo), min(n - 1, n if hi is None else hi)
+
+
+def ci_min_samples(q: float, z: float = 1.96) -> int:
+    """The fewest samples whose largest bounds the q-quantile's CI from above (``ci_ranks``): 368 for p99 at 95%."""
+    tail = math.erfc(z / math.sqrt(2)) / 2
+    return math.ceil(math.log(tail) / math.log(q))
 
 
 def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
