@@ -18,6 +18,7 @@ from harness.analysis.failures import top_failures
 from harness.analysis.ledger import Ledger
 from harness.analysis.plan import Step, p99_precision
 from harness.analysis.results import level_unit
+from harness.analysis.search import Decision
 from harness.analysis.steps import StepInfo
 from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import StepMessage
@@ -63,6 +64,8 @@ class StepControl:
         self._last_progress = -PROGRESS_EVERY_S
         self._hold: float | None = None
         """A search between steps: when its last step ended (the load holds while its data comes in)."""
+        self._pause: tuple[float, Decision, str] | None = None
+        """An open-loop search going down in load: arrivals paused until (time), then the decision's step."""
 
     def tick(self, now: float) -> Step | None:
         """The shape's tick: the users to run now, or None to stop (see ``load/shapes.py``)."""
@@ -84,7 +87,9 @@ class StepControl:
         elif end is not None:
             cur.ended_why = end
             reason = self._next_step(cur, now)
-        elif reason is None and self._hold is not None and self._hold_over(cur, now):
+        elif reason is None and self._pause is not None and self._pause_over(cur, now):
+            reason = self._probe(self._pause[1], now, self._pause[2])
+        elif reason is None and self._pause is None and self._hold is not None and self._hold_over(cur, now):
             reason = self._next_step(cur, now)
         if ledger.current is not cur:
             cur, measured = ledger.current, 0  # type: ignore[assignment]
@@ -139,15 +144,40 @@ class StepControl:
                 return f"plan complete: last level {cur.level:g} done"
             self.begin_step(nxt, cur.level_index + 1)
             return None
-        self._hold = None
         self.judge()
         decision = ledger.next_probe(now)
         if decision.level is None:
             return f"search done: {decision.why}"
         warmup, warmup_why = ledger.drain_warmup(cur, decision.level)
-        self.begin_step(decision.level, ledger.grid.index(decision.level), why=decision.why, warmup_s=warmup,
+        if warmup is not None and self.open_loop:
+            # An open loop's queue past the knee has no bound: pause arrivals until it is served (the server's
+            # waiting queue reads 0, or the drain time passed), then warm up as usual.
+            self._pause = (now + warmup, decision, f"arrivals paused to drain {cur.level:g} req/s's queue")
+            self.step_message = StepMessage(index=len(ledger.states), rate=0.0, stride=self.workers(),
+                                            warmup_s=HOLD_WARMUP_S)
+            self.send_step(self.step_message)
+            log.info("kneecap: pausing arrivals up to %.1f s: %s", warmup, warmup_why)
+            return None
+        return self._probe(decision, now, warmup_why, warmup)
+
+    def _probe(self, decision: Decision, now: float, warmup_why: str, warmup: float | None = None) -> None:
+        """Begin the search's next step at ``decision.level``."""
+        paused = self._pause is not None and self._hold is not None
+        if paused:
+            warmup_why = f"{warmup_why} for {now - (self._hold or now):.1f} s; then the plan's warm-up"
+        self._hold = self._pause = None
+        level = decision.level or 0.0
+        self.begin_step(level, self.ledger.grid.index(level), why=decision.why, warmup_s=warmup,
                         warmup_why=warmup_why)
-        return None
+
+    def _pause_over(self, cur: StepInfo, now: float) -> bool:
+        """Paused arrivals end when the server says its queue is empty, or at the drain time."""
+        until = self._pause[0] if self._pause is not None else now
+        st = self.ledger.state(cur.index)
+        since = (self._hold or now) + 1.0  # a sample taken after the pause began (and its last arrivals admitted)
+        drained = st is not None and any(t >= since and w == 0 for t, w in st.waiting)
+        return drained or now >= until
+
     def begin_plain(self, users: float) -> None:
         """A plain ``-u/-r/-t`` run (no shape): one step at its users, from the start."""
         self.start_run()
@@ -173,7 +203,7 @@ class StepControl:
         """Close the last step now: workers move to a step past the plan (their records from here on are
         not part of any step) and open-loop drivers stop dispatching."""
         if self.ledger.end_step(self.clock()) or self._hold is not None:
-            self._hold = None
+            self._hold = self._pause = None
             self.step_message = StepMessage(index=len(self.ledger.states), end=True)
             self.send_step(self.step_message)
 

@@ -167,7 +167,7 @@ class WorkerSide:
         default = self.scenario.load.step.warmup_s
         self.recorder.warmup_s = default if msg.warmup_s is None else msg.warmup_s
         self.told.set()
-        if msg.end:
+        if msg.end or msg.rate == 0:  # 0: a search pausing arrivals while the server drains its queue
             self.open_step = None
         elif msg.rate:
             self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
