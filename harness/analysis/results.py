@@ -138,6 +138,8 @@ class StepResult:
     closes the connection after each response, and every request's TTFT includes a connect."""
     cost: StepCost | None = None
     """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
+    started_at: float | None = None
+    """Wall clock (epoch s, the master's) when the step began; its measured part starts ``warmup_s`` later."""
     ended: str | None = None
     """Why the step ended (``StepInfo.ended_why``): "min", "precision", "max_duration", "stopped", ...; None while
     it runs."""
@@ -171,6 +173,8 @@ class StepResult:
             out["tail"] = self.tail
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
+        if self.started_at is not None:
+            out["started_at"] = self.started_at
         if self.ended is not None:
             out["ended"] = self.ended
         return out

@@ -145,7 +145,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
-        ended=info.ended_why)
+        ended=info.ended_why, started_at=round(info.started_wall, 3) if info.started_wall else None)
 
 
 def connection_warning(steps: list[StepResult]) -> str | None:

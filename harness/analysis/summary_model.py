@@ -98,6 +98,8 @@ class Step(_View, kw_only=True):
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
     cost: StepCost | UnsetType = UNSET
+    started_at: float | UnsetType = UNSET
+    """Wall clock (epoch s) when it began; absent from older files."""
     ended: str | UnsetType = UNSET
     """Why the step ended ("min", "precision", "max_duration", "stopped", ...); absent while it runs."""
 

@@ -226,7 +226,7 @@ class StepControl:
         if cur is None or self.finalized:
             return
         event = ledger.fleet_change(kind, worker, self.clock(), time.time(), noticed_after_s=NOTICED_AFTER_S)
-        running = cur.ended is None and self.stop_reason is None
+        running = (cur.ended is None or self._hold is not None) and self.stop_reason is None  # a search's hold too
         policy = ledger.scenario.load.on_worker_loss if kind == "lost" else "continue"
         what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
         steps = ", ".join(map(str, event.steps)) or "none"
@@ -241,6 +241,7 @@ class StepControl:
         if policy == "abort":
             self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
             return
+        self._hold = self._pause = None  # a search chooses again once the re-run has its data
         self.begin_step(first.level, first.level_index, why=f"re-run: the fleet changed during step {steps}")
         self.rebalance()
 

@@ -47,8 +47,9 @@ def _level_key(summary: Summary) -> str:
 
 
 def _steps(summary: Summary) -> list[Step]:
-    """The steps a curve shows: not those the fleet changed under (their level was re-run, README "Fleet faults")."""
-    return [s for s in summary.steps if not s.fleet_changed]
+    """The steps a curve shows, by load (a search visits levels in any order): not those the fleet changed under
+    (their level was re-run, README "Fleet faults")."""
+    return sorted((s for s in summary.steps if not s.fleet_changed), key=lambda s: s.level)
 
 
 def _loads(summary: Summary) -> list[float]:
@@ -102,6 +103,34 @@ def throughput_vs_load(summary: Summary) -> str:
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
+    return _svg(fig)
+
+
+def search_path(summary: Summary) -> str:
+    """A search's levels in visiting order, good or past the knee, with the knee's bracket as it narrowed."""
+    search = summary.search
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    path = search.path  # type: ignore[union-attr]
+    colours = {"good": "tab:green", "past": "crimson", "pending": "tab:gray", "not judged": "tab:orange"}
+    for verdict, colour in colours.items():
+        pts = [(i, e.level) for i, e in enumerate(path) if e.verdict == verdict]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=colour, s=28, label=verdict, zorder=3)
+    ax.plot(range(len(path)), [e.level for e in path], color="lightgray", linewidth=1, zorder=1)
+    good = past = None  # the bracket after each step: highest good and lowest past level seen so far
+    lows, highs = [], []
+    for e in path:
+        if e.verdict == "good":
+            good = max(good or e.level, e.level)
+        elif e.verdict == "past":
+            past = min(past or e.level, e.level)
+        lows.append(_nan(good))
+        highs.append(_nan(past))
+    ax.fill_between(range(len(path)), lows, highs, color="gold", alpha=0.25, step="post", label="bracket")
+    ax.set_xlabel("step (visiting order)")
+    ax.set_ylabel(_level_key(summary).replace("_", " "))
+    ax.set_title(f"Search path ({search.mode}, resolution {search.resolution:g})")  # type: ignore[union-attr]
+    ax.legend(fontsize=7, loc="upper left")
     return _svg(fig)
 
 

@@ -136,6 +136,15 @@ def _share(v: object, missing: str = "not reported") -> str:
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
 
 
+def _search_table(s: Summary) -> str:
+    unit = level_key(s.mode).replace("_", " ")
+    rows = [[e.step, f"{e.level:g}", e.why, e.verdict, e.ended or "", f"{e.warmup_s:g} s: {e.warmup}"]
+            for e in s.search.path]  # type: ignore[union-attr]
+    return _table(["step", unit, "why this level", "verdict", "ended", "warm-up"], rows,
+                  "In visiting order. Good: at or below the knee; past: beyond it (the staircase's judging, on every "
+                  "level measured, sorted by load).")
+
+
 def _table(head: list, rows: list[list], note: str) -> str:
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
@@ -233,6 +242,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
             f"workers · started {started}</p>")
     steps = s.steps
     parts = [f"<h1>kneecap report: {_e(s.scenario)}</h1>", meta, _verdict(s)]
+    if s.search is not UNSET and s.search.path:
+        parts.append(f"<h2>Search path</h2><p>{_e(s.search.line)}</p>{charts.search_path(s)}{_search_table(s)}")
     if steps:
         parts += ["<h2>Latency vs load</h2><div class='grid'>"
                   + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in ("ttft", "tpot", "e2e"))
