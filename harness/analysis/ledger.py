@@ -316,7 +316,8 @@ class Ledger:
             info, bucket = st.info, self.measured(st.index)
             warmup = self.fleet.steps.get((info.index, "warmup"))
             r = step_result(info, bucket, st.generator, now=now, mode=self.mode, warmup=warmup)
-            r.complete = info.index < last or self.plan.step_done(info.elapsed_s(now), bucket.requests)
+            r.complete = info.index < last or info.ended_why in ("min", "precision", "max_duration") or \
+                self.plan.step_done(info.elapsed_s(now), bucket.requests, warmup_s=info.warmup_s)
             j = st.judgement
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo

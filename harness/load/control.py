@@ -18,19 +18,15 @@ from harness.analysis.failures import top_failures
 from harness.analysis.ledger import Ledger
 from harness.analysis.plan import Step, p99_precision
 from harness.analysis.results import level_unit
-from harness.analysis.search import Decision
 from harness.analysis.steps import StepInfo
+from harness.load.search_steps import SearchSteps
 from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import StepMessage
 
-__all__ = ["HOLD_MAX_S", "NOTICED_AFTER_S", "PROGRESS_EVERY_S", "StepControl"]
+__all__ = ["NOTICED_AFTER_S", "PROGRESS_EVERY_S", "StepControl"]
 
 log = logging.getLogger("kneecap")
 PROGRESS_EVERY_S = 5.0
-HOLD_MAX_S = 10.0
-"""The longest a search waits for a finished step's last reports before choosing the next level without them."""
-HOLD_WARMUP_S = 86_400.0
-"""Between a search's steps the workers' records are warm-up: the load is still the last level's."""
 NOTICED_AFTER_S = 5.0
 """How long after a worker dies the master may notice: Locust marks a worker missing after 3 missed 1 s
 heartbeats (``HEARTBEAT_LIVENESS``), and the watch polls every 0.5 s."""
@@ -62,10 +58,8 @@ class StepControl:
         self.finalized = False
         """Set by the master at the end: fleet changes from then on are its own bookkeeping, not a re-run."""
         self._last_progress = -PROGRESS_EVERY_S
-        self._hold: float | None = None
-        """A search between steps: when its last step ended (the load holds while its data comes in)."""
-        self._pause: tuple[float, Decision, str] | None = None
-        """An open-loop search going down in load: arrivals paused until (time), then the decision's step."""
+        self.search = SearchSteps(self) if ledger.search else None
+        """A search's steps between two levels (``load/search_steps.py``); None for a staircase or constant plan."""
 
     def tick(self, now: float) -> Step | None:
         """The shape's tick: the users to run now, or None to stop (see ``load/shapes.py``)."""
@@ -81,16 +75,15 @@ class StepControl:
         self.judge()
         reason = ledger.stop_reason()
         measured = ledger.measured(cur.index).requests
-        end = None if reason is not None or self._hold is not None else self._step_end(cur, now, measured)
-        if end is not None and ledger.search:
-            self._begin_hold(end, now)
+        between = self.search is not None and self.search.between
+        end = None if reason is not None or between else self._step_end(cur, now, measured)
+        if end is not None and self.search is not None:
+            self.search.hold(end, now)
         elif end is not None:
             cur.ended_why = end
-            reason = self._next_step(cur, now)
-        elif reason is None and self._pause is not None and self._pause_over(cur, now):
-            reason = self._probe(self._pause[1], now, self._pause[2])
-        elif reason is None and self._pause is None and self._hold is not None and self._hold_over(cur, now):
-            reason = self._next_step(cur, now)
+            reason = self._next_level(cur)
+        elif reason is None and between:
+            reason = self.search.tick(cur, now)  # type: ignore[union-attr]
         if ledger.current is not cur:
             cur, measured = ledger.current, 0  # type: ignore[assignment]
         if reason is not None:
@@ -111,72 +104,13 @@ class StepControl:
             precision = p99_precision(point.p99, point.ci, point.n)
         return plan.step_end(now - cur.started, measured, precision, warmup_s=cur.warmup_s)
 
-    def _begin_hold(self, why: str, now: float) -> None:
-        """A search's step is done: close it, keep the load, and move the workers to a step that is all warm-up
-        until the next level is chosen (``_hold_over``) from the closed step's complete data."""
-        ledger = self.ledger
-        ledger.end_step(self.clock(), why)
-        self._hold = now
-        cur = ledger.current
-        rate = cur.level if self.open_loop and cur is not None else None
-        self.step_message = StepMessage(index=len(ledger.states), rate=rate, stride=self.workers(),
-                                        warmup_s=HOLD_WARMUP_S)
-        self.send_step(self.step_message)
-
-    def _hold_over(self, cur: StepInfo, now: float) -> bool:
-        """Every worker's report from past ``cur`` arrived (they report at once on a step message), or
-        ``HOLD_MAX_S`` passed (then the choice is made on the data there is, and the console says so)."""
-        if self.ledger.fleet.step_complete(cur.index, self.workers()):
-            return True
-        if now - (self._hold or now) < HOLD_MAX_S:
-            return False
-        log.warning("kneecap: step %d's last reports did not all arrive within %.0f s of its end: choosing the next "
-                    "level on the data there is", cur.index, HOLD_MAX_S)
-        return True
-
-    def _next_step(self, cur: StepInfo, now: float) -> str | None:
-        """Begin the step after ``cur``: the staircase's next level, or where the search probes next (with a
-        longer warm-up to drain a heavier step's queue). Returns why the plan is done instead, or None."""
-        ledger = self.ledger
-        if not ledger.search:
-            nxt = ledger.plan.level(cur.level_index + 1)
-            if nxt is None:
-                return f"plan complete: last level {cur.level:g} done"
-            self.begin_step(nxt, cur.level_index + 1)
-            return None
-        self.judge()
-        decision = ledger.next_probe(now)
-        if decision.level is None:
-            return f"search done: {decision.why}"
-        warmup, warmup_why = ledger.drain_warmup(cur, decision.level)
-        if warmup is not None and self.open_loop:
-            # An open loop's queue past the knee has no bound: pause arrivals until it is served (the server's
-            # waiting queue reads 0, or the drain time passed), then warm up as usual.
-            self._pause = (now + warmup, decision, f"arrivals paused to drain {cur.level:g} req/s's queue")
-            self.step_message = StepMessage(index=len(ledger.states), rate=0.0, stride=self.workers(),
-                                            warmup_s=HOLD_WARMUP_S)
-            self.send_step(self.step_message)
-            log.info("kneecap: pausing arrivals up to %.1f s: %s", warmup, warmup_why)
-            return None
-        return self._probe(decision, now, warmup_why, warmup)
-
-    def _probe(self, decision: Decision, now: float, warmup_why: str, warmup: float | None = None) -> None:
-        """Begin the search's next step at ``decision.level``."""
-        paused = self._pause is not None and self._hold is not None
-        if paused:
-            warmup_why = f"{warmup_why} for {now - (self._hold or now):.1f} s; then the plan's warm-up"
-        self._hold = self._pause = None
-        level = decision.level or 0.0
-        self.begin_step(level, self.ledger.grid.index(level), why=decision.why, warmup_s=warmup,
-                        warmup_why=warmup_why)
-
-    def _pause_over(self, cur: StepInfo, now: float) -> bool:
-        """Paused arrivals end when the server says its queue is empty, or at the drain time."""
-        until = self._pause[0] if self._pause is not None else now
-        st = self.ledger.state(cur.index)
-        since = (self._hold or now) + 1.0  # a sample taken after the pause began (and its last arrivals admitted)
-        drained = st is not None and any(t >= since and w == 0 for t, w in st.waiting)
-        return drained or now >= until
+    def _next_level(self, cur: StepInfo) -> str | None:
+        """Begin the staircase's next level after ``cur``; returns why the plan is done instead, or None."""
+        nxt = self.ledger.plan.level(cur.level_index + 1)
+        if nxt is None:
+            return f"plan complete: last level {cur.level:g} done"
+        self.begin_step(nxt, cur.level_index + 1)
+        return None
 
     def begin_plain(self, users: float) -> None:
         """A plain ``-u/-r/-t`` run (no shape): one step at its users, from the start."""
@@ -202,8 +136,10 @@ class StepControl:
     def end_plan(self) -> None:
         """Close the last step now: workers move to a step past the plan (their records from here on are
         not part of any step) and open-loop drivers stop dispatching."""
-        if self.ledger.end_step(self.clock()) or self._hold is not None:
-            self._hold = self._pause = None
+        between = self.search is not None and self.search.between
+        if self.ledger.end_step(self.clock()) or between:
+            if self.search is not None:
+                self.search.clear()
             self.step_message = StepMessage(index=len(self.ledger.states), end=True)
             self.send_step(self.step_message)
 
@@ -226,7 +162,8 @@ class StepControl:
         if cur is None or self.finalized:
             return
         event = ledger.fleet_change(kind, worker, self.clock(), time.time(), noticed_after_s=NOTICED_AFTER_S)
-        running = (cur.ended is None or self._hold is not None) and self.stop_reason is None  # a search's hold too
+        between = self.search is not None and self.search.between  # a search's step ended, the next not begun
+        running = (cur.ended is None or between) and self.stop_reason is None
         policy = ledger.scenario.load.on_worker_loss if kind == "lost" else "continue"
         what = "lost (no heartbeat, or it quit)" if kind == "lost" else "joined"
         steps = ", ".join(map(str, event.steps)) or "none"
@@ -241,7 +178,8 @@ class StepControl:
         if policy == "abort":
             self.stop(f"worker lost: {worker} (load.on_worker_loss: abort)")
             return
-        self._hold = self._pause = None  # a search chooses again once the re-run has its data
+        if self.search is not None:
+            self.search.clear()  # it chooses again once the re-run has its data
         self.begin_step(first.level, first.level_index, why=f"re-run: the fleet changed during step {steps}")
         self.rebalance()
 

@@ -55,7 +55,7 @@ def _headline(summary: Summary, search: dict | None, knee: dict | None) -> str:
 
 
 def _step_points(summary: Summary) -> list[dict]:
-    """Each step's p50/p99 of TTFT and TPOT and its throughput, for the charts against load (not the steps the
+    """Each step's p50/p99 of TTFT and TPOT and its throughput, by load, for the charts against load (not the steps the
     fleet changed under: their level was re-run; nor a step without requests yet)."""
     out = []
     for s in summary.steps:
@@ -68,7 +68,7 @@ def _step_points(summary: Summary) -> list[dict]:
             if block is not None and block.count:
                 point[f"{metric}_p50"], point[f"{metric}_p99"] = block.p50, block.p99
         out.append(point)
-    return out
+    return sorted(out, key=lambda p: p["level"])  # a search visits levels in any order; the charts go by load
 
 
 def _slo_lines(summary: Summary) -> list[dict]:
