@@ -139,16 +139,13 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
         return Decision(nxt, f"confirm the knee at {a:g}: past {b:g}", "confirming", (a, b), knee)
     # No knee by the full signature yet. A coarse pair can straddle it with throughput still growing between its
     # two levels (e.g. 64 -> 128 users around a capacity of 100), so latency alone says where to look closer.
-    breaks = _latency_breaks(pts, params)
-    wide = next(((a, b) for a, b in breaks if b - a > grid.resolution + 1e-9), None)
+    wide = next(((a, b) for a, b in _latency_breaks(pts, params) if b - a > grid.resolution + 1e-9), None)
     if wide is not None:
         nxt, why = _inside(pts, grid, *wide, open_loop)
         return Decision(nxt, f"p99 rose faster than load between {wide[0]:g} and {wide[1]:g}: {why}", "bracketing",
                         wide, knee)
-    if breaks:  # looking higher would not help: the load is past where p99 broke, at the resolution
-        a, b = breaks[0]
-        return Decision(None, f"no knee: p99 broke from {a:g} to {b:g} but throughput did not level off there (longer "
-                              "steps measure it steadier)", "no knee", (a, b), knee)
+    # A latency break at the resolution with throughput still growing is no knee (TTFT often rises with the batch
+    # at light load): look higher.
     return _grow(pts, grid, knee)
 
 
@@ -233,7 +230,7 @@ def search_line(decision: Decision | None, current: StepInfo | None, unit: str) 
     if decision.state == "done" and decision.knee is not None and decision.knee.found:
         return f"knee at {decision.knee.load:g} {unit} ({decision.why})"
     if decision.state == "no knee":
-        return decision.why + (f" {unit}" if decision.bracket is None else "")
+        return decision.why + f" {unit}"
     if decision.bracket is not None:
         a, b = decision.bracket
         verb = "confirming" if decision.state == "confirming" else "next"
