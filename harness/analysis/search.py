@@ -239,9 +239,10 @@ def search_line(decision: Decision | None, current: StepInfo | None, unit: str) 
 
 
 def search_summary(*, mode: str, grid: SearchGrid, unit: str, steps: list[StepInfo], judged: set[int], knee: Knee,
-                   decision: Decision | None, current: StepInfo | None) -> dict:
+                   decision: Decision | None, current: StepInfo | None, stopped: bool = False) -> dict:
     """summary.json's ``search``: the grid, where the search stands and its path (levels in visiting order, why
-    each was chosen, its verdict against the knee, why it ended, how it was warmed)."""
+    each was chosen, its verdict against the knee, why it ended, how it was warmed). ``stopped``: the run ended
+    (its stop reason is set), whoever ended it."""
     path = []
     for s in steps:
         verdict = ("pending" if s.ended is None else "not judged" if s.index not in judged
@@ -249,7 +250,7 @@ def search_summary(*, mode: str, grid: SearchGrid, unit: str, steps: list[StepIn
         path.append({"step": s.index, "level": s.level, "why": s.why, "verdict": verdict, "ended": s.ended_why,
                      "warmup_s": s.warmup_s, "warmup": s.warmup_why or "the plan's"})
     state = decision.state if decision is not None else "growing"
-    if current is not None and current.ended is not None and (decision is None or decision.level is not None):
+    if stopped and (decision is None or decision.level is not None):
         state = "stopped"  # ended by something else than the search (error storm, interrupt, abort_on_fail)
     return {"mode": mode, "unit": unit, "min": grid.lo, "max": grid.top, "resolution": grid.resolution,
             "state": state, "bracket": list(decision.bracket) if decision and decision.bracket else None,

@@ -59,15 +59,16 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
                       stop_reason=facts.stop_reason, workers=len(ledger.fleet.worker_step), steps=steps, knee=knee,
                       knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo, exit_code=code,
                       fleet_events=list(ledger.fleet_events), merge_errors=facts.merge_errors, cost=cost,
-                      clocks=facts.clocks, clock_warnings=facts.clock_warnings, search=_search(ledger))
+                      clocks=facts.clocks, clock_warnings=facts.clock_warnings,
+                      search=_search(ledger, stopped=facts.stop_reason is not None))
 
 
-def _search(ledger: Ledger) -> dict | None:
+def _search(ledger: Ledger, *, stopped: bool) -> dict | None:
     if not ledger.search:
         return None
     return search_summary(mode=ledger.scenario.load.mode, grid=ledger.grid, unit=level_unit(ledger.mode),
                           steps=ledger.steps, judged=set(ledger.judged), knee=ledger.knee, decision=ledger.decision,
-                          current=ledger.current)
+                          current=ledger.current, stopped=stopped)
 
 
 def knee_why(steps: list[StepResult], knee_index: int, metric: str) -> str:

@@ -207,3 +207,16 @@ def test_a_latency_break_at_the_resolution_with_throughput_growing_is_no_knee_lo
 
     d = choose([probe(0, 2, 8, 200), probe(1, 4, 17, 380)], GRID)
     assert (d.level, d.state, d.bracket) == (8, "growing", None), d
+
+
+def test_between_two_steps_the_search_is_not_stopped():
+    """The live summary between two steps (the last one ended, the next not begun) keeps the search's state;
+    only a run ended by something else than the search reads "stopped"."""
+    probes = [server(2, 33, index=0), server(4, 33, index=1)]
+    d = choose(probes, GRID)
+    steps = [StepInfo(i, p.level, float(i), ended=float(i) + 1) for i, p in enumerate(probes)]
+    common = dict(mode="search", grid=GRID, unit="users", steps=steps, judged={0, 1}, knee=d.knee, decision=d,
+                  current=steps[-1])
+    assert search_summary(**common)["state"] == "growing"
+    stopped = search_summary(**common, stopped=True)
+    assert stopped["state"] == "stopped" and stopped["next"] is None
