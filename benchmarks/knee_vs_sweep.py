@@ -62,10 +62,11 @@ def _load(method: str, loop: str, args: argparse.Namespace) -> str:
             f"knee: {{confirm_steps: {confirm}}}}}\n")
 
 
-def _run(scenario: str, out: str, slots: int, iter_ms: float) -> tuple[float, dict]:
+def _run(scenario: str, out: str, slots: int, args: argparse.Namespace) -> tuple[float, dict]:
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", scenario, "--workers", "1", "--out", out,
-                           f"--sim-arg=--max-num-seqs={slots}", f"--sim-arg=--iter-base-ms={iter_ms}"],
+                           f"--sim-arg=--max-num-seqs={slots}", f"--sim-arg=--iter-base-ms={args.iter_base_ms}",
+                           f"--sim-arg=--iter-per-seq-ms={args.iter_per_seq_ms}"],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t
     path = os.path.join(out, "summary.json")
@@ -109,9 +110,12 @@ def main() -> None:
     p.add_argument("--rate-max", type=float, default=64.0)
     p.add_argument("--rate-resolution", type=float, default=2.0)
     p.add_argument("--iter-base-ms", type=float, default=10.0, help="the simulator's fixed cost per iteration")
+    p.add_argument("--iter-per-seq-ms", type=float, default=0.02,
+                   help="its added cost per decoding sequence: small, as memory-bound decode is (below capacity "
+                        "throughput grows with the load, as on a real engine)")
     p.add_argument("--warmup-s", type=float, default=1.0)
     p.add_argument("--min-duration-s", type=float, default=5.0)
-    p.add_argument("--min-requests", type=int, default=60)
+    p.add_argument("--min-requests", type=int, default=100)
     p.add_argument("--max-duration-s", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=1, help="searches per configuration")
     p.add_argument("--search-only", action="store_true", help="skip the sweep and the staircase")
@@ -126,7 +130,7 @@ def main() -> None:
             methods = ["search"] * args.rounds + ([] if args.search_only else ["staircase", "sweep"])
             for i, method in enumerate(methods):
                 sc = _scenario(tmp, name, _load(method, loop, args), metrics)
-                wall, summary = _run(sc, os.path.join(tmp, f"{method}{i}"), slots, args.iter_base_ms)
+                wall, summary = _run(sc, os.path.join(tmp, f"{method}{i}"), slots, args)
                 knee = _sweep_knee(summary) if method == "sweep" else _knee(summary)
                 found.setdefault(method, []).append((wall, knee, len(summary["steps"])))
                 line = {"name": "knee_vs_sweep", "config": name, "method": method, "wall_s": round(wall, 1),

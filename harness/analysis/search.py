@@ -33,6 +33,9 @@ __all__ = ["DRAIN_E2E_FACTOR", "Decision", "Probe", "SearchGrid", "choose", "sea
 DRAIN_E2E_FACTOR = 1.5
 """Going down in load, the warm-up lasts this many times the heavier step's e2e p99 (``Ledger.drain_warmup``):
 every request that step started, queued ones included, has finished by then (its e2e measured that wait)."""
+LATENCY_BRACKET_RATIO = 2.0
+"""A pair of levels whose p99 broke without the throughput plateau is looked into only when the p99 at least doubled:
+past capacity requests wait whole service times, while a light level's p99 moves with the batch and with noise."""
 NEAR_THROUGHPUT_ELASTICITY = 0.8
 """Below this throughput elasticity between the last two probes, the load is nearing capacity: grow by 1.5×."""
 
@@ -123,35 +126,36 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
         return Decision(grid.lo, "start at min", "growing")
     pts = _latest(probes)
     knee = judge(probes, params, label)
-    if knee.found:
-        a = knee.load or 0.0
-        b = min(p.level for p in pts if p.level > a)
-        if b - a > grid.resolution + 1e-9:
-            nxt, why = _inside(pts, grid, a, b, open_loop)
-            return Decision(nxt, why, "bracketing", (a, b), knee)
-        if knee.confirmed or params.confirm_steps == 0:
-            return Decision(None, f"knee at {a:g}: bracket {a:g}..{b:g} within the resolution {grid.resolution:g}",
-                            "done", (a, b), knee)
-        nxt = grid.snap_up(b + max(grid.resolution, b - a))
-        if nxt <= b:
-            return Decision(None, f"knee at {a:g}, not confirmed: nothing past {b:g} up to max {grid.top:g}",
-                            "done", (a, b), knee)
-        return Decision(nxt, f"confirm the knee at {a:g}: past {b:g}", "confirming", (a, b), knee)
-    # No knee by the full signature yet. A coarse pair can straddle it with throughput still growing between its
-    # two levels (e.g. 64 -> 128 users around a capacity of 100), so latency alone says where to look closer.
-    wide = next(((a, b) for a, b in _latency_breaks(pts, params) if b - a > grid.resolution + 1e-9), None)
-    if wide is not None:
-        nxt, why = _inside(pts, grid, *wide, open_loop)
-        return Decision(nxt, f"p99 rose faster than load between {wide[0]:g} and {wide[1]:g}: {why}", "bracketing",
-                        wide, knee)
-    # A latency break at the resolution with throughput still growing is no knee (TTFT often rises with the batch
-    # at light load): look higher.
-    return _grow(pts, grid, knee)
+    # Where p99 broke between two levels farther apart than the resolution, the knee may lie between them even when
+    # the full signature shows only higher up (throughput still grew a little across the wide pair, e.g. 64 -> 128
+    # users around a capacity of 100): the lowest such pair is looked into first.
+    wide = [(a, b) for a, b in _latency_breaks(pts, params) if b - a > grid.resolution + 1e-9
+            and (not knee.found or b <= (knee.load or 0.0))]
+    if wide:
+        nxt, why = _inside(pts, grid, *wide[0], open_loop)
+        return Decision(nxt, f"p99 rose faster than load between {wide[0][0]:g} and {wide[0][1]:g}: {why}",
+                        "bracketing", wide[0], knee)
+    if not knee.found:  # a latency break at the resolution with throughput still growing is no knee: look higher
+        return _grow(pts, grid, knee)
+    a = knee.load or 0.0
+    b = min(p.level for p in pts if p.level > a)
+    if b - a > grid.resolution + 1e-9:
+        nxt, why = _inside(pts, grid, a, b, open_loop)
+        return Decision(nxt, why, "bracketing", (a, b), knee)
+    if knee.confirmed or params.confirm_steps == 0:
+        return Decision(None, f"knee at {a:g}: bracket {a:g}..{b:g} within the resolution {grid.resolution:g}",
+                        "done", (a, b), knee)
+    nxt = grid.snap_up(b + max(grid.resolution, b - a))
+    if nxt <= b:
+        return Decision(None, f"knee at {a:g}, not confirmed: nothing past {b:g} up to max {grid.top:g}",
+                        "done", (a, b), knee)
+    return Decision(nxt, f"confirm the knee at {a:g}: past {b:g}", "confirming", (a, b), knee)
 
 
 def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, float]]:
     """Neighbouring probed levels (a, b) where b's p99 CI lies above a's and p99 grew faster than load (latency
-    elasticity above ``params.min_latency_elasticity``): the latency half of the knee's signature."""
+    elasticity above ``params.min_latency_elasticity``) and at least doubled (``LATENCY_BRACKET_RATIO``): the latency
+    half of the knee's signature."""
     out = []
     for x, y in itertools.pairwise(pts):
         a, b = x.point, y.point
@@ -159,7 +163,8 @@ def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, f
             continue
         lo_b = b.ci[0] if b.ci else b.p99
         hi_a = a.ci[1] if a.ci else a.p99
-        if lo_b > hi_a and math.log(b.p99 / a.p99) / math.log(b.load / a.load) > params.min_latency_elasticity:
+        if lo_b > hi_a and b.p99 >= LATENCY_BRACKET_RATIO * a.p99 and \
+                math.log(b.p99 / a.p99) / math.log(b.load / a.load) > params.min_latency_elasticity:
             out.append((a.load, b.load))
     return out
 
@@ -212,7 +217,7 @@ def _inside(pts: list[Probe], grid: SearchGrid, a: float, b: float, open_loop: b
     guess = predict(pts, a, b, open_loop)
     if guess is not None:
         n, source = guess
-        at = grid.snap_down(min(max(n, a), b))  # a guess at or below a: the knee is just past a
+        at = grid.snap_down(n)  # once both are probed the guess has had its chance: bisect (no march up the grid)
         for level, where in ((at, "at"), (grid.snap_up(at + grid.resolution), "just past")):
             if a < level < b and level not in probed:
                 return level, f"{where} the predicted knee {n:.3g} ({source})"

@@ -220,3 +220,19 @@ def test_between_two_steps_the_search_is_not_stopped():
     assert search_summary(**common)["state"] == "growing"
     stopped = search_summary(**common, stopped=True)
     assert stopped["state"] == "stopped" and stopped["next"] is None
+
+
+def test_a_wrong_prediction_is_tried_once_then_the_bracket_is_bisected():
+    """The server says it runs 100 requests while others wait, but the knee is at 130: after probing at and just
+    past the guess the search bisects; it does not walk up one resolution a step."""
+    probes: list[Probe] = []
+    for index in range(30):
+        d = choose(probes, GRID)
+        if d.level is None:
+            break
+        p = server(d.level, 130, index=index)
+        probes.append(Probe(p.point, p.requests_per_s, p.waiting_mean, 100.0 if p.waiting_mean else p.running_max))
+    assert d.knee is not None and d.knee.found and abs(d.knee.load - 130) <= 2, [p.level for p in probes]
+    assert len(probes) <= 8 + 6, [p.level for p in probes]  # growing to 256, then bisecting 128..256 to 2
+    guessed = [p for p in probes if p.level in (100, 102)]
+    assert len(guessed) <= 2
