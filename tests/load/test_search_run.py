@@ -75,7 +75,7 @@ def test_a_server_without_metrics_is_searched_by_littles_law(tmp_path):
     assert any("Little's law" in e["why"] for e in path), [e["why"] for e in path]
 
 
-@pytest.mark.xdist_group("search_b")
+@pytest.mark.xdist_group("search_c")
 def test_a_knee_above_max_is_no_knee_not_a_guess(tmp_path):
     summary, _, output = _search(tmp_path, slots=32, top=8)
     assert not summary["knee"]["found"], output[-3000:]
