@@ -34,8 +34,11 @@ DRAIN_E2E_FACTOR = 1.5
 """Going down in load, the warm-up lasts this many times the heavier step's e2e p99 (``Ledger.drain_warmup``):
 every request that step started, queued ones included, has finished by then (its e2e measured that wait)."""
 LATENCY_BRACKET_RATIO = 2.0
-"""A pair of levels whose p99 broke without the throughput plateau is looked into only when the p99 at least doubled:
-past capacity requests wait whole service times, while a light level's p99 moves with the batch and with noise."""
+"""A pair of levels whose p99 broke without the knee's throughput plateau is looked into when the p99 at least
+doubled while throughput grew by less than ``LATENCY_BRACKET_THROUGHPUT_ELASTICITY`` × the load, or when it at
+least quadrupled: past capacity requests wait whole service times, while a light level's p99 moves with the batch
+and with noise (an open loop's Poisson bursts double a 100-request p99 easily)."""
+LATENCY_BRACKET_THROUGHPUT_ELASTICITY = 0.9
 NEAR_THROUGHPUT_ELASTICITY = 0.8
 """Below this throughput elasticity between the last two probes, the load is nearing capacity: grow by 1.5×."""
 
@@ -154,8 +157,8 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
 
 def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, float]]:
     """Neighbouring probed levels (a, b) where b's p99 CI lies above a's and p99 grew faster than load (latency
-    elasticity above ``params.min_latency_elasticity``) and at least doubled (``LATENCY_BRACKET_RATIO``): the latency
-    half of the knee's signature."""
+    elasticity above ``params.min_latency_elasticity``) and at least doubled (``LATENCY_BRACKET_RATIO``) while
+    throughput stopped growing in proportion, or quadrupled: the latency half of the knee's signature."""
     out = []
     for x, y in itertools.pairwise(pts):
         a, b = x.point, y.point
@@ -163,8 +166,11 @@ def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, f
             continue
         lo_b = b.ci[0] if b.ci else b.p99
         hi_a = a.ci[1] if a.ci else a.p99
-        if lo_b > hi_a and b.p99 >= LATENCY_BRACKET_RATIO * a.p99 and \
-                math.log(b.p99 / a.p99) / math.log(b.load / a.load) > params.min_latency_elasticity:
+        ratio = b.p99 / a.p99
+        e_t = _elasticity(a.throughput, b.throughput, a.load, b.load)
+        grew = ratio >= 2 * LATENCY_BRACKET_RATIO or (
+            ratio >= LATENCY_BRACKET_RATIO and (e_t is None or e_t < LATENCY_BRACKET_THROUGHPUT_ELASTICITY))
+        if lo_b > hi_a and grew and math.log(ratio) / math.log(b.load / a.load) > params.min_latency_elasticity:
             out.append((a.load, b.load))
     return out
 

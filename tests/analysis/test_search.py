@@ -236,3 +236,16 @@ def test_a_wrong_prediction_is_tried_once_then_the_bracket_is_bisected():
     assert len(probes) <= 8 + 6, [p.level for p in probes]  # growing to 256, then bisecting 128..256 to 2
     guessed = [p for p in probes if p.level in (100, 102)]
     assert len(guessed) <= 2
+
+
+def test_a_noisy_p99_with_throughput_in_proportion_is_not_a_bracket():
+    """An open loop's 100-request p99 can double from Poisson bursts alone: with throughput still growing in
+    proportion it is no reason to look between the two levels; four times is."""
+    def probe(i: int, level: float, p99: float, tput: float) -> Probe:
+        return Probe(StepPoint(i, level, p99, (p99 * 0.9, p99 * 1.1), tput, True, 100), tput / 40)
+
+    grid = SearchGrid(2, 128, 2, integer=False)
+    d = choose([probe(0, 12, 40, 480), probe(1, 24, 100, 960)], grid, open_loop=True)
+    assert (d.state, d.bracket) == ("growing", None), d
+    d = choose([probe(0, 12, 40, 480), probe(1, 24, 170, 960)], grid, open_loop=True)
+    assert d.state == "bracketing" and d.bracket == (12, 24), d
