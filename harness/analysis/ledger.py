@@ -33,7 +33,7 @@ from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_kne
 from harness.analysis.plan import StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
-from harness.analysis.search import DRAIN_E2E_FACTOR, Decision, Probe, SearchGrid, choose, search_line
+from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
@@ -205,7 +205,7 @@ class Ledger:
                 continue
             server = st.server.summary() if st.server is not None else {}
             probes.append(Probe(self.point(st, now), bucket.requests / st.info.measured_s(now),
-                                server.get("waiting_mean"), server.get("running_max")))
+                                server.get("waiting_mean"), server.get("running_max"), PREDICTED in st.info.why))
         self.decision = choose(probes, self.grid, self.knee_params, open_loop=self.mode == "open",
                                label=self.knee_label)
         return self.decision

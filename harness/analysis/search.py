@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.steps import StepInfo
 
-__all__ = ["DRAIN_E2E_FACTOR", "Decision", "Probe", "SearchGrid", "choose", "search_line", "search_summary",
-           "verdicts"]
+__all__ = ["DRAIN_E2E_FACTOR", "PREDICTED", "Decision", "Probe", "SearchGrid", "choose", "search_line",
+           "search_summary", "verdicts"]
 
 DRAIN_E2E_FACTOR = 1.5
 """Going down in load, the warm-up lasts this many times the heavier step's e2e p99 (``Ledger.drain_warmup``):
@@ -39,6 +39,11 @@ doubled while throughput grew by less than ``LATENCY_BRACKET_THROUGHPUT_ELASTICI
 least quadrupled: past capacity requests wait whole service times, while a light level's p99 moves with the batch
 and with noise (an open loop's Poisson bursts double a 100-request p99 easily)."""
 LATENCY_BRACKET_THROUGHPUT_ELASTICITY = 0.9
+PREDICTIONS = 2
+"""Probes a search spends at and just past predicted knees: a prediction that follows the last good level (Little's
+law near capacity does) would otherwise walk up the grid one resolution a step; then it bisects."""
+PREDICTED = "the predicted knee"
+"""How a level chosen by prediction says so in its ``why`` (``Probe.predicted`` reads it back)."""
 NEAR_THROUGHPUT_ELASTICITY = 0.8
 """Below this throughput elasticity between the last two probes, the load is nearing capacity: grow by 1.5×."""
 
@@ -52,6 +57,8 @@ class Probe:
     waiting_mean: float | None = None
     """The server's waiting requests over the step (None: it does not say)."""
     running_max: float | None = None
+    predicted: bool = False
+    """The level was chosen at or just past a predicted knee (``PREDICTIONS`` such probes at most)."""
 
     @property
     def level(self) -> float:
@@ -220,13 +227,13 @@ def predict(pts: list[Probe], a: float, b: float, open_loop: bool) -> tuple[floa
 def _inside(pts: list[Probe], grid: SearchGrid, a: float, b: float, open_loop: bool) -> tuple[float, str]:
     """The next level strictly inside the bracket (a, b): the prediction, just past it, else the midpoint."""
     probed = {p.level for p in pts}
-    guess = predict(pts, a, b, open_loop)
+    guess = predict(pts, a, b, open_loop) if sum(p.predicted for p in pts) < PREDICTIONS else None
     if guess is not None:
         n, source = guess
         at = grid.snap_down(n)  # once both are probed the guess has had its chance: bisect (no march up the grid)
         for level, where in ((at, "at"), (grid.snap_up(at + grid.resolution), "just past")):
             if a < level < b and level not in probed:
-                return level, f"{where} the predicted knee {n:.3g} ({source})"
+                return level, f"{where} {PREDICTED} {n:.3g} ({source})"
     mid = grid.snap_down((a + b) / 2)
     if not a < mid < b:
         mid = grid.snap_up((a + b) / 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -9,7 +10,7 @@ import pytest
 
 from harness.analysis.knee import KneeParams, StepPoint
 from harness.analysis.plan import StepPlan, p99_precision
-from harness.analysis.search import Decision, Probe, SearchGrid, choose, search_line, search_summary
+from harness.analysis.search import PREDICTED, Decision, Probe, SearchGrid, choose, search_line, search_summary
 from harness.analysis.steps import StepInfo
 from harness.metrics.aggregate import ci_min_samples, ci_ranks
 
@@ -47,7 +48,7 @@ def search(capacity: float, grid: SearchGrid, *, limit: int = 40, **kw) -> tuple
             return d, probes
         assert grid.lo <= d.level <= grid.top, d
         assert d.level not in {p.level for p in probes}, f"probed {d.level} twice: {d.why}"
-        probes.append(server(d.level, capacity, index=index, **kw))
+        probes.append(dataclasses.replace(server(d.level, capacity, index=index, **kw), predicted=PREDICTED in d.why))
     raise AssertionError(f"no answer in {limit} steps: {[p.level for p in probes]}")
 
 
@@ -231,7 +232,8 @@ def test_a_wrong_prediction_is_tried_once_then_the_bracket_is_bisected():
         if d.level is None:
             break
         p = server(d.level, 130, index=index)
-        probes.append(Probe(p.point, p.requests_per_s, p.waiting_mean, 100.0 if p.waiting_mean else p.running_max))
+        probes.append(Probe(p.point, p.requests_per_s, p.waiting_mean, 100.0 if p.waiting_mean else p.running_max,
+                            PREDICTED in d.why))
     assert d.knee is not None and d.knee.found and abs(d.knee.load - 130) <= 2, [p.level for p in probes]
     assert len(probes) <= 8 + 6, [p.level for p in probes]  # growing to 256, then bisecting 128..256 to 2
     guessed = [p for p in probes if p.level in (100, 102)]
@@ -249,3 +251,17 @@ def test_a_noisy_p99_with_throughput_in_proportion_is_not_a_bracket():
     assert (d.state, d.bracket) == ("growing", None), d
     d = choose([probe(0, 12, 40, 480), probe(1, 24, 170, 960)], grid, open_loop=True)
     assert d.state == "bracketing" and d.bracket == (12, 24), d
+
+
+def test_littles_law_following_the_last_good_level_does_not_walk_up_the_grid():
+    """Near capacity a's throughput is the best seen, so Little's law predicts a itself, each time a moves up:
+    after two probes at or just past predictions the search bisects."""
+    probes: list[Probe] = []
+    for index in range(30):
+        d = choose(probes, GRID)
+        if d.level is None:
+            break
+        p = server(d.level, 47, index=index, metrics=False)
+        probes.append(dataclasses.replace(p, predicted=PREDICTED in d.why))
+    assert d.knee.found and abs(d.knee.load - 47) <= 2
+    assert sum(p.predicted for p in probes) <= 2 and len(probes) <= 12, [(p.level, p.predicted) for p in probes]
