@@ -165,9 +165,12 @@ def choose(probes: list[Probe], grid: SearchGrid, params: KneeParams | None = No
 def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, float]]:
     """Neighbouring probed levels (a, b) where b's p99 CI lies above a's and p99 grew faster than load (latency
     elasticity above ``params.min_latency_elasticity``) and at least doubled (``LATENCY_BRACKET_RATIO``) while
-    throughput stopped growing in proportion, or quadrupled: the latency half of the knee's signature."""
+    throughput stopped growing in proportion, or quadrupled: the latency half of the knee's signature. Not where the
+    server reports that nothing waited at b."""
     out = []
     for x, y in itertools.pairwise(pts):
+        if y.waiting_mean is not None and y.waiting_mean < 0.5:
+            continue  # the server says nothing queued at b: its p99 rose for another reason (prefill, noise)
         a, b = x.point, y.point
         if not (a.reliable and b.reliable) or a.p99 <= 0 or b.p99 <= 0 or a.load <= 0 or b.p99 != b.p99:
             continue

@@ -265,3 +265,14 @@ def test_littles_law_following_the_last_good_level_does_not_walk_up_the_grid():
         probes.append(dataclasses.replace(p, predicted=PREDICTED in d.why))
     assert d.knee.found and abs(d.knee.load - 47) <= 2
     assert sum(p.predicted for p in probes) <= 2 and len(probes) <= 12, [(p.level, p.predicted) for p in probes]
+
+
+def test_a_latency_break_where_the_server_says_nothing_waited_is_not_a_bracket():
+    def probe(i: int, level: float, p99: float, tput: float, waiting: float | None) -> Probe:
+        return Probe(StepPoint(i, level, p99, (p99 * 0.9, p99 * 1.1), tput, True, 200), tput / 40, waiting, level)
+
+    pts = [probe(0, 64, 30, 3200, 0.0), probe(1, 96, 70, 4200, 0.0)]
+    d = choose(pts, GRID)
+    assert (d.state, d.bracket, d.level) == ("growing", None, 144), d
+    pts[1] = probe(1, 96, 70, 4200, None)  # a server that does not say: the latency half decides
+    assert choose(pts, GRID).bracket == (64, 96)
