@@ -201,10 +201,12 @@ def test_a_lost_worker_marks_its_step_which_is_re_run_and_the_run_is_degraded(lo
     assert lost > 0
     assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent) - lost
     assert summary["exit_code"] == 5 and fleet.env.process_exit_code == 5
-    from harness.web.ui import llm_rows
+    from harness.report.validate import as_summary
+    from harness.web.ui import why_tab_rows
 
-    rows = {r["metric"]: r for r in llm_rows(fleet.master.view)}  # the LLM tab says it too
-    assert rows["fleet: worker worker-1 lost"]["count"] == "step 1"
+    view = fleet.master.view  # the "LLM why" tab says it too
+    rows = why_tab_rows(view, as_summary(view.summary_json(), "live", walk=False), None)
+    assert {"topic": "fleet", "text": "worker worker-1 lost: step 1 not judged, level re-run"} in rows
 
 
 def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
@@ -223,16 +225,20 @@ def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, mon
 
 
 def test_the_web_views_read_the_master(locust, tmp_path):
-    """The LLM tab's rows and the chart page, from the master's read-only view (the browser test covers them in
-    a real UI; this one runs in a second)."""
-    from harness.web.ui import _charts_page, llm_rows
+    """The LLM tab's rows and the dashboard's data, from the master's read-only view (the browser test covers them
+    in a real UI; this one runs in a second)."""
+    from harness.web.dashboard import payload
+    from harness.web.ui import llm_rows
 
     fleet = Fleet(locust, tmp_path)
     fleet.run()
-    page = _charts_page(fleet.master.view)
-    assert f"<p id='knee'>Knee: {SLOTS:g} (" in page and page.count("<svg") == 3  # ttft, tpot, throughput
-    rows = {r["metric"]: r for r in llm_rows(fleet.master.view)}
-    assert rows["knee"]["count"] == f"{SLOTS:g} users" and rows["ttft (ms)"]["count"] > 0
+    view = fleet.master.view
+    rows = {r["metric"]: r for r in llm_rows(view)}
+    assert rows["ttft (ms)"]["count"] > 0 and all(isinstance(v, (int, float)) for k, v in rows["ttft (ms)"].items()
+                                                  if k != "metric")
+    live = payload(view.summary_json(), view.history, list(rows.values()), "ended")
+    assert live["knee"]["level"] == SLOTS and live["headline"].startswith(f"knee: {SLOTS:g} users")
+    assert [p["level"] for p in live["steps"]] == sorted(p["level"] for p in live["steps"])
 
 
 def test_a_clock_that_moves_during_the_run_is_warned_about_once_and_its_last_figures_kept(locust, tmp_path, caplog):

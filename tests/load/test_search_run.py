@@ -16,7 +16,7 @@ from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
 
-STEP = "step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 30, max_duration_s: 6}"
+STEP = "step: {warmup_s: 0.5, min_duration_s: 1.5, min_requests: 30, max_duration_s: 6}"
 
 
 def _search(tmp_path, slots: int, top: int, metrics: str = "auto") -> tuple[dict, list[dict], str]:
@@ -68,9 +68,9 @@ def test_a_search_brackets_a_known_knee_and_a_lighter_step_does_not_inherit_the_
 
 @pytest.mark.xdist_group("search_b")
 def test_a_server_without_metrics_is_searched_by_littles_law(tmp_path):
-    summary, _, output = _search(tmp_path, slots=12, top=32, metrics="off")
+    summary, _, output = _search(tmp_path, slots=10, top=20, metrics="off")
     knee, path = summary["knee"], summary["search"]["path"]
-    assert knee["found"] and abs(knee["users"] - 12) <= 2, output[-3000:]
+    assert knee["found"] and abs(knee["users"] - 10) <= 2, output[-3000:]
     assert all("server" not in s for s in summary["steps"])
     assert any("Little's law" in e["why"] for e in path), [e["why"] for e in path]
 
