@@ -211,7 +211,9 @@ class RunView:
     def summary_json(self) -> dict:
         """The summary as it stands (judged on the data complete so far), at most ``SUMMARY_MAX_AGE_S`` old."""
         now = time.monotonic()
-        if self._last is None or now - self._last[0] >= self.SUMMARY_MAX_AGE_S or self._m.finalized:
+        stopped = self._m.stop_reason is not None and self._last is not None and \
+            self._last[1].get("stop_reason") is None  # the end is said at once, not up to a second later
+        if self._last is None or now - self._last[0] >= self.SUMMARY_MAX_AGE_S or self._m.finalized or stopped:
             if self._m.ledger.steps:
                 self._m.judge()
             self._last = (now, self._m.summary().to_json())
