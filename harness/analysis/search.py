@@ -8,10 +8,14 @@ is the staircase's: ``find_knee`` over the probed levels sorted by load (the lat
 2. **Grow** geometrically while no knee shows: the grid level at or above twice the highest probed (capped at
    ``max``). A queue seen at the server, or throughput growing at less than 0.8× the load, slows growth to 1.5×.
 3. **Bracket**: a knee at level a breaks to the next probed level b; everything up to a is good, past it is past
-   the knee. **Predict** the knee inside (a, b): a batch-limited server's capacity is its running requests while
+   the knee. A pair wider than the resolution whose p99 broke by the latency half of the signature alone (doubled
+   with throughput no longer in proportion, or quadrupled; not where the server says nothing waited) is looked
+   into first when it lies below: a wide pair can straddle the knee with throughput still growing across it.
+   **Predict** the knee inside the bracket: a batch-limited server's capacity is its running requests while
    requests waited (it says so in /metrics); otherwise Little's law, N = X·R: closed loop, a's per-user throughput
    held up to the best throughput seen (``a·T_max/T_a``); open loop, the best completion rate seen. Probe the grid
-   level at the prediction, then the one just past it, while inside the bracket and not probed yet; else bisect.
+   level at the prediction, then the one just past it (``PREDICTIONS`` such probes a search), while inside the
+   bracket and not probed yet; else bisect.
 4. **Done** when ``b − a ≤ resolution`` and the knee is confirmed by ``confirm_steps`` levels past b (if none was
    probed past b: probe ``b + max(resolution, b − a)``); "no knee up to max" once ``max`` was probed without one.
 
