@@ -1,4 +1,4 @@
-"""Master side, while the run goes: the live window, to InfluxDB and to the web UI's chart page.
+"""Master side, while the run goes: the live window, to InfluxDB and to the web UI's live dashboard (``/kneecap/``).
 
 One greenlet: every ``window_s`` the fleet's window (everything merged since the last one) becomes
 points. It only queues — the InfluxDB write is the sink's ``flush``, which never raises and spools on
@@ -33,7 +33,7 @@ __all__ = ["Live"]
 
 log = logging.getLogger("kneecap")
 HISTORY_SKETCHES = ("ttft", "tpot")
-"""The metrics of the web UI's chart page (``history``)."""
+"""The metrics of the web UI's live dashboard (``history``)."""
 
 
 class Live:
@@ -62,12 +62,12 @@ class Live:
         self.window = 0
         self._bucket = Bucket()
         self._window_sketches = LATENCIES if self.sink is not None else HISTORY_SKETCHES
-        """What a window reads: the sink's latencies, else only the web UI's chart's (rows never: the ledger's)."""
+        """What a window reads: the sink's latencies, else only the dashboard's charts' (rows never: the ledger's)."""
         self._gen: dict[str, GeneratorSample] = {}
         self._cost: dict[str, list[float]] = {}
         """Per worker over the window: [CPU seconds, longest GC pause (s)] (-1: not measured)."""
         self.history: list[dict] = []
-        """One entry per window for the web UI's chart page (t, load, p50/p99 of ttft and tpot)."""
+        """One entry per window for the web UI's live dashboard (t, load, p50/p99 of ttft and tpot)."""
         self._t0 = time.monotonic()
         self._greenlets: list[gevent.Greenlet] = []
 
@@ -92,7 +92,7 @@ class Live:
             self.write_window()
 
     def write_window(self) -> None:
-        """Close a window: keep it for the chart page and, with a sink, write it."""
+        """Close a window: keep it for the live dashboard and, with a sink, write it."""
         sink = self.sink
         ts = int(time.time() * 1000)
         step = self.current()
