@@ -30,7 +30,7 @@ from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
-from harness.analysis.plan import StepPlan, stop_reason
+from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
@@ -316,7 +316,7 @@ class Ledger:
             info, bucket = st.info, self.measured(st.index)
             warmup = self.fleet.steps.get((info.index, "warmup"))
             r = step_result(info, bucket, st.generator, now=now, mode=self.mode, warmup=warmup)
-            r.complete = info.index < last or info.ended_why in ("min", "precision", "max_duration") or \
+            r.complete = info.index < last or info.ended_why in PLAN_ENDS or \
                 self.plan.step_done(info.elapsed_s(now), bucket.requests, warmup_s=info.warmup_s)
             j = st.judgement
             if j is not None:

@@ -15,8 +15,8 @@ from typing import overload
 from harness.analysis.knee import Knee
 from harness.metrics.aggregate import ci_min_samples
 
-__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "SEARCH_MODES", "Levels", "LoadPlan", "Step",
-           "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "PLAN_ENDS", "SEARCH_MODES", "Levels",
+           "LoadPlan", "Step", "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -39,6 +39,8 @@ class StepSpec:
     """End the step (past the floors) once the knee metric's p99 CI half-width is within this share of the p99."""
 
 
+PLAN_ENDS = ("min", "precision", "max_duration")
+"""Why ``StepPlan.step_end`` says a step has its data (a step can also end "stopped", with the plan)."""
 SEARCH_MODES = ("search", "open_search")
 OPEN_MODES = ("open_staircase", "open_search")
 

@@ -117,9 +117,9 @@ class Decision:
 
 
 def _latest(probes: list[Probe]) -> list[Probe]:
-    """One probe per level (the latest step), sorted by load: the points ``knee.by_load`` gives the judging."""
-    latest = {p.level: p for p in sorted(probes, key=lambda p: p.point.index)}
-    return [latest[k] for k in sorted(latest)]
+    """The probes of the points the judging sees (``knee.by_load``: the latest of each level, by load)."""
+    by_index = {p.point.index: p for p in probes}
+    return [by_index[pt.index] for pt in by_load([p.point for p in probes])]
 
 
 def judge(probes: list[Probe], params: KneeParams, label: str = "p99") -> Knee:
