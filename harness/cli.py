@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from harness import exitcodes
+from harness.capacity.compare_cmd import compare
+from harness.cli_kit import InputError, read_run
 from harness.sim import SimConfig, run_sim
 from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
@@ -17,18 +19,9 @@ from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
 
-if TYPE_CHECKING:
-    from harness.analysis.summary_model import Summary
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class InputError(click.ClickException):
-    """A file given to a command is not what it must be (a broken summary.json, a binary log): ``Error: FILE:
-    problem`` and exit 2 (``exitcodes.USAGE``: nothing was done), without click's usage lines, which would
-    suggest a wrong flag."""
-
-    exit_code = exitcodes.USAGE
 _MIB = 1 << 20
 _TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "int | None": int, "str | None": str}
 """Click type of each field annotation our config dataclasses use (strings: ``from __future__ import annotations``)."""
@@ -285,34 +278,13 @@ def fit(log: str, input_col: str | None, output_col: str | None, input_mode: str
             raise click.ClickException(f"cannot write {out_file}: {exc.strerror or exc}") from None
 
 
-_RERUN = "kneecap run writes it: re-run, or restore the file"
-"""What to do about a run folder whose summary.json is missing or broken (appended to the problem)."""
-
-
-def _summary(run_dir: str) -> Summary:
-    """RUN_DIR's summary, checked against its schema and typed; InputError (exit 2) naming the file and first bad
-    key."""
-    import os
-
-    from harness.report.html import read_summary
-
-    if not os.path.isfile(os.path.join(run_dir, "summary.json")):
-        raise InputError(f"{run_dir} has no summary.json: not a run folder? ({_RERUN})")
-    try:
-        return read_summary(run_dir)
-    except ValueError as exc:
-        raise InputError(f"{exc} ({_RERUN})") from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot read {run_dir}/summary.json: {exc.strerror or exc}") from None
-
-
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 def report(run_dir: str) -> None:
     """Write RUN_DIR/report.html (self-contained) from RUN_DIR/summary.json."""
     from harness.report.html import write_report
 
-    _summary(run_dir)  # refuse a broken summary (exit 2) before building anything
+    read_run(run_dir)  # refuse a broken summary (exit 2) before building anything
     try:
         click.echo(write_report(run_dir))
     except ValueError as exc:  # requests.jsonl
@@ -322,32 +294,6 @@ def report(run_dir: str) -> None:
     except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:  # the schema passed it: our bug
         raise click.ClickException(f"cannot build a report from {run_dir}: {type(exc).__name__}: {exc} (the summary "
                                    "passed its schema check: please report this with the file)") from None
-
-
-@main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--out", default="compare.html", show_default=True, type=click.Path(dir_okay=False))
-def compare(run_dirs: tuple[str, ...], out: str) -> None:
-    """Overlay the curves of several runs and tabulate the deltas against the first one."""
-    import os
-
-    from harness.report.html import compare_html
-
-    if len(run_dirs) < 2:
-        raise click.UsageError("give at least two run folders")
-    runs = [(os.path.basename(os.path.normpath(d)), _summary(d)) for d in run_dirs]
-    modes = {s.mode for _, s in runs}
-    if len(modes) > 1:  # their loads are users vs req/s: no common x axis
-        kinds = ", ".join(f"{d} ({s.mode} loop)" for d, (_, s) in zip(run_dirs, runs, strict=True))
-        raise InputError(f"cannot compare closed-loop runs (users) with open-loop ones (req/s): {kinds}; "
-                         "compare runs of one kind")
-    page = compare_html(runs)
-    try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
-    click.echo(out)
 
 
 @main.command("influx-replay")
@@ -368,6 +314,8 @@ def influx_replay(spool: str, url: str, org: str, bucket: str, token_env: str) -
         raise click.ClickException(f"cannot write {spool} to {url}: {str(exc).splitlines()[0][:300]}") from None
     click.echo(f"wrote {n} points from {spool} to {url} (bucket {bucket})")
 
+
+main.add_command(compare)
 
 if __name__ == "__main__":
     main()

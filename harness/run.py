@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from harness.load.options import KneecapOptions
 from harness.outcome import say_verdict, write_processes
@@ -46,6 +47,12 @@ class RunOptions:
     sim_args: tuple[str, ...] = ()
     influx: dict[str, str] | None = None
     """The InfluxDB sink's options for the master (``KneecapOptions`` fields: influx_url, influx_org, ...)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Scenario fields set by dotted key (``{"workload.input_tokens.median": 2048}``): a sweep's cell; ``seed`` wins."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """``--label KEY=VALUE``: recorded with the run in the run store."""
+    server: dict[str, Any] | None = None
+    """What is known of the server (a sweep's launch command, its /version and /v1/models), for the run store."""
 
 
 def _free_port() -> int:
@@ -72,7 +79,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
 
     Ctrl-C, SIGTERM and SIGHUP end the plan the same way (``supervise.py``): the master writes a partial summary,
     then the verdict and the report follow. The children die with this process even when it is SIGKILLed."""
-    overrides = {"workload.seed": opts.seed} if opts.seed is not None else {}
+    overrides = {**opts.overrides, **({"workload.seed": opts.seed} if opts.seed is not None else {})}
     sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out = opts.out or os.path.join(sc.results_dir, f"{sc.name}-{run_id}")
