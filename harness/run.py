@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,11 +75,12 @@ def _start_sim(model: str, extra: tuple[str, ...], out: str, say: Callable[[str]
     return sim, m.group(1)
 
 
-def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
+def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threading.Event | None = None) -> int:
     """Run the plan; returns the exit code (``harness.exitcodes``): the summary's, or NO_VALID_RESULT without one.
 
     Ctrl-C, SIGTERM and SIGHUP end the plan the same way (``supervise.py``): the master writes a partial summary,
-    then the verdict and the report follow. The children die with this process even when it is SIGKILLed."""
+    then the verdict and the report follow. The children die with this process even when it is SIGKILLed.
+    ``interrupted`` (a sweep's) is set when an interrupt ended the plan early."""
     overrides = {**opts.overrides, **({"workload.seed": opts.seed} if opts.seed is not None else {})}
     sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
     run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -106,6 +108,8 @@ def run(opts: RunOptions, say: Callable[[str], None] = print) -> int:
             stop_child(child)
         if relay is not None:
             relay.stop()
+    if supervisor.stopped_early and interrupted is not None:
+        interrupted.set()
     report_cpu: list[float] = []
     code = say_verdict(out, say, report_cpu)
     write_processes(out, [c for c in (master, *workers, sim) if c is not None], report_cpu, say)

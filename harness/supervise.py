@@ -31,6 +31,8 @@ class Supervisor:
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
         self.interrupted = threading.Event()
+        self.stopped_early = False
+        """True once an interrupt has asked the master to end the plan: the summary is a partial one."""
 
     @contextmanager
     def signals(self) -> Iterator[None]:
@@ -54,6 +56,7 @@ class Supervisor:
                     self.say("interrupted: stopping the run, writing partial results (interrupt again to stop at once)")
                     master.proc.send_signal(signal.SIGTERM)
                     asked = time.monotonic()
+                    self.stopped_early = True
                 else:
                     self.say("interrupted again: stopping now, without results")
                     master.proc.kill()
