@@ -30,6 +30,10 @@ class Percentiles(View, kw_only=True, omit_defaults=True):
     p99: float | None = None
     p999: float | None = None
     max: float | None = None
+    p50_ci: tuple[float, float] | UnsetType | None = UNSET
+    """The exact order-statistic 95% interval of the p50 (``metrics.aggregate.ci_ranks``); None: too few samples;
+    absent from files older than it (as ``p95_ci``)."""
+    p95_ci: tuple[float, float] | UnsetType | None = UNSET
     p99_ci: tuple[float, float] | UnsetType | None = UNSET
     """None: too few samples for the interval."""
     p99_slo: float | str | None = None

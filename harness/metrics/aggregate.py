@@ -377,13 +377,16 @@ def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | N
 
 
 def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
-    """count, mean, p50…p99.9, max and the p99 CI, in ms by default (``scale`` 1 for tokens/s)."""
+    """count, mean, p50…p99.9, max and the p50/p95/p99 CIs (``quantile_ci``), in ms by default (``scale`` 1 for
+    tokens/s)."""
     if s.count == 0:
         return {"count": 0}
-    ci = quantile_ci(s, 0.99)
     r = 3
-    return {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
-            "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
-            "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
-            "max": round(s.max * scale, r),
-            "p99_ci": [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None}
+    out = {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
+           "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
+           "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
+           "max": round(s.max * scale, r)}
+    for name, q in (("p50_ci", 0.5), ("p95_ci", 0.95), ("p99_ci", 0.99)):
+        ci = quantile_ci(s, q)
+        out[name] = [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None
+    return out
