@@ -20,7 +20,8 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.client.apis", "harness.sim.engine", "harness.sim.engine_config", "harness.sim.kv",
         "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
-        "harness.sim.anthropic", "harness.sim.embeddings", "harness.capacity.cells")
+        "harness.sim.anthropic", "harness.sim.embeddings", "harness.capacity.cells",
+        "harness.capacity.capacity_map")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
     "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
