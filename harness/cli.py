@@ -10,6 +10,7 @@ import click
 
 from harness import exitcodes
 from harness.capacity.compare_cmd import compare
+from harness.capacity.export_cmd import export
 from harness.capacity.sweep_cmd import sweep
 from harness.cli_kit import InputError, read_run
 from harness.sim import SimConfig, run_sim
@@ -317,6 +318,7 @@ def influx_replay(spool: str, url: str, org: str, bucket: str, token_env: str) -
 
 
 main.add_command(compare)
+main.add_command(export)
 main.add_command(sweep)
 
 if __name__ == "__main__":
