@@ -11,6 +11,7 @@ import click
 from harness import exitcodes
 from harness.capacity.compare_cmd import compare
 from harness.capacity.export_cmd import export
+from harness.capacity.runs_cmd import check_labels, runs
 from harness.capacity.sweep_cmd import sweep
 from harness.cli_kit import InputError, read_run
 from harness.sim import SimConfig, run_sim
@@ -140,6 +141,8 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--insecure", is_flag=True,
               help="Accept any TLS certificate from the endpoint (a test endpoint; overrides endpoint.tls.verify).")
 @click.option("--seed", type=int, default=None, help="Override workload.seed.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=check_labels,
+              help="Record this label with the run in the run store (docs/runs.md), e.g. env=prod. Repeatable.")
 @click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
               help="Extra argument for the built-in simulator, e.g. --sim-arg=--max-num-seqs=16. Repeatable.")
 @click.option("--influx-url", default=None, help="Write live results to this InfluxDB 2 [scenario sinks.influxdb].")
@@ -148,8 +151,8 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--influx-token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
               help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
-        insecure: bool, seed: int | None, sim_args: tuple[str, ...], influx_url: str | None, influx_org: str,
-        influx_bucket: str, influx_token_env: str) -> None:
+        insecure: bool, seed: int | None, labels: dict[str, str], sim_args: tuple[str, ...], influx_url: str | None,
+        influx_org: str, influx_bucket: str, influx_token_env: str) -> None:
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
@@ -165,7 +168,8 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     influx = {"influx_url": influx_url, "influx_org": influx_org, "influx_bucket": influx_bucket,
               "influx_token_env": influx_token_env} if influx_url else None
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
-                      save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx)
+                      save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx,
+                      labels=labels)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:
@@ -319,6 +323,7 @@ def influx_replay(spool: str, url: str, org: str, bucket: str, token_env: str) -
 
 main.add_command(compare)
 main.add_command(export)
+main.add_command(runs)
 main.add_command(sweep)
 
 if __name__ == "__main__":

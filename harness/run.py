@@ -5,7 +5,8 @@ knee-seeking shape, N workers, all owned by this process (``procs.py``: their ow
 output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process, which asks the master
 to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
 of a plain ``locust --master``/``--worker`` run (README); ``processes.json`` (each process's CPU, the
-client's cost per streamed token, ``analysis/cost.py``) only from ``kneecap run``, which reaps them.
+client's cost per streamed token, ``analysis/cost.py``) only from ``kneecap run``, which reaps them; and so
+is the run's line in the run store (``capacity/store.py``: RESULTS/index.jsonl, and the run folder's run.json).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.capacity.store import record_run, scenario_hash
 from harness.load.options import KneecapOptions
 from harness.outcome import say_verdict, write_processes
 from harness.procs import Child, LogRelay, start_child, stop_child
@@ -83,6 +85,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
     ``interrupted`` (a sweep's) is set when an interrupt ended the plan early."""
     overrides = {**opts.overrides, **({"workload.seed": opts.seed} if opts.seed is not None else {})}
     sc: Scenario = load_scenario(opts.scenario, overrides) if opts.scenario else default_scenario(overrides)
+    digest = scenario_hash(opts.scenario, overrides)  # now: the file may be edited while the run goes on
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out = opts.out or os.path.join(sc.results_dir, f"{sc.name}-{run_id}")
     os.makedirs(out, exist_ok=True)
@@ -113,6 +116,10 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
     report_cpu: list[float] = []
     code = say_verdict(out, say, report_cpu)
     write_processes(out, [c for c in (master, *workers, sim) if c is not None], report_cpu, say)
+    stored = record_run(out, run_id=run_id, results_dir=sc.results_dir, scenario_path=opts.scenario, digest=digest,
+                        labels=opts.labels, overrides=overrides, server=opts.server)
+    if stored:
+        say(stored)
     return code
 
 

@@ -21,7 +21,7 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
         "harness.sim.anthropic", "harness.sim.embeddings", "harness.capacity.cells",
-        "harness.capacity.capacity_map", "harness.capacity.llmd")
+        "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.capacity.store")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
     "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",

@@ -77,10 +77,25 @@ COST = 'cost: {per_hour: 4.2, currency: EUR, input_per_mtok: 0.5, output_per_mto
 def test_slo_decides_the_exit_code(tmp_path, budget, code):
     floor = ', tokens_per_s_per_user: "p(5)>1"' if code == 0 else ""
     r = kneecap_run(scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"{floor}}}\n"
-                             + (COST if code == 0 else "")), out=tmp_path / "out")
+                             + (COST if code == 0 else "")), "--label", "env=ci", "--label", f"code={code}",
+                    out=tmp_path / "out")
     got, summary, output = r.code, r.summary, r.output
     assert got == code and summary["exit_code"] == code, output
     assert summary["slo"]["passed"] is (code == 0)
+    # the run store: one line, beside the run folder (--out lies outside sinks.results_dir), also in run.json
+    lines = (tmp_path / "index.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and f"run store: {tmp_path / 'index.jsonl'}" in output, output
+    entry, first = json.loads(lines[0]), summary["steps"][0]
+    assert entry == json.loads((tmp_path / "out" / "run.json").read_text())
+    assert (entry["kind"], entry["run_id"], entry["path"], entry["labels"]) == \
+        ("run", summary["run_id"], str(tmp_path / "out"), {"env": "ci", "code": str(code)})
+    assert (entry["exit_code"], entry["requests"], entry["max_load_within_slo"]) == \
+        (code, first["requests"], summary["slo"]["max_load_within_slo"])
+    assert entry["knee"] == {"found": False, "load": None, "unit": "users", "metric": "ttft", "p99_step": 0,
+                             "confidence": summary["knee"]["confidence"],
+                             "p99_ms": first["latency_ms"]["ttft"]["p99"]}, entry
+    assert entry["max_output_tokens_per_s"] == first["throughput"]["output_tokens_per_s"]
+    assert len(entry["scenario_hash"]) == 64 and entry["git"] is None and entry["kneecap_version"]
     assert ("SLO PASSED" if code == 0 else "SLO FAILED") in output
     report = (tmp_path / "out" / "report.html").read_text()
     if code == 0:  # the cost view: the console line, the summary's figures, the report's table and plot
