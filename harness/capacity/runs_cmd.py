@@ -65,7 +65,8 @@ def table(entries: list[Mapping[str, Any]]) -> str:
 @click.option("--scenario", default=None, help="Only runs of this scenario (its name).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=check_labels,
               help="Only runs with this label. Repeatable: every one must match.")
-@click.option("--last", "last_n", type=click.IntRange(min=1), default=None, help="Only the newest N that match.")
+@click.option("--last", "last_n", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the newest N that match.")
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON lines, as stored.")
 def runs(results_dir: str, scenario: str | None, labels: dict[str, str], last_n: int | None, as_json: bool) -> None:
     """List the runs in the run store (RESULTS/index.jsonl), oldest first; filter by scenario and labels."""
