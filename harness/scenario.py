@@ -24,6 +24,7 @@ import yaml
 from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, OPEN_MODES, SEARCH_MODES, LoadPlan, StepSpec, level_count
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
+from harness.capacity.thresholds import GateSpec, gate_from_spec
 from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
@@ -79,6 +80,8 @@ class Scenario:
     source: str = "<scenario>"
     cost: CostSpec | None = None
     """The ``cost:`` block (``analysis.pricing``); None: no cost view."""
+    gate: GateSpec | None = None
+    """The ``gate:`` block over the defaults (``capacity.thresholds``, ``kneecap compare --gate``); None: not given."""
 
 
 DEFAULT_SCENARIO: dict = {
@@ -137,7 +140,7 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenari
 def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".") -> Scenario:
     check = Checker(base_dir)
     top = check.mapping(raw, "", ("name", "description", "endpoint", "workload", "load", "slo", "sinks",
-                                   "cost"),
+                                   "cost", "gate"),
                         required=("name", "workload"))
     if top is None:
         raise ScenarioError(source, check.problems)
@@ -151,6 +154,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     slo = _slo(top.get("slo", {}), check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
     cost = cost_from_spec(top["cost"], "cost", check) if "cost" in top else None
+    gate = gate_from_spec(top["gate"], "gate", check) if "gate" in top else None
     streams = endpoint.stream and endpoint.api != "embeddings"
     knee_given = isinstance(top.get("load"), dict) and isinstance(top["load"].get("knee"), dict) \
         and "metric" in top["load"]["knee"]
@@ -179,7 +183,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
                     results_dir=results_dir, influxdb=influx, description=description, source=source,
-                    cost=cost)
+                    cost=cost, gate=gate)
 
 
 def _workload(node: Any, check: Checker) -> Workload | None:
