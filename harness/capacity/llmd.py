@@ -10,8 +10,9 @@ step's index as the stage::
     export = llmd_reports(summary)        # LlmdExport(reports=[StepReport(stage, file_name, body)], skipped=[3])
     yaml.safe_dump(export.reports[0].body)
 
-Only what kneecap measured is written; a figure it does not keep is left out (the schema's fields are optional
-unless named below), never filled in. Units: kneecap's latencies are milliseconds (``latency_ms``) and the schema
+Only what kneecap measured is written; a figure it does not keep is left out, never filled in (almost every field
+of the schema is optional; a block whose required fields kneecap cannot fill, like an inference engine's
+accelerators, is not written). Units: kneecap's latencies are milliseconds (``latency_ms``) and the schema
 takes each Statistics block with its own ``units``, so they are written as they are, in ``ms`` (TTFT, E2E) and
 ``ms/token`` (TPOT, ITL): no conversion, no rounding added. Percentiles are kneecap's sketch's (±1% relative).
 Statistics need a ``mean``: a block without one (a metric with no samples) is left out. The field mapping, and
