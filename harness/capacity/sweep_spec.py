@@ -146,8 +146,7 @@ def parse_sweep(raw: Any, *, source: str, scenario: tuple[str, dict] | None, sim
     spec = SweepSpec(name=name, source=source, scenario=path, base_scenario=base, base_dir=base_dir, matrix=matrix,
                      serve=serve, sim=sim, between=_hooks(top.get("between", []), check),
                      description=str(top.get("description", "")))
-    if not check.problems:
-        _check_cells(spec, check)
+    _check_cells(spec, check)  # the scenario's problems too: every problem at once
     if check.problems:
         raise SweepError(source, check.problems)
     return spec
