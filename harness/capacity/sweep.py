@@ -14,10 +14,10 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from harness import exitcodes
@@ -38,6 +38,8 @@ class SweepOptions:
     workers: int = 1
     labels: dict[str, str] = field(default_factory=dict)
     sweep_file: str = ""
+    results_dir: str = "results"
+    """The base scenario's ``sinks.results_dir``: where the run store is (``store.index_for``)."""
 
 
 def run_sweep(spec: SweepSpec, opts: SweepOptions, say: Callable[[str], None],
@@ -46,7 +48,7 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions, say: Callable[[str], None],
     run_cell = run_cell or _kneecap_run(spec, opts, say)
     todo = cells(spec)
     os.makedirs(opts.out, exist_ok=True)
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     outcomes: dict[int, CellOutcome] = {}
     stop = threading.Event()
     say(f"kneecap sweep {spec.name}: {len(todo)} cells -> {opts.out}")
@@ -66,7 +68,9 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions, say: Callable[[str], None],
                 _run_group(spec, opts, pending, len(todo), run_cell, stop, outcomes, say)
             _write_map(spec, opts, outcomes, started)
     body = _write_map(spec, opts, outcomes, started)
-    return _verdict(spec, opts, todo, outcomes, stop.is_set(), body, say)
+    code = _verdict(spec, opts, todo, outcomes, stop.is_set(), body, say)
+    _index(spec, opts, started, len(todo), body, code, say)
+    return code
 
 
 def _groups(todo: list[Cell]) -> Iterator[list[Cell]]:
@@ -196,7 +200,7 @@ def _write_map(spec: SweepSpec, opts: SweepOptions, outcomes: dict[int, CellOutc
     facts = {"name": spec.name, "source": spec.source, "scenario": spec.scenario, "folder": opts.out,
              "axes": {**(spec.serve.params if spec.serve else {}), **spec.sim, **spec.matrix},
              "serve": spec.serve.cmd if spec.serve else None, "started_at": started,
-             "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cells": len(cells(spec))}
+             "ended_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cells": len(cells(spec))}
     body = capacity_map([outcomes[i] for i in sorted(outcomes)], sweep=facts)
     for name, text in (("sweep.json", json.dumps(body, indent=1, default=str)), ("sweep.html", sweep_page(body))):
         tmp = os.path.join(opts.out, name + ".tmp")
@@ -206,15 +210,32 @@ def _write_map(spec: SweepSpec, opts: SweepOptions, outcomes: dict[int, CellOutc
     return body
 
 
+def _index(spec: SweepSpec, opts: SweepOptions, started: str, total: int, body: dict[str, Any], code: int,
+           say: Callable[[str], None]) -> None:
+    """The sweep's own line in the run store (``kind: "sweep"``), beside its cells' run lines."""
+    from harness.capacity import store
+
+    folder = os.path.abspath(opts.out)
+    best = body.get("best") or {}
+    item = {"kind": "sweep", "run_id": os.path.basename(folder), "time": started, "path": folder,
+            "sweep": spec.name, "scenario": spec.base_scenario.get("name"), "labels": opts.labels,
+            "cells": total, "with_result": best.get("with_result"), "best": best.get("line"), "exit_code": code}
+    index = store.index_for(folder, opts.results_dir)
+    try:
+        store.append(index, item)
+    except OSError as exc:
+        say(f"WARNING: run store: the sweep's line was not written to {index}: {exc.strerror or exc}")
+
+
 def _verdict(spec: SweepSpec, opts: SweepOptions, todo: list[Cell], outcomes: dict[int, CellOutcome],
              interrupted: bool, body: dict[str, Any], say: Callable[[str], None]) -> int:
     """The last lines and the exit code: OK when every cell has a result, ERROR when some have none (failed,
     interrupted, not run), NO_VALID_RESULT when none has. A cell's SLO verdict is in the map, not in this code."""
     with_result = [o for o in outcomes.values() if o.summary is not None]
     failed = [o for o in outcomes.values() if o.summary is None]
-    missing = len(todo) - len(outcomes)
+    finished = sum(_finished(opts.out, cell) is not None for cell in todo)
     if interrupted:
-        say(f"interrupted: {len(with_result)} of {len(todo)} cells have results; resume with: kneecap sweep "
+        say(f"interrupted: {finished} of {len(todo)} cells finished; resume with: kneecap sweep "
             f"{opts.sweep_file or spec.source} --out {opts.out}")
     for o in failed:
         say(f"cell {o.index} ({o.name}): no result: {o.error}")
@@ -223,4 +244,4 @@ def _verdict(spec: SweepSpec, opts: SweepOptions, todo: list[Cell], outcomes: di
     say(f"capacity map: {os.path.join(opts.out, 'sweep.html')}, {os.path.join(opts.out, 'sweep.json')}")
     if not with_result:
         return exitcodes.NO_VALID_RESULT
-    return exitcodes.ERROR if failed or missing else exitcodes.OK
+    return exitcodes.OK if finished == len(todo) else exitcodes.ERROR

@@ -8,21 +8,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from harness import exitcodes
+from harness.capacity.runs_cmd import check_labels
 
 if TYPE_CHECKING:
     from harness.capacity.sweep_spec import SweepSpec
 
 __all__ = ["sweep"]
-
-
-def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for v in values:
-        key, eq, value = v.partition("=")
-        if not eq or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {v!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 @click.command()
@@ -31,7 +22,7 @@ def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
               help="Sweep folder [scenario sinks.results_dir/NAME-ID]. Give an earlier sweep's folder to resume it: "
                    "finished cells are not run again.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local Locust worker processes [cores].")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=_labels,
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=check_labels,
               help="Recorded with every cell's run in the run store. Repeatable.")
 def sweep(sweep_file: str, out: str | None, workers: int | None, labels: dict[str, str]) -> None:
     """Run a base scenario over a matrix of settings, one run per cell, and draw the capacity map.
@@ -49,7 +40,7 @@ def sweep(sweep_file: str, out: str | None, workers: int | None, labels: dict[st
     name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = out or os.path.join(_results_dir(spec), name)
     opts = SweepOptions(out=folder, workers=workers or max(1, os.cpu_count() or 1), labels=labels,
-                        sweep_file=sweep_file)
+                        sweep_file=sweep_file, results_dir=_results_dir(spec))
     try:
         code = run_sweep(spec, opts, say=click.echo)
     except OSError as exc:

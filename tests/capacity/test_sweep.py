@@ -98,6 +98,9 @@ def test_an_interrupted_sweep_resumes_with_the_cell_it_was_in_and_the_ones_after
     ran.clear()
     assert run_sweep(spec, opts, lines.append, run_cell=_fake_runner(ran)) == 0
     assert ran == [3, 4, 5, 6]
+    sweeps = [json.loads(line) for line in (tmp_path / "index.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["sweep"], e["cells"], e["exit_code"]) for e in sweeps] == [("sweep", "s", 6, 1),
+                                                                                     ("sweep", "s", 6, 0)]
     body = json.loads((tmp_path / "sw/sweep.json").read_text())
     assert [c["name"] for c in body["cells"]] == [c.name for c in cells(spec)]
     assert (tmp_path / "sw/sweep.html").read_text().count("cell-0") >= 6
