@@ -1,7 +1,7 @@
 """The capacity map of a sweep: per cell its knee, the largest load within SLO and what it carries there, the
 Pareto frontier of output tokens/s against tokens/s per user over every cell's steps, and the best cell. Pure.
 
-``capacity_map(cells, sweep=...)`` returns the body of ``sweep.json`` (docs/sweep-map.md lists its fields)::
+``capacity_map(cells, sweep=...)`` returns the body of ``sweep.json`` (docs/sweep.md lists its fields)::
 
     body = capacity_map(outcomes, sweep={"name": "seqs", "axes": [...], "started": ..., "ended": ..., "folder": ...})
     body["best"]["line"]   # "Best for the SLO: max_num_seqs=8 — 24 users within SLO at 1,830 output tokens/s (...)"
@@ -255,7 +255,7 @@ def best_line(best: dict[str, Any]) -> str:
 
 def capacity_map(cells: Sequence[CellOutcome], *, sweep: dict) -> dict:
     """The body of ``sweep.json``: ``sweep`` (the sweep's own facts, as given), ``cells`` in order, ``failed``,
-    the ``frontier`` and the ``best`` cell (docs/sweep-map.md)."""
+    the ``frontier`` and the ``best`` cell (docs/sweep.md)."""
     views = {c.index: _views(c, c.summary) if c.summary is not None else [] for c in cells}
     rows = [_cell(c, views[c.index]) for c in cells]
     by_index = {r["index"]: r for r in rows}
