@@ -139,6 +139,10 @@ def parse_sweep(raw: Any, *, source: str, scenario: tuple[str, dict] | None, sim
     sim = _axes(top.get("sim", {}), "sim", check)
     if serve is not None and sim:
         check.fail("sim", "the built-in simulator's flags apply only without serve: put them in serve.cmd")
+    host = (base.get("endpoint") or {}).get("host") if isinstance(base.get("endpoint"), dict) else None
+    if sim and host:
+        check.fail("sim", f"the base scenario's endpoint.host is {host}: the cells load it, so no simulator starts "
+                          "to take these flags (drop endpoint.host, or use serve)")
     sim_flags = sorted(sim_flags)
     for flag in sim:
         if flag not in sim_flags:

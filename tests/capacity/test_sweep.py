@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -62,6 +63,9 @@ def test_every_problem_at_once_with_key_paths_and_did_you_mean():
     assert any(p.startswith("serve.params.port: {port} is filled by kneecap") for p in serve), serve
     both = problems({"name": "s", "serve": {"cmd": "x --port {port}"}, "sim": {"max_num_seqs": [2]}})
     assert any(p.startswith("sim: the built-in simulator's flags apply only without serve") for p in both), both
+    with pytest.raises(SweepError, match=re.escape("endpoint.host is http://10.0.0.7:8000: the cells load it")):
+        spec_of({"name": "s", "sim": {"max_num_seqs": [2]}},
+                scenario={**DEFAULT_SCENARIO, "endpoint": {"api": "chat", "host": "http://10.0.0.7:8000"}})
 
 
 def test_an_axis_that_is_no_scenario_field_fails_with_the_scenarios_own_words():
