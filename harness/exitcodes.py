@@ -3,11 +3,11 @@
 Once a run has started, ``kneecap run`` returns the code its ``summary.json`` records (``exit_code``;
 NO_VALID_RESULT when there is none), and a plain ``locust`` master running kneecap exits with it too
 (``environment.process_exit_code``, which Locust's ``main.py`` checks before its own). The numbers keep
-Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool reads them right; 3 and 4
+Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool reads them right; 3 to 6
 are ours. The README's "Exit codes" table explains each.
 """
 
-__all__ = ["DEGRADED", "ERROR", "NO_VALID_RESULT", "OK", "SLO_FAILED", "USAGE"]
+__all__ = ["DEGRADED", "ERROR", "NO_VALID_RESULT", "OK", "REGRESSED", "SLO_FAILED", "USAGE"]
 
 OK = 0
 """The run finished with a valid result and every SLO held (or there were none)."""
@@ -27,3 +27,7 @@ NO_VALID_RESULT = 4
 DEGRADED = 5
 """Otherwise OK, but the fleet lost a worker during the run: the steps it hit were re-run or not judged
 (``summary.json`` ``degraded``/``fleet_events``); a failed SLO or no valid result takes precedence."""
+
+REGRESSED = 6
+"""``kneecap compare --gate``: NEW regressed from BASE on at least one gated metric (past its threshold, beyond
+both runs' noise; docs/gate.md). Not a run's code: ``kneecap run`` never returns it."""

@@ -21,7 +21,9 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
         "harness.sim.anthropic", "harness.sim.embeddings", "harness.capacity.cells",
-        "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.capacity.store")
+        "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.capacity.store",
+        "harness.capacity.thresholds", "harness.capacity.intervals", "harness.capacity.checks",
+        "harness.capacity.knee_check", "harness.capacity.gate", "harness.capacity.gate_report")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
     "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",

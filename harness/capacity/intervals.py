@@ -3,7 +3,9 @@
 - A latency percentile: the exact order-statistic interval summary.json carries (``p50_ci``, ``p95_ci``,
   ``p99_ci``: ranks from Binomial(n, q), mapped to values through the sketch, ``metrics.aggregate.ci_ranks``).
   Below ``ci_min_samples`` (368 samples for p99) its upper end is the sample's largest value, which bounds
-  nothing: ``hi`` is None (unbounded).
+  nothing: ``hi`` is None (unbounded). The sketch returns each order statistic within ±1% (``SKETCH_ACCURACY``),
+  so each end moves out by that much: a tight distribution's interval collapses into one 2%-wide bin otherwise,
+  and two runs would "separate" on the bin edge.
 - A rate of requests (throughput, goodput): Poisson on the count over the measured duration, Byar's
   approximation of the exact (Garwood) interval, within 1% of it from 10 counts up.
 - The error rate: Wilson's score interval on failures / requests (exact enough from 0 failures up, unlike the
@@ -20,10 +22,20 @@ from dataclasses import dataclass
 
 from harness.metrics.aggregate import ci_min_samples
 
-__all__ = ["Interval", "Z", "percentile_interval", "poisson_interval", "separated", "wilson_interval"]
+__all__ = [
+    "SKETCH_ACCURACY",
+    "Interval",
+    "Z",
+    "percentile_interval",
+    "poisson_interval",
+    "separated",
+    "wilson_interval",
+]
 
 Z = 1.96
 """95% two-sided, the level of the intervals summary.json carries."""
+SKETCH_ACCURACY = 0.01
+"""The sketches' relative accuracy (``metrics.sketch.Sketch``'s default, which every run uses)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,7 @@ def percentile_interval(value: float, ci: tuple[float, float] | list[float] | No
         return None
     lo, hi = float(ci[0]), float(ci[1])
     # the interval may miss the (rounded) estimate by a sketch bin: keep the value inside it
-    lo, hi = min(lo, value), max(hi, value)
+    lo, hi = min(lo, value) * (1 - SKETCH_ACCURACY), max(hi, value) * (1 + SKETCH_ACCURACY)
     return Interval(value, lo, None if count < ci_min_samples(q) else hi)
 
 
