@@ -264,3 +264,32 @@ def test_compare_gate_reads_the_scenario_gate_block(tmp_path):
     broken.write_text('name: s\nworkload: {input_tokens: 5, output_tokens: 5}\ngate: {ttft: {p99: "10"}}\n')
     result = CliRunner().invoke(main, ["compare", base, new, "--gate", "--scenario", str(broken)])
     assert result.exit_code == exitcodes.USAGE and "gate.ttft.p99: expected a change" in result.output
+
+
+def test_compare_gate_baseline_is_the_newest_labelled_run_of_the_scenario(tmp_path):
+    old, base, other, new = _folders(tmp_path, old=_run(seed=1, n=400, slower=1.5), base=_run(seed=2, n=400),
+                                     other=_run(seed=3, n=400, scenario="t"), new=_run(seed=4, n=400))
+    lines = [{"kind": "run", "path": old, "scenario": "s", "labels": {"env": "prod"}},
+             {"kind": "run", "path": base, "scenario": "s", "labels": {"env": "prod"}},
+             {"kind": "run", "path": other, "scenario": "t", "labels": {"env": "prod"}},
+             {"kind": "run", "path": new, "scenario": "s", "labels": {"env": "prod"}}]  # NEW itself: never BASE
+    (tmp_path / "index.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    runner = CliRunner()
+    ok = runner.invoke(main, ["compare", new, "--gate", "--baseline", "env=prod", "--results", str(tmp_path)])
+    assert ok.exit_code == exitcodes.OK and f"baseline: {base}" in ok.output, ok.output
+    none = runner.invoke(main, ["compare", new, "--gate", "--baseline", "env=dev", "--results", str(tmp_path)])
+    assert none.exit_code == exitcodes.USAGE and "no run of scenario 's' labelled env=dev" in none.output
+    two = runner.invoke(main, ["compare", base, new, "--gate", "--baseline", "env=prod", "--results", str(tmp_path)])
+    assert two.exit_code == exitcodes.USAGE and "give NEW's folder alone" in two.output
+
+
+def test_compare_gate_usage_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a default compare.html would land
+    a, b, c = _folders(tmp_path, a=_run(seed=1, n=50), b=_run(seed=2, n=50), c=_run(seed=3, n=50))
+    runner = CliRunner()
+    three = runner.invoke(main, ["compare", a, b, c, "--gate"])
+    assert three.exit_code == exitcodes.USAGE and "exactly two runs" in three.output
+    loose = runner.invoke(main, ["compare", a, b, "--junit", str(tmp_path / "x.xml")])
+    assert loose.exit_code == exitcodes.USAGE and "go with --gate" in loose.output
+    opened = runner.invoke(main, ["compare", a, b, "--gate"])  # no overlay page unless --out asks
+    assert opened.exit_code == exitcodes.OK and not (tmp_path / "compare.html").exists()
