@@ -179,6 +179,7 @@ def test_record_run_only_warns_when_the_index_cannot_be_written(tmp_path):
     assert said.startswith("WARNING: run store:") and "not written" in said
 
 
+@pytest.mark.integration  # runs git
 def test_git_state_of_a_repository_and_outside_one(tmp_path):
     assert git_state(str(tmp_path)) is None
     repo = tmp_path / "repo"

@@ -149,6 +149,7 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
+@pytest.mark.integration
 def test_a_server_never_ready_fails_its_cells_and_the_sweep_goes_on_leaving_no_process(tmp_path):
     (tmp_path / "server.py").write_text(SERVER)
     pids = tmp_path / "pids"
@@ -173,6 +174,7 @@ def test_a_server_never_ready_fails_its_cells_and_the_sweep_goes_on_leaving_no_p
     assert len(launched) == 4 and not [p for p in launched if _alive(p)]
 
 
+@pytest.mark.integration
 @pytest.mark.timing  # the two knees are judged only on steps whose generator kept up
 def test_a_sweep_launching_the_simulator_per_slot_count_finds_knees_that_follow_the_slots(tmp_path):
     (tmp_path / "base.yaml").write_text(textwrap.dedent("""
@@ -209,6 +211,7 @@ def test_a_sweep_launching_the_simulator_per_slot_count_finds_knees_that_follow_
     assert again.returncode == 0 and again.output.count("finished before, not run again") == 2, again.output
 
 
+@pytest.mark.integration
 def test_the_sweep_command_refuses_a_bad_file_with_exit_2(tmp_path):
     (tmp_path / "sweep.yaml").write_text("name: s\nmatrix: {workload.input_token.median: [1]}\nsim: {slots: [1]}\n")
     r = run_cli(["sweep", str(tmp_path / "sweep.yaml")])
