@@ -126,7 +126,8 @@ def test_an_exception_in_the_request_path_is_a_client_error_logged_once_per_type
     assert any(d.startswith("ZeroDivisionError: float division by zero") for d in details), details
     assert any(d.startswith("KeyError: 'lengths'") for d in details), details
     ok = [r for r in records if r["ok"]]
-    assert len(ok) == srv.requests and len(ok) >= len(errors) - 2  # the users went on between the failures
+    # every request the server answered is a record, but for the 2 users' last ones, cut in flight by the stop
+    assert len(ok) <= srv.requests <= len(ok) + 2 and len(ok) >= len(errors) - 2  # the users went on between failures
     logged = [line for line in output.splitlines() if "ERROR/kneecap" in line and "client_error:" in line]
     assert len(logged) == 2, output[-3000:]  # once per exception type, for both users, not once per request
     assert output.count("Traceback") == 2
