@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision, GateResult
-from harness.capacity.intervals import Interval, percentile_interval, poisson_interval, separated, wilson_interval
+from harness.capacity.intervals import Interval, latency_interval, poisson_interval, separated, wilson_interval
 from harness.capacity.knee_check import knee_check
 from harness.capacity.thresholds import GateSpec, Threshold
 
@@ -39,7 +39,6 @@ NOISE_WIDEN = 1.0
 """Each interval is widened this many times about its value before the runs are compared: the square root of the
 design effect (variance against independent requests) measured on the simulator's A/A runs
 (``benchmarks/gate_honesty.py``, docs/gate.md)."""
-_QUANTILE = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
 
 def _host(url: str) -> str:
@@ -138,10 +137,10 @@ def _percentile(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen
     bp, np_ = bs.latency_ms.get(t.metric), ns.latency_ms.get(t.metric)
     if bp is None or np_ is None or not bp.count or not np_.count:
         return None
-    q, stat = _QUANTILE[t.stat], t.stat
+    stat = t.stat or "p99"
     bv, nv = getattr(bp, stat), getattr(np_, stat)
-    bi = percentile_interval(bv, getattr(bp, f"{stat}_ci") or None, bp.count, q)
-    ni = percentile_interval(nv, getattr(np_, f"{stat}_ci") or None, np_.count, q)
+    bi = latency_interval(t.metric, bp, stat, bs.generator.lag_p99_ms)
+    ni = latency_interval(t.metric, np_, stat, ns.generator.lag_p99_ms)
     what = f"{t.name} at {level:g} {unit}"
     change = nv / bv - 1 if bv else None
     common = dict(metric=t.metric, stat=stat, level=level, base=bv, new=nv, change=change, threshold=t)

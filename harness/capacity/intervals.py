@@ -11,16 +11,26 @@
 - The error rate: Wilson's score interval on failures / requests (exact enough from 0 failures up, unlike the
   normal one, which says [0, 0] at 0 failures).
 
+- The client's own delay: a latency that ends at one chunk's arrival (TTFT, ITL, E2E) is stamped late by up to
+  the load generator's event-loop lag, so its true value may be lower by that much: the interval's low end moves
+  down by the step's ``generator.lag_p99_ms`` (``latency_interval``). At a light load's 10 ms TTFT a 5 ms lag is
+  half the value, and two runs of one configuration differed by 27% on it (docs/gate.md). TPOT spreads the two
+  stamps' lag over the tokens between them and is left alone.
+
 These assume independent requests; a closed loop's are not (one slow batch slows every request in it), so the
-gate widens each interval about its value by ``widen`` (``gate.NOISE_WIDEN``, measured on A/A runs).
+gate can widen each interval about its value by ``widen`` (``gate.NOISE_WIDEN``, measured on A/A runs).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.metrics.aggregate import ci_min_samples
+
+if TYPE_CHECKING:
+    from harness.analysis.summary_model import Percentiles
 
 __all__ = [
     "SKETCH_ACCURACY",
@@ -34,6 +44,10 @@ __all__ = [
 
 Z = 1.96
 """95% two-sided, the level of the intervals summary.json carries."""
+LAGGED = ("ttft", "itl", "e2e")
+"""The latencies that end at one chunk's arrival: a lagging reader stamps them late (module docstring)."""
+QUANTILE = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+"""The percentiles summary.json gives an interval for, as quantiles."""
 SKETCH_ACCURACY = 0.01
 """The sketches' relative accuracy (``metrics.sketch.Sketch``'s default, which every run uses)."""
 
@@ -96,3 +110,15 @@ def wilson_interval(failures: int, requests: int) -> Interval | None:
     centre = (p + z2 / (2 * requests)) / (1 + z2 / requests)
     half = Z * math.sqrt(p * (1 - p) / requests + z2 / (4 * requests * requests)) / (1 + z2 / requests)
     return Interval(p, max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
+
+
+def latency_interval(metric: str, p: Percentiles, stat: str, lag_ms: float | None) -> Interval | None:
+    """A step's ``metric`` percentile (``stat``: p50, p95, p99) with its interval, the low end moved down by the
+    step's generator lag for the ``LAGGED`` metrics; None without an interval."""
+    value, ci = getattr(p, stat), getattr(p, f"{stat}_ci", None)
+    if value is None or not isinstance(ci, (tuple, list)):
+        return None
+    iv = percentile_interval(value, ci, p.count, QUANTILE[stat])
+    if iv is not None and lag_ms and metric in LAGGED:
+        iv = Interval(iv.value, max(0.0, iv.lo - lag_ms), iv.hi)
+    return iv

@@ -17,7 +17,7 @@ from msgspec import UNSET
 
 from harness.analysis.results import level_unit
 from harness.capacity.checks import Check
-from harness.capacity.intervals import percentile_interval, separated, wilson_interval
+from harness.capacity.intervals import latency_interval, separated, wilson_interval
 from harness.capacity.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -45,11 +45,10 @@ def _evidence(metric: str, worse: int, lo: float, hi: float, b_steps: dict[float
             continue
         bs, ns = b_steps[level], n_steps[level]
         bp, np_ = bs.latency_ms.get(metric), ns.latency_ms.get(metric)
-        if bp and np_ and bp.p99 is not None and np_.p99 is not None:
-            bi = percentile_interval(bp.p99, bp.p99_ci or None, bp.count, 0.99)
-            ni = percentile_interval(np_.p99, np_.p99_ci or None, np_.count, 0.99)
-            if bi and ni and separated(+1, bi.widen(widen), ni.widen(widen))[0 if worse > 0 else 1]:
-                return f"at {level:g} its {metric} p99 went {bp.p99:.4g} → {np_.p99:.4g} ms (intervals separate)"
+        bi = bp and bp.count and latency_interval(metric, bp, "p99", bs.generator.lag_p99_ms)
+        ni = np_ and np_.count and latency_interval(metric, np_, "p99", ns.generator.lag_p99_ms)
+        if bi and ni and separated(+1, bi.widen(widen), ni.widen(widen))[0 if worse > 0 else 1]:
+            return f"at {level:g} its {metric} p99 went {bi.value:.4g} → {ni.value:.4g} ms (intervals separate)"
         be, ne = wilson_interval(bs.requests - bs.ok, bs.requests), wilson_interval(ns.requests - ns.ok, ns.requests)
         if be and ne and separated(+1, be.widen(widen), ne.widen(widen))[0 if worse > 0 else 1]:
             return f"at {level:g} its error rate went {be.value:.2%} → {ne.value:.2%} (intervals separate)"
@@ -103,10 +102,11 @@ def knee_check(t: Threshold, base: Summary, new: Summary, b_steps: dict[float, S
     lo, hi = sorted(moved)
     if abs(x) < t.limit:
         return check("no detectable change", f"{at} ({t.say(change)}) is within {t.text}", change)
+    past = f"past {t.text}" + ("" if x > 0 else " the good way")
     if why := _evidence(new.knee.metric, 1 if x > 0 else -1, lo, hi, b_steps, n_steps, widen):
         decision = "regressed" if x > 0 else "improved"
-        return check(decision, f"{at} ({t.say(change)}, past {t.text}); {why}", change)
-    return check("no detectable change", f"{at} ({t.say(change)}) is past {t.text}, but no level both runs judged "
+        return check(decision, f"{at} ({t.say(change)}, {past}); {why}", change)
+    return check("no detectable change", f"{at} ({t.say(change)}) is {past}, but no level both runs judged "
                                          f"in ({lo:g}, {hi:g}] shows it beyond the noise: a knee on a boundary "
                                          "between two levels", change)
 

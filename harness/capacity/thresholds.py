@@ -68,10 +68,12 @@ class Threshold:
         return _WORSE[self.metric]
 
     def say(self, change: float) -> str:
-        """A change in this threshold's unit, signed: ``+12.0%``, ``+0.40 pp``, ``-1 steps``."""
+        """A change in this threshold's unit, signed: ``+12.0%``, ``+0.40 pp``, ``-1 step``."""
         if self.unit == "points":
             return f"{change * 100:+.2f} pp"
-        return f"{change:+.3g} steps" if self.unit == "steps" else f"{change * 100:+.1f}%"
+        if self.unit == "steps":
+            return f"{change:+.3g} step" + ("" if abs(change) == 1 else "s")
+        return f"{change * 100:+.1f}%"
 
     @property
     def name(self) -> str:
