@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from msgspec import UNSET
+
 from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision, GateResult
 from harness.capacity.intervals import Interval, latency_interval, poisson_interval, separated, wilson_interval
@@ -147,10 +149,12 @@ def _percentile(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen
     change = nv / bv - 1 if bv else None
     common = dict(metric=t.metric, stat=stat, level=level, base=bv, new=nv, change=change, threshold=t)
     if bi is None or ni is None or change is None:
-        short = min(bp.count, np_.count)
+        old = [who for who, p in (("BASE", bp), ("NEW", np_)) if p.count >= 2 and getattr(p, f"{stat}_ci", None)
+               in (None, UNSET)]
+        cause = f"{' and '.join(old)}'s summary.json has no {stat}_ci (written before kneecap kept it)" if old \
+            else f"{min(bp.count, np_.count)} samples give no interval of the {stat}"
         return Check(**common, detectable=None, decision="no detectable change",
-                     why=f"{what}: {short} samples give no interval of the {stat}; no regression of any size was "
-                         "detectable")
+                     why=f"{what}: {cause}; no regression of any size was detectable")
     bi, ni = bi.widen(widen), ni.widen(widen)
     detectable = _relative_floor(t.worse, bi, ni)
     decision, why = _decide(t, what, bi, ni, change, detectable, lambda v: f"{v:.4g} ms")
@@ -158,10 +162,11 @@ def _percentile(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen
 
 
 def _rate(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check:
-    """Throughput (completed requests) or goodput (requests that met every SLO) per second, Poisson."""
+    """Throughput (successful requests: a failure that ends at once is no work done) or goodput (requests that met
+    every SLO) per second over the measured duration, Poisson on the count."""
     def of(st: Step) -> Interval | None:
-        per_s = st.throughput.requests_per_s if t.metric == "throughput" else st.throughput.goodput_per_s
-        return poisson_interval(round(per_s * st.duration_s), st.duration_s)
+        count = st.ok if t.metric == "throughput" else round(st.throughput.goodput_per_s * st.duration_s)
+        return poisson_interval(count, st.duration_s)
 
     bi, ni = of(bs), of(ns)
     what = f"{t.name} at {level:g} {unit}"

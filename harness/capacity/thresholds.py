@@ -13,7 +13,7 @@ The block (every key optional; a latency metric takes one string for all three p
     gate:
       ttft: {p99: "+10%"}         # ttft, tpot, e2e (and itl, off by default): p50, p95, p99
       tpot: "+10%"
-      throughput: "-10%"          # completed requests/s at each load level
+      throughput: "-10%"          # successful requests/s at each load level
       goodput: "-10%"             # requests/s that met every SLO
       error_rate: "+0.5%"         # failed / all requests, in percentage points
       knee: "-1 step"             # the knee's load: grid steps (the staircase's step, a search's resolution) or "%"

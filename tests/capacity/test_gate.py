@@ -305,3 +305,13 @@ def test_the_generator_lag_lowers_the_low_end_of_a_one_chunk_latency():
     plain = latency_interval("ttft", ttft, "p95", None)
     assert lagged.lo == pytest.approx(plain.lo - 5.0) and lagged.hi == plain.hi
     assert latency_interval("tpot", tpot, "p95", 5.0) == latency_interval("tpot", tpot, "p95", None)
+
+
+def test_a_summary_from_before_p50_ci_says_so():
+    old = _run(seed=1, n=400)
+    for step in old["steps"]:
+        for stats in step["latency_ms"].values():
+            stats.pop("p50_ci", None)
+    c = next(c for c in _gate(old, _run(seed=2, n=400)).checks if c.metric == "tpot" and c.stat == "p50")
+    assert c.decision == "no detectable change" and c.detectable is None
+    assert "BASE's summary.json has no p50_ci (written before kneecap kept it)" in c.why
