@@ -103,7 +103,8 @@ class StepResult:
     dropped_arrivals: int | None = None
     throughput: Throughput
     latency_ms: dict[str, dict]
-    """Per metric: count, mean, p50…p999, max, p99_ci over successful requests; SLO metrics add p99_slo."""
+    """Per metric: count, mean, p50…p999, max, p50_ci/p95_ci/p99_ci over successful requests; SLO metrics add
+    p99_slo."""
     tokens_per_s_per_user: dict
     output_tokens_counted: int
     prompt_length_error: float | None
