@@ -38,13 +38,17 @@ def _levels(result: GateResult) -> str:
     return (", ".join(f"{x:g}" for x in result.levels) + f" {result.unit}") if result.levels else "no common level"
 
 
+def _intervals(result: GateResult) -> str:
+    widened = "" if result.widen == 1 else f", widened x{result.widen:g} for correlated requests"
+    return f"95% intervals{widened}; docs/gate.md"
+
+
 def console_lines(result: GateResult) -> list[str]:
     """One line per check that changed (regressed, improved), what was not compared, then the verdict."""
     out = [f"{c.decision.upper()}: {c.why}" for c in sorted(result.checks, key=lambda c: _ORDER[c.decision])
            if c.decision != "no detectable change"]
     out += [f"not compared: {note}" for note in result.notes]
-    out.append(f"gate: {result.verdict.upper()} - {_counts(result)} at {_levels(result)} (intervals widened "
-               f"x{result.widen:g} for correlated requests)")
+    out.append(f"gate: {result.verdict.upper()} - {_counts(result)} at {_levels(result)} ({_intervals(result)})")
     return out
 
 
@@ -67,8 +71,8 @@ def markdown(result: GateResult, base: str, new: str) -> str:
         lines += ["", "**Why**", ""] + [f"- {c.why.replace('|', '/')}" for c in changed]
     if result.notes:
         lines += ["", "**Not compared**", ""] + [f"- {n}" for n in result.notes]
-    lines += ["", f"Regressed = past the threshold in the bad direction AND the two runs' 95% intervals separate "
-              f"(widened x{result.widen:g} for correlated requests); see kneecap's docs/gate.md.", ""]
+    lines += ["", "Regressed = past the threshold in the bad direction AND the two runs' intervals separate "
+              f"({_intervals(result)}).", ""]
     return "\n".join(lines)
 
 
