@@ -3,8 +3,9 @@ between the two knees show it? Pure.
 
 A knee's load is only known to its grid (the staircase's step, a search's resolution), so a move of one step can
 be a knee sitting on the boundary between two levels. The move counts when, at a level both runs judged between
-the two knees, the knee metric's p99 or the error rate separates the same way (``intervals.separated``): at BASE's
-knee level a NEW run whose knee fell one step is past its knee, and its p99 there must show it. A knee found in
+the two knees, the knee metric's p99 — else its p95 or p50, since a p99 from fewer than 368 samples is unbounded
+above — or the error rate separates the same way (``intervals.separated``): at BASE's knee level a NEW run whose
+knee fell one step is past its knee, and its latency there must show it. A knee found in
 one run only counts when the other run held a load past it (its highest judged level): a change of at least that.
 """
 
@@ -45,10 +46,11 @@ def _evidence(metric: str, worse: int, lo: float, hi: float, b_steps: dict[float
             continue
         bs, ns = b_steps[level], n_steps[level]
         bp, np_ = bs.latency_ms.get(metric), ns.latency_ms.get(metric)
-        bi = bp and bp.count and latency_interval(metric, bp, "p99", bs.generator.lag_p99_ms)
-        ni = np_ and np_.count and latency_interval(metric, np_, "p99", ns.generator.lag_p99_ms)
-        if bi and ni and separated(+1, bi.widen(widen), ni.widen(widen))[0 if worse > 0 else 1]:
-            return f"at {level:g} its {metric} p99 went {bi.value:.4g} → {ni.value:.4g} ms (intervals separate)"
+        for stat in ("p99", "p95", "p50"):  # a p99 from < 368 samples bounds nothing above: the body may show it
+            bi = bp and bp.count and latency_interval(metric, bp, stat, bs.generator.lag_p99_ms)
+            ni = np_ and np_.count and latency_interval(metric, np_, stat, ns.generator.lag_p99_ms)
+            if bi and ni and separated(+1, bi.widen(widen), ni.widen(widen))[0 if worse > 0 else 1]:
+                return f"at {level:g} its {metric} {stat} went {bi.value:.4g} → {ni.value:.4g} ms (intervals separate)"
         be, ne = wilson_interval(bs.requests - bs.ok, bs.requests), wilson_interval(ns.requests - ns.ok, ns.requests)
         if be and ne and separated(+1, be.widen(widen), ne.widen(widen))[0 if worse > 0 else 1]:
             return f"at {level:g} its error rate went {be.value:.2%} → {ne.value:.2%} (intervals separate)"

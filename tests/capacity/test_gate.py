@@ -142,6 +142,16 @@ def test_knee_one_step_lower_with_a_worse_p99_between_regresses():
     assert knee.decision == "regressed" and knee.change == -1 and "at 12 its ttft p99" in knee.why
 
 
+def test_knee_one_step_lower_shown_by_the_p95_when_the_p99_is_from_too_few_samples():
+    """A p99 from < 368 samples is unbounded above: the level past NEW's knee shows it in its p95 instead."""
+    base = _run((4, 8, 12, 16), seed=1, n=200, knee=12)
+    new = _run((4, 8, 12, 16), seed=2, n=200, knee=8, at={12: 1.6, 16: 1.6})
+    knee = next(c for c in _gate(base, new).checks if c.metric == "knee")
+    assert knee.decision == "regressed" and "at 12 its ttft p95" in knee.why, knee.why
+    same = _gate(_run((4, 8, 12, 16), seed=1, n=200, knee=12), _run((4, 8, 12, 16), seed=2, n=200, knee=8))
+    assert next(c for c in same.checks if c.metric == "knee").decision == "no detectable change"
+
+
 def test_knee_move_without_evidence_is_a_boundary_not_a_regression():
     knee = next(c for c in _gate(_run(seed=1, knee=8), _run(seed=2, knee=4)).checks if c.metric == "knee")
     assert knee.decision == "no detectable change" and "boundary" in knee.why
