@@ -17,7 +17,6 @@ def run(tmp_path, scenario: str, *sim_args: str) -> RunResult:
     return kneecap_run(write_scenario(tmp_path, scenario), "--save-requests", sim_args=sim_args, out=tmp_path / "out")
 
 
-@pytest.mark.timing  # one 3 s step: a single 10 ms hiccup of a busy machine makes its generator unreliable (exit 4)
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, api):
     r = run(tmp_path, """
@@ -35,7 +34,9 @@ def test_a_request_response_endpoint_gets_e2e_usage_and_a_knee_on_e2e(tmp_path, 
     assert records and all(r["ok"] and r["ttft_s"] is None and r["output_tokens"] == 30 for r in records)
     lat = summary["steps"][0]["latency_ms"]
     assert "ttft" not in lat and lat["e2e"]["count"] > 0 and lat["headers"]["count"] > 0
-    assert summary["exit_code"] == 0
+    # one 3 s step: a busy machine's 10 ms hiccup may unjudge it (exit 4), and then the console says so
+    reliable = summary["steps"][0]["generator"]["reliable"]
+    assert summary["exit_code"] == 0 if reliable else "UNRELIABLE: step 0" in output, output[-2000:]
 
 
 def _trace_run(tmp_path, scenario: str, *sim_args: str, users: int = 32) -> tuple[dict, list[dict], dict, str]:
@@ -171,7 +172,6 @@ def test_responses_and_anthropic_messages_time_reasoning_and_count_tokens_like_t
     assert summary["steps"][0]["latency_ms"]["reasoning_time"]["count"] > 0
 
 
-@pytest.mark.timing  # the knee step is judged only if its generator kept up: a busy machine's lag unjudges it
 def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
     """Embeddings are prefill-only sequences in the simulator: with 4 slots and 10 ms iterations it embeds at most
     4 inputs per iteration, 400 inputs/s. A user's 2-input request takes ~2 iterations (it waits for the one
@@ -187,8 +187,13 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
     """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=10", "--prefill-per-ktoken-ms=1")
     summary, records, output = r.summary, r.records, r.output
     knee = summary["knee"]
-    assert knee["found"] and knee["metric"] == "e2e", output[-2000:]
-    assert 3 <= knee["users"] <= 5, knee["reason"]
+    # the knee is at the slots, or a step it needed was not judged (a busy machine's loop lag) and the console said so
+    unjudged = [s["users"] for s in summary["steps"] if not s["generator"]["reliable"] and 3 <= s["users"] <= 6]
+    if not unjudged or knee["found"]:
+        assert knee["found"] and knee["metric"] == "e2e", output[-2000:]
+        assert 3 <= knee["users"] <= 5, knee["reason"]
+    else:
+        assert "UNRELIABLE: step" in output, output[-2000:]
     assert records and all(r["ok"] and r["inputs"] == 2 and r["ttft_s"] is None for r in records)
     step = summary["steps"][0]
     assert step["stream"]["inputs_per_s"] == pytest.approx(2 * step["throughput"]["requests_per_s"], rel=0.01)
