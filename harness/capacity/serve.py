@@ -85,6 +85,11 @@ class SweepServer:
             stop.wait(POLL_S)
         self.info.update(self._identity())
 
+    def exited(self) -> str | None:
+        """Why it is no longer serving, when its process has exited since it was ready; None while it runs."""
+        code = self.child.poll() if self.child is not None else None
+        return None if code is None else f"the server exited with code {code} during the sweep{self._tail()}"
+
     def _identity(self) -> dict[str, Any]:
         """What the server says it is: vLLM's ``/version``, the OpenAI ``/v1/models`` ids (None when it does not)."""
         out: dict[str, Any] = {"version": None, "models": None}

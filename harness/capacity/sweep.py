@@ -10,6 +10,7 @@ sweep stops; the console says how to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from harness import exitcodes
 from harness.capacity.cells import CellOutcome
 from harness.capacity.serve import ServerDown, SweepServer, run_hooks
 from harness.capacity.sweep_spec import Cell, SweepSpec, cells
+from harness.errors import KneecapError
 
 __all__ = ["CellRunner", "SweepOptions", "run_sweep"]
 
@@ -105,12 +107,28 @@ def _run_group(spec: SweepSpec, opts: SweepOptions, pending: list[Cell], total: 
         for cell in pending:
             if stop.is_set():
                 return
+            gone = server.exited() if server is not None else None
+            if gone is not None:  # it died during an earlier cell: this one would only measure refused connections
+                outcomes[cell.index] = _record(opts.out, cell, error=gone, server=server.info if server else None)
+                say(f"cell {cell.index}/{total} ({cell.name}) FAILED: {gone}")
+                continue
             say(f"cell {cell.index}/{total}: {cell.name}")
             problems = run_hooks(spec.between, server.url if server else None, say)
             info = server.info if server else None
-            code = run_cell(cell, os.path.join(opts.out, cell.folder), server.url if server else None, info, stop)
-            outcomes[cell.index] = _record(opts.out, cell, code=code, server=info, hooks=problems,
-                                           finished=not stop.is_set())
+            try:
+                code = run_cell(cell, os.path.join(opts.out, cell.folder), server.url if server else None, info,
+                                stop)
+            except (RuntimeError, OSError, KneecapError) as exc:  # e.g. the built-in simulator did not start
+                outcomes[cell.index] = _record(opts.out, cell, error=f"the run did not start: {exc}", server=info)
+                say(f"cell {cell.index}/{total} ({cell.name}) FAILED: the run did not start: {exc}")
+                continue
+            gone = server.exited() if server is not None else None
+            outcome = _record(opts.out, cell, code=code, server=info, hooks=problems, error=gone,
+                              finished=not stop.is_set() and gone is None)
+            # figures of a server that died under the cell measure its death: no result for the map
+            outcomes[cell.index] = outcome if gone is None else dataclasses.replace(outcome, summary=None)
+            if gone is not None:
+                say(f"cell {cell.index}/{total} ({cell.name}) FAILED: {gone}")
     finally:
         if server is not None:
             server.stop()

@@ -124,6 +124,8 @@ SERVER = textwrap.dedent("""
         f.write(f"{os.getpid()} {child}\\n")
     if mode == "never":
         import time; time.sleep(120)
+    if mode == "crash":  # ready, then gone 2 s later: during its first cell
+        import threading; threading.Timer(2.0, os._exit, (3,)).start()
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = b'{"version": "9.9"}' if self.path == "/version" else b'{"data": [{"id": "m1"}]}'
@@ -150,28 +152,35 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.integration
-def test_a_server_never_ready_fails_its_cells_and_the_sweep_goes_on_leaving_no_process(tmp_path):
+def test_a_server_never_ready_or_dying_fails_its_cells_and_the_sweep_goes_on_leaving_no_process(tmp_path):
     (tmp_path / "server.py").write_text(SERVER)
     pids = tmp_path / "pids"
     spec = spec_of({"name": "s", "matrix": {"workload.seed": [1, 2]},
                     "serve": {"cmd": f"{sys.executable} {tmp_path / 'server.py'} {{mode}} {{port}} {pids}",
-                              "params": {"mode": ["never", "ok"]}, "ready": "/health", "timeout_s": 1}})
+                              "params": {"mode": ["never", "crash", "ok"]}, "ready": "/health", "timeout_s": 1}})
     ran: list[int] = []
     seen: list[tuple] = []
 
     def run_cell(cell, folder, url, server, stop):
         seen.append((url, server["version"], server["models"]))
+        if cell.params["mode"] == "crash":
+            stop.wait(3.0)  # the server dies under this cell
         return _fake_runner(ran)(cell, folder, url, server, stop)
 
     lines: list[str] = []
     code = run_sweep(spec, SweepOptions(out=str(tmp_path / "sw")), lines.append, run_cell=run_cell)
-    assert code == 1 and ran == [3, 4], lines
+    assert code == 1 and ran == [3, 5, 6], lines
     assert seen[0][0].startswith("http://127.0.0.1:") and seen[0][1:] == ("9.9", ["m1"])
-    cell1 = json.loads((tmp_path / "sw/cell-01/cell.json").read_text())
-    assert cell1["error"].startswith("the server was not ready at /health within 1 s"), cell1
-    assert "mode=never" in cell1["server"]["cmd"][2] or cell1["server"]["cmd"][2] == "never"
+    cells_json = [json.loads((tmp_path / f"sw/cell-0{i}/cell.json").read_text()) for i in range(1, 7)]
+    assert cells_json[0]["error"].startswith("the server was not ready at /health within 1 s"), cells_json[0]
+    assert cells_json[0]["server"]["cmd"][2] == "never"
+    for died in cells_json[2:4]:  # the cell it died under, and the next, which does not run
+        assert died["error"].startswith("the server exited with code 3 during the sweep") and not died["finished"]
+    assert [c["finished"] for c in cells_json] == [False] * 4 + [True] * 2
+    body = json.loads((tmp_path / "sw/sweep.json").read_text())
+    assert [c["result"] for c in body["cells"]] == [False] * 4 + [True] * 2  # no figures of a dying server
     launched = [int(p) for line in pids.read_text().splitlines() for p in line.split()]
-    assert len(launched) == 4 and not [p for p in launched if _alive(p)]
+    assert len(launched) == 6 and not [p for p in launched if _alive(p)]
 
 
 @pytest.mark.integration
