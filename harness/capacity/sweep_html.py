@@ -158,7 +158,7 @@ def _points_table(frontier: dict[str, Any]) -> str:
 
 def _facts(sweep: dict[str, Any]) -> str:
     items = "".join(f"<li>{_e(k)}: {_e(v if isinstance(v, str) else json.dumps(v, default=str))}</li>"
-                    for k, v in sweep.items())
+                    for k, v in sweep.items() if v is not None)  # "serve: null" says nothing
     return f"<ul class='muted'>{items}</ul>" if items else ""
 
 
