@@ -18,7 +18,8 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add, mul
 
 __all__ = ["UTest", "chi2_independence", "chi2_sf", "fisher_exact", "holm", "mann_whitney_counts", "mann_whitney_u",
            "normal_sf"]
@@ -52,12 +53,14 @@ def mann_whitney_counts(cx: Mapping[float, int], cy: Mapping[float, int]) -> UTe
         raise ValueError(f"mann_whitney_u needs two non-empty samples, got {nx} and {ny} values")
     keys = sorted(cy)
     below = list(accumulate(map(cy.__getitem__, keys), initial=0))
-    u = 0.0
-    for v, c in cx.items():
-        u += c * (below[bisect_left(keys, v)] + 0.5 * cy.get(v, 0))
+    xs, cs = list(cx), list(cx.values())
+    tied = list(map(cy.get, xs, repeat(0)))
+    # In C-level passes, not a loop per value: U's terms are counts and half counts, so their sums are exact (< 2^53)
+    # in any order; ties: Σ(t³ − t) over the union's values, t = x's count + y's.
+    u = sum(map(mul, cs, map(below.__getitem__, map(bisect_left, repeat(keys), xs)))) + 0.5 * sum(map(mul, cs, tied))
     n = nx + ny
-    ties = sum(t * t * t - t for t in (c + cy.get(v, 0) for v, c in cx.items()) if t > 1)
-    ties += sum(c * c * c - c for v, c in cy.items() if c > 1 and v not in cx)
+    ties = sum(map(pow, map(add, cs, tied), repeat(3))) - sum(map(pow, tied, repeat(3))) \
+        + sum(map(pow, cy.values(), repeat(3))) - n
     var = nx * ny / 12.0 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
     mu = nx * ny / 2.0
     if var <= 0:  # every value equal: no evidence either way

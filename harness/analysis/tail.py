@@ -32,11 +32,12 @@ from __future__ import annotations
 import math
 import random
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, gt, not_
+from operator import attrgetter, gt, le, not_
 
 from harness.analysis.rank_tests import holm
 from harness.analysis.tail_features import CAUSES, FEATURES, MISSING, TailParams, connect_cost, feature_test
@@ -209,7 +210,8 @@ def _tails(col: list, known: int, uniform: list[int], quantiles: Sequence[float]
     n, missing = len(col), len(col) - known
     lowest = missing + math.floor(min(quantiles) * (known - 1))
     cand: Sequence[int] = range(n)
-    known_sample = sorted(v for v in map(col.__getitem__, uniform) if v != MISSING) if len(uniform) < n else []
+    known_sample = sorted(map(col.__getitem__, uniform)) if len(uniform) < n else []
+    known_sample = known_sample[bisect_right(known_sample, MISSING):]  # missing values sort first
     if known_sample:
         q = min(quantiles)
         q_low = max(0.0, q - 0.01 - 4 * math.sqrt(q * (1 - q) / len(known_sample)))
@@ -221,7 +223,7 @@ def _tails(col: list, known: int, uniform: list[int], quantiles: Sequence[float]
     out = []
     for q in quantiles:
         thr = vals[missing + math.floor(q * (known - 1)) - offset]
-        out.append((q, thr, [i for i in cand if col[i] > thr]))
+        out.append((q, thr, list(compress(cand, map(gt, map(col.__getitem__, cand), repeat(thr))))))
     return out
 
 
@@ -267,7 +269,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
         values = list(map(col.__getitem__, uniform))
         seconds = values if per_s == 1 else [v / per_s for v in values]  # only the connect cost reads them
         for q, thr, tail in per_q:
-            in_rest = [MISSING < v <= thr for v in values]
+            in_rest = list(map(le, values, repeat(thr))) if known == n else [MISSING < v <= thr for v in values]
             rest, excluded = list(compress(uni, in_rest)), list(compress(uni, map(not_, in_rest)))
             sampled = None
             if n > params.max_rest:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from harness.analysis.rank_tests import chi2_independence, fisher_exact, mann_whitney_counts
 
@@ -127,25 +129,27 @@ def _counts(vals: list) -> Counter:
     return c
 
 
-def _median(c: Counter) -> float:
-    keys, half, seen = sorted(c), sum(c.values()) / 2, 0
-    for i, k in enumerate(keys):
-        seen += c[k]
-        if seen > half:
-            return k
-        if seen == half:  # an even count splitting exactly here: the mean of the two middle values
-            return (k + keys[i + 1]) / 2
-    raise ValueError("median of no values")
+def _ranks(c: Counter) -> tuple[list, list[int]]:
+    """The counted values in order and their running counts (sorted once, read by median and quantile)."""
+    keys = sorted(c)
+    return keys, list(accumulate(map(c.__getitem__, keys)))
 
 
-def _quantile(c: Counter, q: float) -> float:
+def _median(c: Counter, ranks: tuple[list, list[int]] | None = None) -> float:
+    keys, seen = ranks or _ranks(c)
+    if not keys:
+        raise ValueError("median of no values")
+    half = seen[-1] / 2
+    i = bisect_left(seen, half)  # the first value whose running count reaches half
+    # an even count splitting exactly here: the mean of the two middle values
+    return (keys[i] + keys[i + 1]) / 2 if seen[i] == half else keys[i]
+
+
+def _quantile(c: Counter, q: float, ranks: tuple[list, list[int]] | None = None) -> float:
     """The value at nearest rank ``q`` of the counted values."""
-    rank, seen = q * (sum(c.values()) - 1), 0
-    for k in sorted(c):
-        seen += c[k]
-        if seen > rank:
-            return k
-    return max(c)
+    keys, seen = ranks or _ranks(c)
+    i = bisect_right(seen, q * (seen[-1] - 1))  # the first whose running count exceeds the rank
+    return keys[i] if i < len(keys) else max(c)
 
 
 def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
@@ -160,7 +164,8 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
     if nt < params.min_tail or nr < params.min_tail or len(ct.keys() | cr.keys()) < 2:
         return None  # too few known values, or a constant: nothing to test
     u = mann_whitney_counts(ct, cr)
-    mt, mr = _median(ct), _median(cr)
+    ranks = _ranks(cr)
+    mt, mr = _median(ct), _median(cr, ranks)
     if mr > 0:
         ratio = mt / mr
         more = u.rank_biserial > 0
@@ -170,7 +175,7 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
         if more and not material and spec.above:
             # A minority far above the rest (3% of prompts 10× longer, half the tail): the medians hide it, the
             # share above the rest's 95th percentile does not.
-            v = _quantile(cr, 0.95)
+            v = _quantile(cr, 0.95, ranks)
             st = sum(c for k, c in ct.items() if k > v) / nt
             sr = sum(c for k, c in cr.items() if k > v) / nr
             if st - sr >= params.min_share_points:
