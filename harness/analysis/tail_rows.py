@@ -1,7 +1,10 @@
 """Tail attribution of a step's request rows as the workers ship them (``metrics.rows``). Pure.
 
-The rows become columns (one list per feature) straight away: no object per request, so the master's cost per
-judged step stays ~0.2 s at 100k requests (``python -m benchmarks.tail_attribution``, ``master_step``).
+The rows become columns (one list per field, one flat copy) straight away: no object per request. The latencies
+stay in tenths of a millisecond (compared int to int) and the flags, send times and server queue are derived only
+for the rows tested (``tail.explain_columns``). A judged step of 100k requests, columns + tails + TTFT split, costs
+~0.24 s of CPU on a 2-CPU EPYC VM, 13× a ``sorted()`` of its TTFTs (0.29 s, 16×, before;
+``python -m benchmarks.tail_attribution``, ``master_step``).
 """
 
 from __future__ import annotations

@@ -190,3 +190,16 @@ def test_median_and_quantile_of_counts_by_running_counts():
             assert _quantile(c, q) == values[math.floor(q * (size - 1))] if q < 1 else _quantile(c, q) == values[-1]
     with pytest.raises(ValueError, match="median of no values"):
         _median(Counter())
+
+
+def test_rows_and_their_columns_give_the_same_answer():
+    """TailRows are read by column for the metrics and only at the rows tested for the features."""
+    rows = [TailRow(**{**{f: getattr(r, f) for f in TailRow.__slots__}, "ttft_s": None if i % 61 == 0 else r.ttft_s,
+                       "prompt_tokens": None if i % 13 == 0 else r.prompt_tokens})
+            for i, r in enumerate(step(13, "prompt"))]
+    params = TailParams(max_rest=2_000)
+    by_rows = explain_tail(rows, params)
+    assert by_rows.to_dict() == explain_tail({f: [getattr(r, f) for r in rows] for f in TailRow.__slots__},
+                                             params).to_dict()
+    assert by_rows.to_dict() == explain_tail(iter(rows), params).to_dict()
+    assert ttft(by_rows, 0.99).sampled is not None
