@@ -10,8 +10,8 @@ the answer is known. CPU time (``time.process_time``), best of 5. One JSON line 
 (``metrics.rows``): read them by column, explain the tail (``analysis.tail_rows.explain_rows``) and split TTFT
 (``analysis.decompose.ttft_split``), each part on its own and ``total_ms`` all at once as the ledger does it (GC
 paused); plus the rows' msgpack bytes per request, and ``ratio_vs_sorted``: ``total_ms`` over the same run's
-``sorted()`` of 100k TTFT values (the machine's speed factored out: 2026-12 on a 2-CPU EPYC VM, 340 ms before the
-step was read by column, ~16× sorted; 245 ms on the machine where the issue was filed).
+``sorted()`` of 100k TTFT values (the machine's speed factored out, roughly: on a 2-CPU EPYC VM, 2026-12, the step
+took 15× sorted before it was read by column, 12× after; the VM's figures vary ±30% between runs).
 """
 
 from __future__ import annotations

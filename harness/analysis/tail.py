@@ -27,7 +27,7 @@ so the same step gives the same answer; the result says when it sampled). Only t
 every request (one pass each; only values above a bound from the sample are sorted); the features are read
 for the rows tested, the tails and the sample (~20k of 100k), and counted, not kept per row. At 100k
 requests the master's rows take ~0.13 s of CPU, ~7× a ``sorted()`` of their 100k TTFTs, on a 2-CPU EPYC VM
-(``python -m benchmarks.tail_attribution``: ``explain_rows_ms``, ``ratio_vs_sorted``).
+(``python -m benchmarks.tail_attribution``: ``explain_rows_ms`` against ``sorted_ms``).
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
                     derived: Mapping[str, Callable[[list[int]], list]] | None = None) -> StepTails:
     """``explain_tail`` of columns as stored: the metrics in 1/``per_s`` s (the rows' tenths of a millisecond:
     10,000; only ranks and a few values are read, so no column is converted), and a feature in ``derived`` computed
-    for the rows tested only (the tails and the rest's sample, ~15% of 100k): ``derived[f](indices)`` is its values
+    for the rows tested only (the tails and the rest's sample, ~20% of 100k): ``derived[f](indices)`` is its values
     at those indices, in that order. The answer is the same as from the whole columns in seconds."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:

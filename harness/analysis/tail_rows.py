@@ -3,8 +3,8 @@
 The rows become columns (one list per field, one flat copy) straight away: no object per request. The latencies
 stay in tenths of a millisecond (compared int to int) and the flags, send times and server queue are derived only
 for the rows tested (``tail.explain_columns``). A judged step of 100k requests, columns + tails + TTFT split, costs
-~0.24 s of CPU on a 2-CPU EPYC VM, 13× a ``sorted()`` of its TTFTs (0.29 s, 16×, before;
-``python -m benchmarks.tail_attribution``, ``master_step``).
+~0.23 s of CPU on a 2-CPU EPYC VM, 12× a ``sorted()`` of its TTFTs (0.29 s, 15×, before; both in one process,
+interleaved; ``python -m benchmarks.tail_attribution``, ``master_step``, varies ±30% there from run to run).
 """
 
 from __future__ import annotations
