@@ -54,13 +54,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: tests that start real processes (marked ``integration``, most of the suite's wall time, mostly
     waiting) run before the quick pure ones, so that with ``-n`` (pytest-xdist, README) the quick ones fill the gaps
-    instead of a long run starting last; a module sharing one real run (an ``xdist_group``) and a test marked ``long``
-    (30 s or more) before the rest, or the last lane would still be running one when the others are done. Tests
+    instead of a long run starting last; a module sharing one real run (an ``xdist_group``) before the rest. Tests
     marked ``timing`` come last, one at a time on a machine the others have left (``tests/kit/lanes.py``)."""
     items.sort(key=lambda item: (item.get_closest_marker("timing") is not None,
                                  item.get_closest_marker("integration") is None,
-                                 item.get_closest_marker("xdist_group") is None
-                                 and item.get_closest_marker("long") is None))
+                                 item.get_closest_marker("xdist_group") is None))
 
 
 @pytest.fixture(scope="module")

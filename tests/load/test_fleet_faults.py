@@ -17,7 +17,6 @@ from tests.kit.sim import start_sim
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.long
 def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(textwrap.dedent("""

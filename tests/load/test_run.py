@@ -30,7 +30,6 @@ def curve(summary: dict) -> list:
              s["throughput"]["output_tokens_per_s"], s["generator"]) for s in summary["steps"]]
 
 
-@pytest.mark.long  # 3 × 26 s
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_knee_at_the_simulators_capacity(tmp_path, seed):
     r = kneecap_run(scenario(tmp_path, STAIRS), "--seed", str(seed), "--sim-arg=--max-num-seqs=8",
@@ -49,7 +48,6 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
     assert share[-1] > share[0] + 0.2, share
 
 
-@pytest.mark.long
 def test_no_knee_within_range(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
     r = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64",
@@ -59,7 +57,6 @@ def test_no_knee_within_range(tmp_path):
     assert summary["stop_reason"].startswith("plan complete") and "knee: not found" in output
 
 
-@pytest.mark.long
 def test_jitter_makes_no_false_knee(tmp_path):
     load = STAIRS.replace("max: 16", "max: 10")
     summary = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3",

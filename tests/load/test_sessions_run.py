@@ -136,7 +136,6 @@ KV_BOUND = """
 """
 
 
-@pytest.mark.long
 def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sessions(tmp_path):
     """64 slots but a KV cache of 32k tokens: ~9 sessions' histories (2.5-3.5k tokens each) fit. Past that, the
     histories of sessions in their think time are evicted, later turns miss and prefill everything again."""

@@ -89,7 +89,6 @@ def summary_of(tmp_path, output: str = "") -> dict:
 COST = "cost: {per_hour: 4.2, input_per_mtok: 0.5, output_per_mtok: 1.5}\n"
 
 
-@pytest.mark.long
 def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_the_knee(tmp_path):
     with victoria(tmp_path / "vm", free_port()) as url:
         out, _ = start_kneecap_run(scenario(tmp_path, STAIRS + COST, url), "--sim-arg=--max-num-seqs=8",
