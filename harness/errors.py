@@ -5,7 +5,7 @@ next to the code that raises it, not here (``tests/test_errors.py`` checks this 
 
     KneecapError
     ├── ScenarioError        scenario.py: a scenario that cannot run (every problem, each with its key path)
-    ├── SweepError           capacity/sweep_spec.py: a sweep file that cannot run (every problem, each cell's too)
+        └── SweepError       capacity/sweep_spec.py: a sweep file that cannot run (every problem, each cell's too)
     ├── StreamProtocolError  client/stream.py: a response broke its API's protocol (``kind``: its error class)
     ├── OversizedLine        client/sse.py: a line longer than the SSE decoder's limit (a broken or hostile server)
     ├── SketchMismatch       metrics/sketch.py: sketches that cannot be merged or decoded (accuracy or version differ)

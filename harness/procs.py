@@ -19,6 +19,7 @@ import ctypes
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-__all__ = ["Child", "LogRelay", "start_child", "stop_child"]
+__all__ = ["Child", "LogRelay", "free_port", "start_child", "stop_child"]
 
 PR_SET_PDEATHSIG = 1
 RELAY_LINES = 5
@@ -78,6 +79,13 @@ class Child:
                 raise subprocess.TimeoutExpired(self.proc.args, timeout)
             time.sleep(0.02)
         return code
+
+
+def free_port() -> int:
+    """A loopback port free now, for a child to bind (a master, a sweep's server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:

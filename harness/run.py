@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 from harness.capacity.store import record_run, scenario_hash
 from harness.load.options import KneecapOptions
 from harness.outcome import say_verdict, write_processes
-from harness.procs import Child, LogRelay, start_child, stop_child
+from harness.procs import Child, LogRelay, free_port, start_child, stop_child
 from harness.scenario import Scenario, default_scenario, load_scenario
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.supervise import Supervisor
@@ -56,12 +55,6 @@ class RunOptions:
     """``--label KEY=VALUE``: recorded with the run in the run store."""
     server: dict[str, Any] | None = None
     """What is known of the server (a sweep's launch command, its /version and /v1/models), for the run store."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_sim(model: str, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
@@ -125,7 +118,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
 
 def _start_fleet(host: str, options: KneecapOptions, n: int, out: str) -> tuple[Child, list[Child]]:
     """A headless master with the knee-seeking shape on a free loopback port, and ``n`` workers connected to it."""
-    port = _free_port()
+    port = free_port()
     master = start_child("master", [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
                                     "--master", "--expect-workers", str(n), "--master-bind-host", "127.0.0.1",
                                     "--master-bind-port", str(port), "--only-summary", "--loglevel", "INFO",

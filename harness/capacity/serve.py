@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.capacity.sweep_spec import PORT, Hook, Serve
-from harness.procs import Child, start_child
+from harness.procs import Child, free_port, start_child
 
 __all__ = ["STOP_GRACE_S", "ServerDown", "SweepServer", "run_hooks"]
 
@@ -33,12 +32,6 @@ LOG_TAIL_LINES = 5
 
 class ServerDown(Exception):
     """The server could not serve a cell: it exited, or was not ready in time (the message says which)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -56,7 +49,7 @@ class SweepServer:
     """One launch of ``serve.cmd`` for one set of params; ``info`` is what the run store records."""
 
     def __init__(self, serve: Serve, params: dict[str, Any], log_path: str) -> None:
-        values = {**params, PORT: _free_port()} if f"{{{PORT}}}" in serve.cmd + serve.url else dict(params)
+        values = {**params, PORT: free_port()} if f"{{{PORT}}}" in serve.cmd + serve.url else dict(params)
         self.serve, self.log_path = serve, log_path
         self.argv = serve.argv(values)
         self.url = serve.url.format(**values).rstrip("/")

@@ -9,7 +9,6 @@ errors come from the user's YAML and the server's answers.
 from __future__ import annotations
 
 import html
-import io
 import json
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from harness.capacity.capacity_map import best_line
+from harness.report.charts import svg_text
 
 __all__ = ["frontier_chart", "sweep_page"]
 
@@ -44,15 +44,6 @@ def _tex_safe(text: str) -> str:
     """A label as matplotlib should print it: a ``$`` would start mathtext (and an odd one raise); cut long ones."""
     text = text if len(text) <= _LABEL_CHARS else text[:_LABEL_CHARS - 1] + "…"
     return text.replace("$", r"\$")
-
-
-def _svg(fig: plt.Figure) -> str:
-    buf = io.StringIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="svg")
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
 
 
 def frontier_chart(frontier: dict[str, Any], cells: list[dict[str, Any]]) -> str:
@@ -90,7 +81,7 @@ def frontier_chart(frontier: dict[str, Any], cells: list[dict[str, Any]]) -> str
     ax.set_title("Throughput against interactivity, every step of every cell")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def _cost(at: dict[str, Any] | None) -> str:

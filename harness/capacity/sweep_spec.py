@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.checker import Checker
-from harness.errors import KneecapError
 from harness.scenario import DEFAULT_SCENARIO, ScenarioError, apply_overrides, parse_scenario
 
 __all__ = ["Cell", "Hook", "Serve", "SweepError", "SweepSpec", "cells", "parse_sweep"]
@@ -43,13 +42,8 @@ DEFAULT_TIMEOUT_S = 600.0
 _KEYS = ("name", "description", "scenario", "matrix", "serve", "sim", "between")
 
 
-class SweepError(KneecapError):
-    """A sweep file that cannot run; ``problems`` lists each with its key path."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, problems
-        head = f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        super().__init__(head + "".join(f"\n  - {p}" for p in problems))
+class SweepError(ScenarioError):
+    """A sweep file that cannot run; ``problems`` lists each with its key path (a scenario's error, one level up)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ __all__ = [
     "over_time",
     "overlay",
     "server_vs_load",
+    "svg_text",
     "tail_features",
     "throughput_vs_load",
 ]
@@ -33,7 +34,8 @@ plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, 
                      "figure.dpi": 96})
 
 
-def _svg(fig: plt.Figure) -> str:
+def svg_text(fig: plt.Figure) -> str:
+    """The figure as an inline ``<svg>`` element (closed after): no XML prolog or doctype inside HTML."""
     buf = io.StringIO()
     fig.tight_layout()
     fig.savefig(buf, format="svg")
@@ -84,7 +86,7 @@ def latency_vs_load(summary: Summary, metric: str) -> str:
     ax.set_ylabel(f"{metric} (ms)")
     ax.set_title(f"{metric.upper()} percentiles vs load")
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def throughput_vs_load(summary: Summary) -> str:
@@ -103,7 +105,7 @@ def throughput_vs_load(summary: Summary) -> str:
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def search_path(summary: Summary) -> str:
@@ -131,7 +133,7 @@ def search_path(summary: Summary) -> str:
     ax.set_ylabel(_level_key(summary).replace("_", " "))
     ax.set_title(f"Search path ({search.mode}, resolution {search.resolution:g})")  # type: ignore[union-attr]
     ax.legend(fontsize=7, loc="upper left")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def errors_vs_load(summary: Summary) -> str:
@@ -151,7 +153,7 @@ def errors_vs_load(summary: Summary) -> str:
     ax.set_title("Error rate by class")
     if classes:
         ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def cost_vs_load(summary: Summary) -> str:
@@ -175,7 +177,7 @@ def cost_vs_load(summary: Summary) -> str:
     ax.set_ylabel(f"{summary.cost.currency} per 1M output tokens")
     ax.set_title("Cost per 1M output tokens vs load")
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def server_vs_load(summary: Summary) -> str:
@@ -198,7 +200,7 @@ def server_vs_load(summary: Summary) -> str:
     ax.set_ylabel("requests")
     ax.set_title("The server's side (/metrics)")
     ax.legend(fontsize=7, loc="upper left")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def generator_chart(summary: Summary, lag_limit_ms: float) -> str:
@@ -211,7 +213,7 @@ def generator_chart(summary: Summary, lag_limit_ms: float) -> str:
     ax.set_ylabel("ms")
     ax.set_title("Load generator health")
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def histogram(achieved: list[float], target: list[float], title: str) -> str:
@@ -222,7 +224,7 @@ def histogram(achieved: list[float], target: list[float], title: str) -> str:
     ax.set_xlabel("tokens")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def overlay(runs: list[tuple[str, Summary]], metric: str, what: str) -> str:
@@ -241,7 +243,7 @@ def overlay(runs: list[tuple[str, Summary]], metric: str, what: str) -> str:
     ax.set_ylabel("output tokens/s" if what == "throughput" else f"{metric} p99 (ms)")
     ax.set_title("Throughput vs load" if what == "throughput" else f"{metric.upper()} p99 vs load (dashed: knees)")
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def over_time(history: list[dict]) -> str:
@@ -260,7 +262,7 @@ def over_time(history: list[dict]) -> str:
     ax.set_title("Latency over time (per window)")
     lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
-    return _svg(fig)
+    return svg_text(fig)
 
 
 _FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "output tokens (median)",
@@ -288,4 +290,4 @@ def tail_features(summary: Summary, metric: str = "ttft_s", most: int = 4) -> st
         ax.bar([f"p{100 * q:g} tail", "rest"], [t["tail_value"], t["rest_value"]], color=["tab:red", "tab:gray"])
         ax.set_title(f"{level:g}: {_FEATURE_WORDS.get(t['feature'], t['feature'])}", fontsize=7)
     fig.suptitle(f"{metric.removesuffix('_s').upper()}: the tail against the rest, by load", fontsize=8)
-    return _svg(fig)
+    return svg_text(fig)
