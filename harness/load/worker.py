@@ -16,6 +16,7 @@ from typing import Any
 from gevent.event import Event
 
 from harness.analysis.slo import request_meets
+from harness.client.connection import tls_context
 from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
@@ -89,6 +90,9 @@ class WorkerSide:
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
+        ep = self.scenario.endpoint
+        if (self.env.host or ep.host or "").startswith("https:"):  # load the CAs now, not in a step's time
+            tls_context(ep.tls.ca_file, ep.tls.verify and not self.source.option("insecure"))
         self.generator.start()
 
     def stop(self) -> None:

@@ -69,6 +69,7 @@ def test_sessions_reuse_the_prefix_cache_exactly_as_a_client_would(tmp_path):
     assert all(r["ok"] for r in records)
     sessions = [rs for rs in _sessions(records).values() if len(rs) == 4]
     assert len(sessions) >= 4
+    think = []
     for rs in sessions:
         rows = [served[r["response_id"]] for r in rs]
         # Each turn's prompt is the previous prompt, the answer as the server streamed it, and a new message.
@@ -81,9 +82,12 @@ def test_sessions_reuse_the_prefix_cache_exactly_as_a_client_would(tmp_path):
         assert rows[3]["message_hashes"][0] != rows[2]["message_hashes"][0]
         assert rows[3]["prompt_tokens"] == pytest.approx(300 + 100, abs=30)
         assert rows[3]["cached_tokens"] < 16 and rows[1]["cached_tokens"] > 500
-        # Think time between a response's end and the next turn's start.
+        # Think time between a response's end and the next turn's start: never shorter; longer only by a wake-up
+        # that came late (a fresh-clone CI run with three lanes on two cores once woke one 14.5 ms late).
         for a, b in itertools.pairwise(rs):
-            assert b["start"] - (a["start"] + a["e2e_s"]) == pytest.approx(THINK_S, abs=0.010)
+            think.append(b["start"] - (a["start"] + a["e2e_s"]))
+    assert min(think) >= THINK_S - 0.001 and max(think) < THINK_S + 0.1, think
+    assert sorted(think)[len(think) // 2] == pytest.approx(THINK_S, abs=0.005), think
     # The client's cached tokens are the server's ground truth, request by request.
     assert all(r["cached_tokens"] == served[r["response_id"]]["cached_tokens"] for r in records)
     step = summary["steps"][0]
