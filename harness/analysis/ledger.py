@@ -279,7 +279,9 @@ class Ledger:
         if bucket.rows:
             with gc_paused():
                 cols = columns(bucket.rows)  # once for both: ~50 ms at 100k requests
-                st.tails = explain_rows(cols, waiting=st.waiting, started=info.started)
+                itl = bucket.sketches.get("itl")
+                st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
+                                        itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)
                 st.ttft_split = ttft_split(cols, st.server.summary() if st.server is not None else None)
             bucket.rows = []
 

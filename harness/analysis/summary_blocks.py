@@ -202,8 +202,31 @@ class Attribution(View, kw_only=True):
     tests: list[dict[str, Any]] = []
 
 
+class PauseSeen(View, kw_only=True):
+    start_s: float = 0.0
+    length_ms: float = 0.0
+    streams: int = 0
+    decoding: int = 0
+    workers: list[Any] = []
+
+
+class Pauses(View, kw_only=True):
+    """The step's server-wide pauses (``analysis.pauses.StepPauses``)."""
+
+    count: int = 0
+    min_ms: float = 0.0
+    workers: int = 0
+    median_ms: float | None = None
+    max_ms: float | None = None
+    period_s: float | None = None
+    period_sd_s: float | None = None
+    words: str = ""
+    listed: list[PauseSeen] = []
+
+
 class Tail(View, kw_only=True):
     attributions: list[Attribution]
+    pauses: Pauses | UnsetType = UNSET
 
 
 class SplitPart(View, kw_only=True, omit_defaults=True):

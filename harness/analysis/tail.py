@@ -42,11 +42,12 @@ from dataclasses import asdict, dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, gt, le, not_
 
+from harness.analysis.pauses import StepPauses
 from harness.analysis.rank_tests import holm
 from harness.analysis.tail_features import CAUSES, FEATURES, MISSING, TailParams, connect_cost, feature_test
 
 __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "TailParams", "TailRow",
-           "explain_columns", "explain_tail"]
+           "explain_columns", "explain_tail", "pause_words"]
 
 METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E", "ttfo_s": "TTFO"}
 
@@ -72,6 +73,8 @@ class TailRow:
     turn: int | None = None
     after_error: bool | None = None
     """The previous request on this connection failed."""
+    in_pause: bool | None = None
+    """In flight through a server-wide pause (``analysis/pauses.py``); None when the stream could not say."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ class StepTails:
     """Every (metric, quantile) of one step, in order; ``lines`` for the report, ``to_dict`` for summary.json."""
 
     attributions: list[TailAttribution]
+    pauses: StepPauses | None = None
+    """The step's server-wide pauses, when its rows carried stream silences."""
 
     @property
     def lines(self) -> list[str]:
@@ -133,7 +138,10 @@ class StepTails:
         return next((a for a in self.attributions if a.metric == metric and a.quantile == quantile), None)
 
     def to_dict(self) -> dict:
-        return {"attributions": [a.to_dict() for a in self.attributions]}
+        out: dict = {"attributions": [a.to_dict() for a in self.attributions]}
+        if self.pauses is not None:
+            out["pauses"] = self.pauses.to_dict()
+        return out
 
 
 def _plain(x: object) -> object:
@@ -148,8 +156,8 @@ def _plain(x: object) -> object:
 
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
                uniform: list[int], cols: dict[str, list], base: dict[str, Counter], seconds: list, params: TailParams,
-               sampled: str | None) -> TailAttribution:
-    label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
+               sampled: str | None, words: Mapping[str, str]) -> TailAttribution:
+    label, ql, words_for = METRICS.get(metric, metric), f"p{100 * q:g}", words
     head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
     if len(tail) < params.min_tail:
         line = f"{ql} {label}: too few tail requests to attribute ({len(tail)} above {ql} of {n})"
@@ -159,7 +167,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     adjusted = holm([r["p"] for r in raw])
     tests = []
     for r, ph in zip(raw, adjusted, strict=True):
-        words = CAUSES.get(r["cause"]) if r["cause"] else None
+        words = (words_for.get(r["cause"]) or CAUSES.get(r["cause"])) if r["cause"] else None
         if r["cause"] == "connect":
             words = connect_cost(label, seconds, list(map(cols["new_connection"].__getitem__, uniform)))
         tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=words))
@@ -251,11 +259,13 @@ def explain_tail(rows: Sequence[TailRow] | Mapping[str, Sequence], params: TailP
 
 def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAULT_PARAMS, *,
                     metrics: Sequence[str] = tuple(METRICS), per_s: int = 1,
-                    derived: Mapping[str, Callable[[list[int]], list]] | None = None) -> StepTails:
+                    derived: Mapping[str, Callable[[list[int]], list]] | None = None,
+                    pauses: StepPauses | None = None) -> StepTails:
     """``explain_tail`` of columns as stored: the metrics in 1/``per_s`` s (the rows' tenths of a millisecond:
     10,000; only ranks and a few values are read, so no column is converted), and a feature in ``derived`` computed
     for the rows tested only (the tails and the rest's sample, ~20% of 100k): ``derived[f](indices)`` is its values
-    at those indices, in that order. The answer is the same as from the whole columns in seconds."""
+    at those indices, in that order. The answer is the same as from the whole columns in seconds. ``pauses``: the
+    step's server-wide pauses, for the words of the ``in_pause`` cause and the result."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"explain_tail: unknown metrics {unknown}; choose from {list(METRICS)}")
@@ -270,7 +280,9 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
     needed = sorted(set(uniform).union(*(t for *_, per_q in found for _, _, t in per_q)))
     pos = {i: j for j, i in enumerate(needed)}
     derived = derived or {}
-    cols = {f: derived[f](needed) if f in derived else list(map(columns[f].__getitem__, needed)) for f in FEATURES}
+    cols = {f: derived[f](needed) if f in derived else list(map(columns[f].__getitem__, needed)) if f in columns
+            else [None] * len(needed) for f in FEATURES}
+    words = {"pauses": pause_words(pauses)} if pauses is not None and pauses.pauses else {}
     uni = list(map(pos.__getitem__, uniform))
     base = {f: Counter(map(cols[f].__getitem__, uni)) for f in FEATURES if f != "t_in_step_s"}
     out = []
@@ -285,5 +297,14 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
                 sampled = (f"every tail request and a uniform sample of {len(rest)} of the {known - len(tail)} others "
                            f"(seed {params.seed})")
             out.append(_attribute(m, q, float(thr) / per_s, known, list(map(pos.__getitem__, tail)), rest, excluded,
-                                  uni, cols, base, seconds, params, sampled))
-    return StepTails(out)
+                                  uni, cols, base, seconds, params, sampled, words))
+    return StepTails(out, pauses)
+
+
+def pause_words(pauses: StepPauses) -> str:
+    """The pauses' figures and what they suggest: the server (seen on every worker), or one client host."""
+    seen = {w for p in pauses.pauses for w in p.workers}
+    if pauses.workers > 1 and len(seen) == 1:
+        return f"{pauses.words()}: one worker's streams stopped, not the others' (that client host stalled?)"
+    what = "the server stops periodically" if pauses.period else "the server stopped every stream at once"
+    return f"{pauses.words()}: {what} (garbage collection, a noisy neighbour or a scheduler outside this test?)"

@@ -1,6 +1,7 @@
 """Each feature of a request, how ``analysis/tail.py`` tests it tail against rest, and its words. Pure.
 
-Numbers (Mann–Whitney U on value counts), flags (Fisher), the worker (one-sided Fisher for the worker whose
+Numbers (Mann–Whitney U on value counts), flags (Fisher; ``in_pause``: in flight through a server-wide pause,
+``analysis/pauses.py``), the worker (one-sided Fisher for the worker whose
 share grows most, ×K workers) and time (χ² over windows); see ``tail.py``'s docstring for the rules. Each test
 returns the fields of a ``FeatureTest`` but its Holm-adjusted p, or None when the feature cannot be tested
 (too few known values, a constant). A phrase reads after "p99 TTFT requests"; CAUSES gives the cause words.
@@ -60,6 +61,7 @@ CAUSES = {
     "late_turns": "late session turns",
     "after_errors": "after errors (reconnects, retries)",
     "outside_noise": "noise from outside this test (shared infrastructure?)",
+    "pauses": "server-wide pauses (every stream stopped at once)",
 }
 
 
@@ -109,6 +111,8 @@ FLAGS = {  # feature: (tail has it more often, less often, cause when more often
                        "were less often first on a new connection ({t} vs {r})", "connect"),
     "after_error": ("followed a failed request on their connection ({t} vs {r})",
                     "less often followed a failed request ({t} vs {r})", "after_errors"),
+    "in_pause": ("were in flight through a server-wide pause ({a} of {n}, vs {r} of the rest)",
+                 "were less often in flight through a server-wide pause ({t} vs {r})", "pauses"),
 }
 FEATURES = (*(s.name for s in NUMERIC), *FLAGS, "worker", "t_in_step_s")
 MISSING = -math.inf
@@ -200,7 +204,7 @@ def _flag(name: str, ct: Counter, cr: Counter, params: TailParams) -> dict | Non
         return None
     st, sr = a / (a + b), c / (c + d)
     more_phrase, less_phrase, cause = FLAGS[name]
-    phrase = (more_phrase if st > sr else less_phrase).format(t=_pct(st), r=_pct(sr))
+    phrase = (more_phrase if st > sr else less_phrase).format(t=_pct(st), r=_pct(sr), a=a, n=a + b)
     return dict(feature=name, test="fisher-exact", n_tail=a + b, n_rest=c + d, p=fisher_exact(a, b, c, d),
                 effect=st - sr, tail_value=st, rest_value=sr, material=abs(st - sr) >= params.min_share_points,
                 phrase=phrase, cause=cause if st > sr else None)

@@ -15,8 +15,9 @@ import gc
 from collections.abc import Iterator, Sequence
 from itertools import chain
 
+from harness.analysis.pauses import find_pauses, in_pause_ms
 from harness.analysis.tail import StepTails, TailParams, explain_columns
-from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, ROW_FIELDS
+from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, GAP_FACTOR, GAP_MIN_S, ROW_FIELDS
 
 __all__ = ["NEAREST_S", "columns", "explain_rows", "gc_paused"]
 
@@ -54,11 +55,14 @@ def columns(rows: Sequence[list]) -> dict[str, list]:
 
 
 def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | None = None, *,
-                 waiting: Sequence[tuple[float, float]] = (), started: float = 0.0) -> StepTails:
+                 waiting: Sequence[tuple[float, float]] = (), started: float = 0.0,
+                 itl_p50_s: float | None = None) -> StepTails:
     """``explain_tail`` of ``rows`` (or their ``columns``, shared with the TTFT split). ``waiting``: the server's
     waiting queue as scraped, (time, requests) on the
     clock of ``started``, the step's start: each request gets the sample nearest its send. A failed request has no
-    latency and counts only as a feature of the request after it on its connection (``after_error``)."""
+    latency and counts only as a feature of the request after it on its connection (``after_error``). The rows'
+    stream silences give the step's server-wide pauses (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's
+    ``itl_p50_s`` long) and each request's ``in_pause``."""
     c = rows if isinstance(rows, dict) else columns(rows)
     flags, t_ms = c["flags"], c["t_ms"]
     times = [t for t, _ in waiting]
@@ -74,7 +78,17 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
                "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
                "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at}
-    return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived)
+    pauses = None
+    if any(g is not None for g in c["gaps"]):
+        min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
+        pauses = find_pauses(t_ms, c["ttft"], c["e2e"], c["gaps"], c["worker"], min_ms=min_ms)
+        found = pauses
+
+        def in_pause(idx: list[int]) -> list:
+            return [None if ms is None else ms > 0 for ms in in_pause_ms(idx, t_ms, c["e2e"], c["worker"], found)]
+
+        derived["in_pause"] = in_pause
+    return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses)
 
 
 def _nearest(times: list[float], samples: Sequence[tuple[float, float]], t: float) -> int | None:

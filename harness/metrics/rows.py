@@ -10,22 +10,53 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
 - ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
 - ``worker``: the worker's index;
 - ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
-  TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``).
+  TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``);
+- ``gaps``: the stream's silences between output chunks far longer than its own usual gap (``long_gaps``), flat
+  ``[start, length, ...]`` in ms since the send; ``[]`` when it had none, None when the stream was too short to say
+  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. The master finds server-wide pauses in them (``analysis.pauses``).
 
 ``tests/metrics/test_rows.py`` keeps the golden bytes of one row.
 """
 
 from __future__ import annotations
 
+from operator import sub
+
 from harness.metrics.record import RequestRecord
 
-__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "ROW_FIELDS", "check_rows", "decode_row",
-           "encode_row"]
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS", "GAP_MIN_S",
+           "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
-              "worker", "headers", "connect", "server_prefill")
+              "worker", "headers", "connect", "server_prefill", "gaps")
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
 _LATENCY = 10_000  # tenths of a millisecond per second
+GAP_FACTOR = 4.0
+"""A silence counts when it is at least this many times the stream's median gap between chunks..."""
+GAP_MIN_S = 0.005
+"""... and at least this long: below it, a gap is the OS's scheduling, not the server's."""
+GAP_MIN_CHUNKS = 5
+"""Fewer chunks (four gaps) say too little about a stream's usual gap."""
+
+
+def long_gaps(chunk_times: list[float]) -> list[int] | None:
+    """The silences between consecutive ``chunk_times`` (seconds since the send) of at least ``GAP_FACTOR`` × their
+    median and ``GAP_MIN_S``, flat ``[start_ms, length_ms, ...]``; None for fewer than ``GAP_MIN_CHUNKS`` chunks."""
+    t = chunk_times
+    if len(t) < GAP_MIN_CHUNKS:
+        return None
+    gaps = list(map(sub, t[1:], t[:-1]))
+    longest = max(gaps)
+    if longest < GAP_MIN_S:  # the usual case at a few ms a token: no sort
+        return []
+    limit = max(GAP_MIN_S, GAP_FACTOR * sorted(gaps)[len(gaps) // 2])
+    if longest < limit:
+        return []
+    out: list[int] = []
+    for i, g in enumerate(gaps):
+        if g >= limit:
+            out += (round(t[i] * 1000), round(g * 1000))
+    return out
 
 
 def _tenths(s: float | None) -> int | None:
@@ -40,28 +71,33 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
     return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
-            _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s)]
+            _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s),
+            long_gaps(rec.chunk_times) if ok else None]
 
 
 def decode_row(row: list) -> dict:
     """A row as named values (latencies in seconds, flags as booleans); raises ValueError on a malformed row."""
     if not isinstance(row, list) or len(row) != len(ROW_FIELDS):
         raise ValueError(f"a request row has {len(ROW_FIELDS)} fields, got {row!r:.80}")
-    ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker, headers, connect, prefill = row
+    (ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker, headers, connect, prefill,
+     gaps) = row
     flags = int(flags or 0)
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
             "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
-            "server_prefill_s": _seconds(prefill)}
+            "server_prefill_s": _seconds(prefill), "gaps_ms": gaps}
 
 
 def check_rows(rows: object) -> None:
     """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags and send times are
-    integers (what the master needs before it reads them by column)."""
+    integers (what the master needs before it reads them by column). A row of the 15 fields before ``gaps`` (a
+    worker of the previous kneecap) gets ``gaps`` None in place: its silences are unknown, the rest is the same."""
     n = len(ROW_FIELDS)
     for row in rows:  # type: ignore[attr-defined]
+        if isinstance(row, list) and len(row) == n - 1:
+            row.append(None)
         if not isinstance(row, list) or len(row) != n or not isinstance(row[7], int) or not isinstance(row[9], int):
             raise ValueError(f"a request row has {n} fields with integer flags and send time, got {row!r:.80}")
 

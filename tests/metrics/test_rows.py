@@ -8,7 +8,7 @@ import pytest
 from harness.metrics import aggregate
 from harness.metrics.aggregate import Bucket, Recorder
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import ROW_FIELDS, decode_row, encode_row
+from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row, long_gaps
 
 
 def rec(**kw) -> RequestRecord:
@@ -31,8 +31,25 @@ def test_a_row_round_trips_to_a_tenth_of_a_millisecond():
 
 def test_golden_bytes_and_size():
     row = encode_row(rec(), 7.5, worker=1)
-    assert msgpack.packb(row) == bytes.fromhex("9fcd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0")
-    assert len(msgpack.packb(row)) == 29  # the budget: <= 40 bytes a request
+    assert msgpack.packb(row) == bytes.fromhex("dc0010cd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0c0")
+    assert len(msgpack.packb(row)) == 32  # the budget: <= 40 bytes a request (16 fields: a 3-byte header)
+
+
+def test_a_row_of_the_previous_kneecap_is_read_with_no_gaps():
+    old = encode_row(rec(), 7.5, worker=1)[:-1]  # 15 fields: a worker from before ``gaps``
+    rows = [old]
+    check_rows(rows)
+    assert len(rows[0]) == len(ROW_FIELDS) and decode_row(rows[0])["gaps_ms"] is None
+
+
+def test_long_gaps_are_the_streams_own_long_silences():
+    steady = [0.1 + 0.005 * k for k in range(40)]
+    assert long_gaps(steady) == [] and long_gaps(steady[:4]) is None  # too short to know its usual gap
+    paused = steady[:20] + [t + 0.2 for t in steady[20:]]  # 200 ms without a chunk after the 20th
+    assert long_gaps(paused) == [round(steady[19] * 1000), 205]
+    slow = [0.5 + 0.05 * k for k in range(40)]  # 50 ms a chunk: a 120 ms gap is < 4x its usual, not a silence
+    assert long_gaps(slow[:20] + [t + 0.07 for t in slow[20:]]) == []
+    assert long_gaps(slow[:20] + [t + 0.2 for t in slow[20:]]) == [round(slow[19] * 1000), 250]
 
 
 def test_a_failure_keeps_its_features_but_no_latency():
