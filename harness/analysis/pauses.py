@@ -9,8 +9,9 @@ counted nor required: at overload most streams wait, and their silence is the qu
 
 Pauses of several workers that overlap (within ``MERGE_MS``: their step clocks start a few ms apart) are one pause
 "on N workers": seen on every worker, it is the server (or the network to it); seen on one worker of several, it
-is more likely that worker's host. Periodicity: at least 4 pauses whose start-to-start intervals vary by less than
-``PERIODIC_CV`` of their median ("every 2.0 s ± 0.1").
+is more likely that worker's host. Periodicity: at least 4 pauses (of at least half the median length: a blip
+between them is left out) whose start-to-start intervals vary by less than ``PERIODIC_CV`` of their median
+("every 2.0 s ± 0.1").
 
 Each request is credited with the time it was in flight (send to end) through a pause seen on its own worker or on
 two workers or more: ``in_pause_ms``. Tail attribution tests it as a flag (``tail_features``).
@@ -64,8 +65,11 @@ class StepPauses:
 
     @property
     def period(self) -> tuple[float, float] | None:
-        """(median, sd) of the start-to-start intervals in seconds, when at least 4 pauses recur that regularly."""
-        starts = [p.start_ms for p in self.pauses]
+        """(median, sd) of the start-to-start intervals in seconds, when at least 4 pauses recur that regularly; a
+        pause shorter than half the median length (a scheduling blip among the server's stalls) is left out."""
+        lengths = [p.length_ms for p in self.pauses]
+        cut = statistics.median(lengths) / 2 if lengths else 0.0
+        starts = [p.start_ms for p in self.pauses if p.length_ms >= cut]
         if len(starts) < 4:
             return None
         gaps = [(b - a) / 1000 for a, b in itertools.pairwise(starts)]
@@ -82,7 +86,8 @@ class StepPauses:
         out += f" (max {max(lengths):.0f})" if n > 1 and max(lengths) > 1.5 * statistics.median(lengths) else ""
         period = self.period
         if period:
-            out += f", every ~{period[0]:.2g} s ± {period[1]:.1g}"
+            digits = 1 if period[0] >= 1 else 2
+            out += f", every ~{period[0]:.{digits}f} s ± {period[1]:.{digits}f}"
         seen = {w for p in self.pauses for w in p.workers}
         if self.workers > 1:
             out += f", on {len(seen)} of {self.workers} workers" if len(seen) < self.workers else \

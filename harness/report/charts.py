@@ -269,7 +269,8 @@ _FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "o
                   "cached_tokens": "cached tokens (median)", "server_waiting": "waiting at the server (median)",
                   "in_flight": "in flight on the worker (median)", "turn": "session turn (median)",
                   "new_connection": "share on a new connection", "after_error": "share after a failure",
-                  "worker": "share on the worker", "t_in_step_s": "share in the hot windows"}
+                  "worker": "share on the worker", "t_in_step_s": "share in the hot windows",
+                  "in_pause": "share through a pause"}
 
 
 def tail_features(summary: Summary, metric: str = "ttft_s", most: int = 4) -> str:

@@ -1,0 +1,120 @@
+"""Server-wide pauses from synthetic chunk timelines (``analysis/pauses.py``): pure, the truth is the script."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
+from harness.analysis.tail import pause_words
+from harness.analysis.tail_rows import explain_rows
+from harness.metrics.rows import long_gaps
+
+
+def _chunks(rng: random.Random, send: float, n: int, itl: float, stops: list[tuple[float, float, set]],
+            stream: int) -> list[float]:
+    """Chunk arrivals (s since the send) of one stream: ``itl`` ± 20%, held back by every stop that covers it."""
+    t, out = send + 0.02, []
+    for _ in range(n):
+        for a, b, who in stops:
+            if (not who or stream in who) and a <= t < b:
+                t = b
+        out.append(t - send)
+        t += itl * (0.8 + 0.4 * rng.random())
+    return out
+
+
+def _step(stops: list[tuple[float, float, set]], *, workers: int = 2, users: int = 8, seconds: float = 10.0,
+          seed: int = 1, itl: float = 0.005) -> dict[str, list]:
+    """Rows' columns (metrics.rows units) of closed-loop users streaming 60 chunks each, back to back."""
+    rng = random.Random(seed)
+    cols: dict[str, list] = {k: [] for k in ("t_ms", "ttft", "e2e", "gaps", "worker")}
+    for w in range(workers):
+        for u in range(users):
+            t = rng.random() * 0.3
+            while t < seconds:
+                ct = _chunks(rng, t, 60, itl, stops, w * users + u)
+                for k, v in (("t_ms", round(t * 1000)), ("ttft", round(ct[0] * 1e4)), ("e2e", round(ct[-1] * 1e4)),
+                             ("gaps", long_gaps(ct)), ("worker", w)):
+                    cols[k].append(v)
+                t += ct[-1] + 0.01
+    return cols
+
+
+def _find(cols: dict[str, list], min_ms: float = 20.0) -> StepPauses:
+    return find_pauses(cols["t_ms"], cols["ttft"], cols["e2e"], cols["gaps"], cols["worker"], min_ms=min_ms)
+
+
+def test_periodic_pauses_on_every_worker_are_found_with_their_period():
+    stops = [(1.0 + 2 * k, 1.2 + 2 * k, set()) for k in range(5)]
+    found = _find(_step(stops))
+    assert [round(p.start_ms) for p in found.pauses] == pytest.approx([1000, 3000, 5000, 7000, 9000], abs=5)
+    assert all(p.length_ms == pytest.approx(200, abs=10) and p.workers == (0, 1) for p in found.pauses)
+    med, sd = found.period
+    assert med == pytest.approx(2.0, abs=0.01) and sd < 0.01
+    assert found.words().startswith("5 pauses of ~20") and "every ~2.0 s" in found.words() and "both workers" in \
+        found.words()
+    assert "stops periodically" in pause_words(found)
+
+
+def test_no_pause_in_plain_jitter():
+    for seed in range(20):  # the null case: ±20% jitter at 5 ms a chunk, nothing stops
+        assert _find(_step([], seed=seed), min_ms=5.0).pauses == [], seed
+
+
+def test_a_stop_of_one_stream_is_not_server_wide():
+    one = [(2.0, 2.3, {3})]  # stream 3 alone waits 300 ms
+    assert _find(_step(one)).pauses == []
+
+
+def test_a_stop_of_one_workers_streams_is_named_as_that_host():
+    host = [(2.0, 2.2, set(range(8))), (5.0, 5.2, set(range(8)))]  # worker 0's eight streams only
+    found = _find(_step(host))
+    assert len(found.pauses) == 2 and all(p.workers == (0,) for p in found.pauses)
+    assert "one worker's streams stopped" in pause_words(found)
+
+
+def test_idle_streams_between_requests_are_not_a_pause():
+    # Requests far apart: between them nothing is in flight, so nothing is silent in a stream, and no pause.
+    rng = random.Random(3)
+    cols: dict[str, list] = {k: [] for k in ("t_ms", "ttft", "e2e", "gaps", "worker")}
+    for u in range(6):
+        for r in range(5):
+            send = 2.0 * r + 0.01 * u
+            ct = _chunks(rng, send, 20, 0.005, [], u)
+            for k, v in (("t_ms", round(send * 1000)), ("ttft", round(ct[0] * 1e4)), ("e2e", round(ct[-1] * 1e4)),
+                         ("gaps", long_gaps(ct)), ("worker", 0)):
+                cols[k].append(v)
+    assert _find(cols, min_ms=5.0).pauses == []
+
+
+def test_requests_are_credited_with_the_pause_they_were_in_flight_through():
+    cols = _step([(4.0, 4.25, set())], workers=1)
+    found = _find(cols)
+    assert len(found.pauses) == 1
+    ms = in_pause_ms(range(len(cols["t_ms"])), cols["t_ms"], cols["e2e"], cols["worker"], found)
+    for i, m in enumerate(ms):
+        a, b = cols["t_ms"][i], cols["t_ms"][i] + cols["e2e"][i] / 10
+        p = found.pauses[0]
+        assert m == round(max(0.0, min(b, p.end_ms) - max(a, p.start_ms)))
+
+
+def test_the_tail_names_the_pauses_with_their_figures():
+    """E2E of the requests in flight through a pause are ~250 ms longer: the tail line says so, with the figures."""
+    stops = [(1.0 + 2 * k, 1.25 + 2 * k, set()) for k in range(5)]
+    cols = _step(stops, users=8, seconds=10.0)
+    n = len(cols["t_ms"])
+    rows = [[cols["ttft"][i], None, cols["e2e"][i], cols["ttft"][i], 100, 60, None, 0, 4, cols["t_ms"][i], None,
+             cols["worker"][i], None, None, None, cols["gaps"][i]] for i in range(n)]
+    tails = explain_rows(rows, itl_p50_s=0.005)
+    e2e = tails.get("e2e_s", 0.95)
+    assert e2e.verdict == "cause" and e2e.causes[0] == "in_pause", e2e.line
+    assert "in flight through a server-wide pause" in e2e.line and "every ~2.0 s" in e2e.line, e2e.line
+    assert tails.to_dict()["pauses"]["count"] == 5
+
+
+def test_a_short_blip_between_periodic_pauses_keeps_the_period():
+    stops = [(1.0 + 2 * k, 1.2 + 2 * k, set()) for k in range(5)] + [(6.3, 6.33, set())]
+    found = _find(_step(sorted(stops)))
+    assert len(found.pauses) == 6 and found.period[0] == pytest.approx(2.0, abs=0.01)
