@@ -130,6 +130,23 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+def _check_sets(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` (repeatable): the value parsed as YAML (``25`` a number, ``[1, 2]`` a list); the keys
+    are checked with the scenario, each problem by its key path."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in value:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{item!r}: give KEY=VALUE, e.g. load.step.max_lag_ms=25")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise click.BadParameter(f"{item!r}: the value is not YAML ({exc.problem})") from None
+    return out
+
+
 @main.command()
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--host", default=None, callback=_check_host,
@@ -141,6 +158,9 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--insecure", is_flag=True,
               help="Accept any TLS certificate from the endpoint (a test endpoint; overrides endpoint.tls.verify).")
 @click.option("--seed", type=int, default=None, help="Override workload.seed.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", callback=_check_sets,
+              help="Override one scenario field by its dotted key, the value in YAML, e.g. "
+                   "--set load.step.max_lag_ms=25. Repeatable.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=check_labels,
               help="Record this label with the run in the run store (docs/runs.md), e.g. env=prod. Repeatable.")
 @click.option("--sim-arg", "sim_args", multiple=True, metavar="ARG",
@@ -151,8 +171,8 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--influx-token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
               help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
-        insecure: bool, seed: int | None, labels: dict[str, str], sim_args: tuple[str, ...], influx_url: str | None,
-        influx_org: str, influx_bucket: str, influx_token_env: str) -> None:
+        insecure: bool, seed: int | None, sets: dict[str, Any], labels: dict[str, str], sim_args: tuple[str, ...],
+        influx_url: str | None, influx_org: str, influx_bucket: str, influx_token_env: str) -> None:
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
@@ -169,7 +189,7 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
               "influx_token_env": influx_token_env} if influx_url else None
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
                       save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx,
-                      labels=labels)
+                      labels=labels, overrides=sets)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:

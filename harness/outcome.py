@@ -43,8 +43,9 @@ def _untrusted(summary: Summary) -> list[str]:
     for st in summary.steps:
         g = st.generator
         if not g.reliable:
+            limit = g.lag_limit_ms or LAG_LIMIT_MS  # UNSET in files from before load.step.max_lag_ms
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its event-loop lag p99 was {g.lag_p99_ms} ms "
-                       f"(limit {LAG_LIMIT_MS:g}): the load generator added latency, so the knee search skips it")
+                       f"(limit {limit:g}): the load generator added latency, so the knee search skips it")
         if g.stamps_flagged is True:
             out.append(f"TIMING: step {st.index} ({st.level:g}): {g.shared_stamp_share:.1%} of its requests had chunk "
                        f"times that may be late by more than 1 ms (limit {SHARED_STAMP_LIMIT:.0%}): the reader fell "

@@ -297,7 +297,7 @@ def _load_step(s: Any, check: Checker) -> StepSpec:
     """``load.step``: when a step's measurement is done."""
     sd = StepSpec()
     step = sd
-    keys = ("warmup_s", "min_duration_s", "min_requests", "max_duration_s", "precision")
+    keys = ("warmup_s", "min_duration_s", "min_requests", "max_duration_s", "precision", "max_lag_ms")
     if check.mapping(s, "load.step", keys) is not None:
         step = StepSpec(warmup_s=check.number(s, "warmup_s", "load.step", sd.warmup_s, minimum=0),
                         min_duration_s=check.number(s, "min_duration_s", "load.step", sd.min_duration_s, above=0),
@@ -306,7 +306,9 @@ def _load_step(s: Any, check: Checker) -> StepSpec:
                         max_duration_s=check.number(s, "max_duration_s", "load.step", sd.max_duration_s, above=0),
                         precision=check.number(s, "precision", "load.step", None, above=0, maximum=1,
                                                limit="a share of the p99: 0.1 ends a step once its p99 is known "
-                                                     "to within ±10%"))
+                                                     "to within ±10%"),
+                        max_lag_ms=check.number(s, "max_lag_ms", "load.step", sd.max_lag_ms, above=0,
+                                                limit="milliseconds of event-loop lag (p99) a judged step allows"))
         if None not in (step.min_duration_s, step.max_duration_s) and step.min_duration_s > step.max_duration_s:
             check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
                                     f"({step.max_duration_s})")

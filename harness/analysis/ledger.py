@@ -175,11 +175,11 @@ class Ledger:
         gen = report.gen
         if gen is not None:
             if (st := self.state(report.step)) is not None:
-                st.generator = st.generator or Generator()
+                st.generator = st.generator or self.generator()
                 st.generator.merge(gen.lag, gen.cpu, gen.gc[0] if gen.gc else None)
             for index, seconds in gen.cpu_s.items():  # CPU is charged to the step it was spent in
                 if (st := self.state(index)) is not None:
-                    st.generator = st.generator or Generator()
+                    st.generator = st.generator or self.generator()
                     st.generator.add_cpu(seconds)
 
     def server_sample(self, sample: ServerSample, now: float, *, measuring: bool) -> None:
@@ -254,20 +254,24 @@ class Ledger:
     def knee_label(self) -> str:
         return f"{self.scenario.load.knee_metric} p99_slo"
 
+    def generator(self) -> Generator:
+        """A step's generator health, judged by the scenario's ``load.step.max_lag_ms``."""
+        return Generator(lag_limit_ms=self.scenario.load.step.max_lag_ms)
+
     def point(self, st: StepState, now: float) -> StepPoint:
         """The step as the knee finder sees it: its judgement's, or (not judged yet) from its data so far."""
         if st.judgement is not None:
             return st.judgement.point
         info = st.info
         return step_point(info.index, info.level, self.measured(info.index), self.scenario.load.knee_metric,
-                          (st.generator or Generator()).health().reliable, info.measured_s(now))
+                          (st.generator or self.generator()).health().reliable, info.measured_s(now))
 
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go (both
         answers are kept: ~30 MB a 100k-request step is free again)."""
         info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        reliable = (st.generator or Generator()).health().reliable
+        reliable = (st.generator or self.generator()).health().reliable
         mid = info.started + info.warmup_s + duration / 2
         first, second = Sketch(), Sketch()
         for t, sk in st.halves:
@@ -317,7 +321,7 @@ class Ledger:
         for st in self.states:
             info, bucket = st.info, self.measured(st.index)
             warmup = self.fleet.steps.get((info.index, "warmup"))
-            r = step_result(info, bucket, st.generator, now=now, mode=self.mode, warmup=warmup)
+            r = step_result(info, bucket, st.generator or self.generator(), now=now, mode=self.mode, warmup=warmup)
             r.complete = info.index < last or info.ended_why in PLAN_ENDS or \
                 self.plan.step_done(info.elapsed_s(now), bucket.requests, warmup_s=info.warmup_s)
             j = st.judgement

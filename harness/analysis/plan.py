@@ -37,6 +37,8 @@ class StepSpec:
     max_duration_s: float = 120.0
     precision: float | None = None
     """End the step (past the floors) once the knee metric's p99 CI half-width is within this share of the p99."""
+    max_lag_ms: float = 10.0
+    """A step whose workers' event-loop lag p99 passes this is not judged: the generator added latency."""
 
 
 PLAN_ENDS = ("min", "precision", "max_duration")

@@ -56,7 +56,9 @@ class GeneratorHealth:
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
-    """Loop-lag p99 within ``analysis.steps.LAG_LIMIT_MS``: the generator did not add latency."""
+    """Loop-lag p99 within ``lag_limit_ms``: the generator did not add latency."""
+    lag_limit_ms: float | None = None
+    """The limit it was judged by (``load.step.max_lag_ms``, 10 ms unless the scenario says)."""
     cpu_s: float | None = None
     """CPU seconds (user + system) of all workers while the step ran, warm-up included; None from workers that
     do not measure it."""

@@ -75,6 +75,8 @@ class Generator:
     """CPU seconds of all workers spent in the step (warm-up included); None when no worker measured it."""
     gc_max_s: float | None = None
     """The longest garbage-collector pause of any worker in the step's reports; None when not measured."""
+    lag_limit_ms: float = LAG_LIMIT_MS
+    """The scenario's ``load.step.max_lag_ms``: past it the step is not reliable."""
 
     def merge(self, lag: Sketch, cpu: float, gc_max_s: float | None = None) -> None:
         self.lag.merge(lag)
@@ -97,10 +99,11 @@ class Generator:
                     shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
                     stamps_flagged=share > SHARED_STAMP_LIMIT)
         if self.lag.count == 0:
-            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True, **cost)
+            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True,
+                                   lag_limit_ms=self.lag_limit_ms, **cost)
         p99 = self.lag.quantile(0.99) * 1000
         return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
-                               reliable=p99 <= LAG_LIMIT_MS, **cost)
+                               reliable=p99 <= self.lag_limit_ms, lag_limit_ms=self.lag_limit_ms, **cost)
 
 
 def _latency(bucket: Bucket) -> dict[str, dict]:

@@ -52,6 +52,7 @@ class Generator(View, kw_only=True):
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
+    lag_limit_ms: float | UnsetType | None = UNSET  # absent from files older than load.step.max_lag_ms
     cpu_s: float | UnsetType | None = UNSET  # absent before the client's cost; None: workers did not measure it
     output_tokens: int | UnsetType = UNSET
     cpu_us_per_token: float | UnsetType | None = UNSET

@@ -263,7 +263,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
         if any(st.server for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st.generator.lag_p99_ms is not None for st in steps):
-            parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, LAG_LIMIT_MS)}"
+            limit = steps[0].generator.lag_limit_ms or LAG_LIMIT_MS  # UNSET before load.step.max_lag_ms
+            parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, limit)}"
                          + (_generator_table(s) if any(st.generator.cpu_s is not UNSET for st in steps) else ""))
     else:
         parts.append("<p>No step has data.</p>")
