@@ -29,7 +29,7 @@ from harness.analysis.decompose import ttft_split
 from harness.analysis.tail import TailRow, explain_tail
 from harness.analysis.tail_rows import columns, explain_rows, gc_paused
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import encode_row
+from harness.metrics.rows import ROW_FIELDS, encode_row
 
 TARGET_MS = {100_000: 200.0}
 
@@ -96,6 +96,35 @@ def main() -> None:
                           "ratio_vs_sorted": round(total / ref, 1), "target_ms": target,
                           "ok": None if target is None else total < target,
                           "row_bytes_per_request": round(len(msgpack.packb(wire)) / n, 1), "git": rev}))
+        paused = with_pauses(wire)
+        total_p = cpu_ms(lambda paused=paused: step(paused))
+        found = explain_rows(columns(paused)).pauses
+        print(json.dumps({"name": "master_step_pauses", "requests": n, "total_ms": round(total_p, 1),
+                          "sorted_ms": round(ref, 2), "ratio_vs_sorted": round(total_p / ref, 1),
+                          "target_ms": target, "ok": None if target is None else total_p < target,
+                          "pauses_found": len(found.pauses) if found else 0, "pauses_injected": PAUSES,
+                          "row_bytes_per_request": round(len(msgpack.packb(paused)) / n, 1), "git": rev}))
+
+
+PAUSES = 29
+"""``with_pauses``: a 200 ms stop of the whole server every 2 s of the 60 s step, from 1.0 s on."""
+
+
+def with_pauses(wire: list[list]) -> list[list]:
+    """The rows as if each stream had 5+ chunks (``gaps`` ``[]``) and the server stopped ``PAUSES`` times: every
+    request decoding through a stop carries that silence (``metrics.rows.long_gaps``' shape, ms since the send)."""
+    ti, ttft, e2e = (ROW_FIELDS.index(f) for f in ("t_ms", "ttft", "e2e"))
+    out = []
+    for row in wire:
+        t, first, end = row[ti], row[ti] + row[ttft] / 10, row[ti] + row[e2e] / 10
+        gaps: list[int] = []
+        for k in range(PAUSES):
+            a = 1000 + 2000 * k
+            lo, hi = max(a, first), min(a + 200, end)
+            if hi - lo >= 5:
+                gaps += (round(lo - t), round(hi - lo))
+        out.append([*row[:-1], gaps])
+    return out
 
 
 if __name__ == "__main__":

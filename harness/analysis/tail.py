@@ -44,7 +44,16 @@ from operator import attrgetter, gt, le, not_
 
 from harness.analysis.pauses import StepPauses
 from harness.analysis.rank_tests import holm
-from harness.analysis.tail_features import CAUSES, FEATURES, MISSING, TailParams, connect_cost, feature_test
+from harness.analysis.tail_features import (
+    CAUSES,
+    FEATURES,
+    MISSING,
+    TailParams,
+    connect_cost,
+    explains,
+    feature_test,
+    share_phrase,
+)
 
 __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "TailParams", "TailRow",
            "explain_columns", "explain_tail", "pause_words"]
@@ -97,6 +106,9 @@ class FeatureTest:
     cause: str | None
     """A key of CAUSES, or None when this direction has no usual cause (e.g. shorter prompts in the tail)."""
     cause_words: str | None
+    over: float | None = None
+    """Numbers: where "above" separates tail from rest most; a tail request above it is one this feature explains
+    (``shares``)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ class TailAttribution:
     correction: str = ""
     sampled: str | None = None
     tests: list[FeatureTest] = field(default_factory=list)
+    shares: list[dict] = field(default_factory=list)
+    """Per counted feature that explains single requests: {feature, explains, of, phrase}, most first."""
 
     def to_dict(self) -> dict:
         return _plain(asdict(self))
@@ -173,6 +187,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=words))
     counted = sorted((t for t in tests if t.significant and t.material and t.feature != "t_in_step_s"),
                      key=lambda t: -abs(t.effect))
+    shares = _shares(counted, tail, cols)
     correction = f"Holm–Bonferroni over {len(tests)} tests, family-wise α = {params.alpha:g}"
     timed = next((t for t in tests if t.feature == "t_in_step_s" and t.significant and t.material), None)
     if counted and timed is not None and {t.feature for t in counted} <= _QUEUE_STATES \
@@ -188,13 +203,46 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         line = f"{ql} {label} requests {top.phrase}" + (f": {top.cause_words}" if top.cause_words else "")
         line += f" (also: {'; '.join(also)})" if also else ""
         verdict = "cause"
+        mixed = _mixture(shares, len(tail))
+        if len(mixed) > 1:  # several causes, each explaining tail requests the others do not: say so with shares
+            parts = [f"{len(hit)} of {len(tail)} {phrase}" + (f" ({t.cause_words})" if t.cause_words else "")
+                     for t, hit, phrase in mixed]
+            line = f"{ql} {label}: {len(mixed)} causes — " + "; ".join(parts)
+            first = [t for t, _, _ in mixed]
+            counted = first + [t for t in counted if t not in first]
     elif timed is not None:
         line, verdict = f"{ql} {label} requests {timed.phrase}: {timed.cause_words}", "time"
     else:
         line = f"{ql} {label}: no single cause ({len(tests)} features tested, Holm–Bonferroni at α = {params.alpha:g})"
         verdict = "none"
     return TailAttribution(**head, verdict=verdict, causes=[t.feature for t in counted] + ([timed.feature] if (
-        timed and not counted) else []), line=line, correction=correction, tests=tests)
+        timed and not counted) else []), line=line, correction=correction, tests=tests,
+        shares=[{"feature": t.feature, "explains": len(hit), "of": len(tail), "phrase": phrase}
+                for t, hit, phrase in shares])
+
+
+def _shares(counted: list[FeatureTest], tail: list[int], cols: dict[str, list]) -> list[tuple[FeatureTest, set, str]]:
+    """Each counted feature that explains single requests, with the tail requests it explains, most first."""
+    out = []
+    for t in counted:
+        phrase = share_phrase(t.feature, t.over)
+        if phrase is not None:
+            col = cols[t.feature]
+            out.append((t, {i for i in tail if explains(t.feature, col[i], t.over)}, phrase))
+    return sorted(out, key=lambda x: -len(x[1]))
+
+
+def _mixture(shares: list[tuple[FeatureTest, set, str]], n_tail: int) -> list[tuple[FeatureTest, set, str]]:
+    """The causes of a mixed tail: by requests explained, each explaining at least a fifth of the tail (2 at
+    least) that the ones before it do not."""
+    floor = max(2, 0.2 * n_tail)
+    kept: list[tuple[FeatureTest, set, str]] = []
+    seen: set = set()
+    for t, hit, phrase in shares:
+        if len(hit) >= floor and len(hit - seen) >= floor:
+            kept.append((t, hit, phrase))
+            seen |= hit
+    return kept
 
 
 _QUEUE_STATES = {"server_waiting", "in_flight"}
@@ -307,4 +355,4 @@ def pause_words(pauses: StepPauses) -> str:
     if pauses.workers > 1 and len(seen) == 1:
         return f"{pauses.words()}: one worker's streams stopped, not the others' (that client host stalled?)"
     what = "the server stops periodically" if pauses.period else "the server stopped every stream at once"
-    return f"{pauses.words()}: {what} (garbage collection, a noisy neighbour or a scheduler outside this test?)"
+    return f"{pauses.words()}: {what} — garbage collection, a noisy neighbour or a scheduler outside this test?"

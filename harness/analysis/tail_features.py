@@ -49,7 +49,7 @@ class TailParams:
         if problems:
             raise ValueError("TailParams: " + "; ".join(problems))
 
-__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "connect_cost", "feature_test"]
+__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "connect_cost", "explains", "feature_test", "share_phrase"]
 
 CAUSES = {
     "prefill": "the tail is prefill-bound",
@@ -61,7 +61,7 @@ CAUSES = {
     "late_turns": "late session turns",
     "after_errors": "after errors (reconnects, retries)",
     "outside_noise": "noise from outside this test (shared infrastructure?)",
-    "pauses": "server-wide pauses (every stream stopped at once)",
+    "pauses": "every stream stopped at once",
 }
 
 
@@ -194,8 +194,39 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
         else:
             phrase = (spec.nonzero_more if more else spec.nonzero_less).format(t=_pct(st), r=_pct(sr))
     cause = spec.more_cause if more else spec.less_cause
+    over = _separation(ct, cr) if more and spec.above else None  # what "explains" a tail request (shares)
     return dict(feature=spec.name, test="mann-whitney-u", n_tail=nt, n_rest=nr, p=u.p, effect=u.rank_biserial,
-                tail_value=mt, rest_value=mr, material=material, phrase=phrase, cause=cause)
+                tail_value=mt, rest_value=mr, material=material, phrase=phrase, cause=cause, over=over)
+
+
+def _separation(ct: Counter, cr: Counter) -> float:
+    """The value v where "above v" separates tail from rest most (share of the tail above v minus the rest's: the
+    Kolmogorov–Smirnov point); the lowest such v."""
+    nt, nr = sum(ct.values()), sum(cr.values())
+    above_t, above_r, best, at = nt, nr, -1.0, min(ct.keys() | cr.keys())
+    for v in sorted(ct.keys() | cr.keys()):
+        above_t, above_r = above_t - ct[v], above_r - cr[v]
+        if above_t / nt - above_r / nr > best:
+            best, at = above_t / nt - above_r / nr, v
+    return at
+
+
+def share_phrase(name: str, over: float | None) -> str | None:
+    """How a tail request this feature explains reads after "7 of 14": "had prompts over 4,000 tokens", "were in
+    flight through a server-wide pause"; None for a feature that explains no single request (time, worker)."""
+    if name in FLAGS:
+        return FLAGS[name][0].split(" (")[0]
+    spec = next((s for s in NUMERIC if s.name == name), None)
+    if spec is None or not spec.above or over is None:
+        return None
+    return spec.above.split(" more often")[0].format(v=_num(over))
+
+
+def explains(name: str, value: object, over: float | None) -> bool:
+    """Does a tail request with this ``value`` of feature ``name`` have it (a flag) or lie above ``over``?"""
+    if name in FLAGS:
+        return value is True
+    return over is not None and value is not None and value > over  # type: ignore[operator]
 
 
 def _flag(name: str, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
