@@ -10,9 +10,9 @@ from msgspec import UNSET, Struct, UnsetType
 from harness.analysis.pricing import render_cost_line
 from harness.analysis.results import level_unit
 
-__all__ = ["Attribution", "CacheClient", "CacheServer", "Generator", "Percentiles", "PrefixCache", "RunCost", "Server",
-           "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream", "Tail", "Throughput", "Tokens", "TtftClient",
-           "TtftServer", "TtftSplit", "TurnBucket", "View"]
+__all__ = ["Attribution", "CacheClient", "CacheServer", "Generator", "PauseSeen", "Pauses", "Percentiles",
+           "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream", "Tail",
+           "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
 
 
 class View(Struct, kw_only=True, frozen=True):
@@ -201,6 +201,7 @@ class Attribution(View, kw_only=True):
     correction: str = ""
     sampled: str | None = None
     tests: list[dict[str, Any]] = []
+    shares: list[dict[str, Any]] = []
 
 
 class PauseSeen(View, kw_only=True):
