@@ -84,6 +84,9 @@ class TailRow:
     """The previous request on this connection failed."""
     in_pause: bool | None = None
     """In flight through a server-wide pause (``analysis/pauses.py``); None when the stream could not say."""
+    behind_long_prefill: bool | None = None
+    """Waited for its first token while a long prompt was prefilled (``analysis/prefill_hol.py``); None for a long
+    prompt itself."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,8 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         verdict, counted = "time", [timed, *counted]
     elif counted:
         top = counted[0]
-        also = [t.cause_words or re.sub(r" \(.*?\)", "", t.phrase) for t in counted[1:3]]  # its words, no figures
+        also = [w for w in dict.fromkeys(t.cause_words or re.sub(r" \(.*?\)", "", t.phrase) for t in counted[1:3])
+                if w != top.cause_words]  # its words, no figures, each once
         line = f"{ql} {label} requests {top.phrase}" + (f": {top.cause_words}" if top.cause_words else "")
         line += f" (also: {'; '.join(also)})" if also else ""
         verdict = "cause"
@@ -290,30 +294,31 @@ DEFAULT_PARAMS = TailParams()
 
 
 def explain_tail(rows: Sequence[TailRow] | Mapping[str, Sequence], params: TailParams = DEFAULT_PARAMS,
-                 metrics: Sequence[str] = tuple(METRICS)) -> StepTails:
+                 metrics: Sequence[str] = tuple(METRICS), words: Mapping[str, str] | None = None) -> StepTails:
     """Attribute each metric's p99 and p95 tail to a feature of the requests (module docstring); metrics that no
     request has are left out. ``rows``: TailRows, or the same as columns (a list per TailRow field, all as long;
-    what the master builds from the workers' rows without a TailRow per request)."""
+    what the master builds from the workers' rows without a TailRow per request); ``words``: as ``explain_columns``."""
     if isinstance(rows, Mapping):
-        return explain_columns(rows, params, metrics=metrics)
+        return explain_columns(rows, params, metrics=metrics, words=words)
     rows = rows if isinstance(rows, list) else list(rows)
 
     def feature(name: str) -> Callable[[list[int]], list]:  # read for the rows tested only
         return lambda idx: list(map(attrgetter(name), map(rows.__getitem__, idx)))
 
     return explain_columns({m: list(map(attrgetter(m), rows)) for m in METRICS}, params, metrics=metrics,
-                           derived={f: feature(f) for f in FEATURES})
+                           derived={f: feature(f) for f in FEATURES}, words=words)
 
 
 def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAULT_PARAMS, *,
                     metrics: Sequence[str] = tuple(METRICS), per_s: int = 1,
                     derived: Mapping[str, Callable[[list[int]], list]] | None = None,
-                    pauses: StepPauses | None = None) -> StepTails:
+                    pauses: StepPauses | None = None, words: Mapping[str, str] | None = None) -> StepTails:
     """``explain_tail`` of columns as stored: the metrics in 1/``per_s`` s (the rows' tenths of a millisecond:
     10,000; only ranks and a few values are read, so no column is converted), and a feature in ``derived`` computed
     for the rows tested only (the tails and the rest's sample, ~20% of 100k): ``derived[f](indices)`` is its values
     at those indices, in that order. The answer is the same as from the whole columns in seconds. ``pauses``: the
-    step's server-wide pauses, for the words of the ``in_pause`` cause and the result."""
+    step's server-wide pauses, for the words of the ``in_pause`` cause and the result; ``words``: a cause's words
+    with this step's figures (``CAUSES`` otherwise)."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"explain_tail: unknown metrics {unknown}; choose from {list(METRICS)}")
@@ -330,7 +335,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
     derived = derived or {}
     cols = {f: derived[f](needed) if f in derived else list(map(columns[f].__getitem__, needed)) if f in columns
             else [None] * len(needed) for f in FEATURES}
-    words = {"pauses": pause_words(pauses)} if pauses is not None and pauses.pauses else {}
+    words = {**(words or {}), **({"pauses": pause_words(pauses)} if pauses is not None and pauses.pauses else {})}
     uni = list(map(pos.__getitem__, uniform))
     base = {f: Counter(map(cols[f].__getitem__, uni)) for f in FEATURES if f != "t_in_step_s"}
     out = []

@@ -1,8 +1,8 @@
 """Each feature of a request, how ``analysis/tail.py`` tests it tail against rest, and its words. Pure.
 
-Numbers (Mann–Whitney U on value counts), flags (Fisher; ``in_pause``: in flight through a server-wide pause,
-``analysis/pauses.py``), the worker (one-sided Fisher for the worker whose
-share grows most, ×K workers) and time (χ² over windows); see ``tail.py``'s docstring for the rules. Each test
+Numbers (Mann–Whitney U on value counts), flags (Fisher; ``in_pause``: ``analysis/pauses.py``;
+``behind_long_prefill``: ``analysis/prefill_hol.py``), the worker (one-sided Fisher for the worker whose share
+grows most, ×K workers) and time (χ² over windows); see ``tail.py``'s docstring for the rules. Each test
 returns the fields of a ``FeatureTest`` but its Holm-adjusted p, or None when the feature cannot be tested
 (too few known values, a constant). A phrase reads after "p99 TTFT requests"; CAUSES gives the cause words.
 """
@@ -62,6 +62,7 @@ CAUSES = {
     "after_errors": "after errors (reconnects, retries)",
     "outside_noise": "noise from outside this test (shared infrastructure?)",
     "pauses": "every stream stopped at once",
+    "hol": "head-of-line blocking behind long prefills; consider chunked prefill",
 }
 
 
@@ -113,6 +114,8 @@ FLAGS = {  # feature: (tail has it more often, less often, cause when more often
                     "less often followed a failed request ({t} vs {r})", "after_errors"),
     "in_pause": ("were in flight through a server-wide pause ({a} of {n}, vs {r} of the rest)",
                  "were less often in flight through a server-wide pause ({t} vs {r})", "pauses"),
+    "behind_long_prefill": ("waited for their first token while a long prompt was in prefill ({t} vs {r})",
+                            "less often waited beside a long prompt's prefill ({t} vs {r})", "hol"),
 }
 FEATURES = (*(s.name for s in NUMERIC), *FLAGS, "worker", "t_in_step_s")
 MISSING = -math.inf

@@ -12,10 +12,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 
-from harness.analysis.pauses import find_pauses, in_pause_ms
+from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
+from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
 from harness.analysis.tail import StepTails, TailParams, explain_columns
 from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, GAP_FACTOR, GAP_MIN_S, ROW_FIELDS
 
@@ -62,7 +63,8 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     clock of ``started``, the step's start: each request gets the sample nearest its send. A failed request has no
     latency and counts only as a feature of the request after it on its connection (``after_error``). The rows'
     stream silences give the step's server-wide pauses (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's
-    ``itl_p50_s`` long) and each request's ``in_pause``."""
+    ``itl_p50_s`` long) and each request's ``in_pause``; long prompts, ``behind_long_prefill``
+    (``analysis.prefill_hol``)."""
     c = rows if isinstance(rows, dict) else columns(rows)
     flags, t_ms = c["flags"], c["t_ms"]
     times = [t for t, _ in waiting]
@@ -78,17 +80,26 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
                "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
                "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at}
-    pauses = None
+    pauses, words = _stream_features(c, itl_p50_s, derived)
+    return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses, words=words)
+
+
+def _stream_features(c: dict[str, list], itl_p50_s: float | None,
+                     derived: dict[str, Callable[[list[int]], list]]) -> tuple[StepPauses | None, dict[str, str]]:
+    """``in_pause`` (when the rows carry stream silences) and ``behind_long_prefill`` (when the step has long
+    prompts) into ``derived``; the step's pauses and the words with this step's figures."""
+    t_ms, pauses, words = c["t_ms"], None, {}
     if any(g is not None for g in c["gaps"]):
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
-        pauses = find_pauses(t_ms, c["ttft"], c["e2e"], c["gaps"], c["worker"], min_ms=min_ms)
-        found = pauses
-
-        def in_pause(idx: list[int]) -> list:
-            return [None if ms is None else ms > 0 for ms in in_pause_ms(idx, t_ms, c["e2e"], c["worker"], found)]
-
-        derived["in_pause"] = in_pause
-    return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses)
+        found = pauses = find_pauses(t_ms, c["ttft"], c["e2e"], c["gaps"], c["worker"], min_ms=min_ms)
+        derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
+                                           for ms in in_pause_ms(idx, t_ms, c["e2e"], c["worker"], found)]
+    threshold = long_prompt_threshold(c["prompt"])
+    if threshold is not None:
+        derived["behind_long_prefill"] = LongPrefills(t_ms, c["ttft"], c["prompt"], threshold).behind
+        words["hol"] = (f"head-of-line blocking behind long prefills (prompts over {threshold:,} tokens); consider "
+                        "chunked prefill")
+    return pauses, words
 
 
 def _nearest(times: list[float], samples: Sequence[tuple[float, float]], t: float) -> int | None:

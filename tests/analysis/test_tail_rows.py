@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from harness.analysis.prefill_hol import long_prompt_threshold
 from harness.analysis.tail import TailParams, explain_tail
 from harness.analysis.tail_rows import NEAREST_S, _nearest, columns, explain_rows
 from harness.metrics.record import RequestRecord
@@ -80,6 +81,10 @@ def random_rows(seed: int, n: int) -> list[list]:
     return rows
 
 
+def _hol_words(threshold: int) -> str:
+    return f"head-of-line blocking behind long prefills (prompts over {threshold:,} tokens); consider chunked prefill"
+
+
 def test_columns_are_the_rows_field_by_field():
     rows = random_rows(1, 500)
     c = columns(rows)
@@ -106,7 +111,12 @@ def test_rows_by_column_say_what_the_rows_in_seconds_say(seed: int, n: int, max_
              **{f: [bool(r[7] & bit) for r in rows] for f, bit in flags.items()},
              "t_in_step_s": [r[9] / 1000 for r in rows],
              "server_waiting": [_nearest([t for t, _ in waiting], waiting, STARTED + r[9] / 1000) for r in rows]}
+    # behind a long prefill, by brute force over every long request's wait (prefill_hol bisects sorted windows)
+    threshold = long_prompt_threshold([r[4] for r in rows])
+    waits = [(r[9], r[9] + r[0] / 10) for r in rows if r[4] is not None and r[4] >= threshold and r[0] is not None]
+    whole["behind_long_prefill"] = [None if r[4] is None or r[0] is None or r[4] >= threshold else
+                                    any(a < r[9] + r[0] / 10 and b > r[9] for a, b in waits) for r in rows]
     ours = explain_rows(rows, params, waiting=waiting, started=STARTED)
-    assert ours.to_dict() == explain_tail(whole, params).to_dict()
+    assert ours.to_dict() == explain_tail(whole, params, words={"hol": _hol_words(threshold)}).to_dict()
     assert ours.to_dict() == explain_rows(columns(rows), params, waiting=waiting, started=STARTED).to_dict()
     assert {a.verdict for a in ours.attributions} >= {"cause"}

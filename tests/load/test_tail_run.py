@@ -26,6 +26,9 @@ CASES = {  # cause: (workload, load, simulator flags, the metric and tail quanti
     # decoding stream stops at once, so the client sees server-wide pauses (analysis/pauses.py) and their period
     "engine_stalls": (SHORT, CLOSED, ["--engine-stall-every-s=2.5", "--engine-stall-s=0.3"], ("e2e_s", 0.95),
                       "in_pause"),
+    # Eight users: the short prompts sent while a long one is prefilled wait for it (the simulator prefills a
+    # batch's prompts in one iteration): victims of head-of-line blocking, named beside the long prompts
+    "long_prefill_victims": (LONG, CLOSED, ["--prefill-per-ktoken-ms=60"], ("ttft_s", 0.95), "behind_long_prefill"),
     "queue": (SHORT, OPEN, ["--max-num-seqs=2", "--iter-base-ms=5", "--iter-per-seq-ms=0"], ("ttft_s", 0.95),
               "in_flight"),
     "slow_connects": (SHORT, CLOSED, ["--close-after-p=0.05", "--accept-delay-ms=50"], ("ttft_s", 0.95),

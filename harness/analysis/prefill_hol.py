@@ -1,0 +1,65 @@
+"""Victims of a long prefill: requests that waited for their first token while a long prompt was prefilled. Pure.
+
+An engine that prefills a long prompt in one piece (no chunked prefill) holds every request batched with it, and
+the requests that arrive meanwhile, until it is done: their TTFT grows with a prompt that is not theirs. From the
+rows alone (send time, TTFT, prompt tokens; every worker of the step, on the step's clock): a prompt is *long* when
+it is at least ``LONG_FACTOR`` × the step's median prompt and at least its 95th percentile (so a step of equal
+prompts has none), and a request with a shorter prompt is *behind a long prefill* when its wait for the first token
+(send to first token) overlaps a long request's. Tail attribution tests it as a flag (``tail_features``): "waited
+for their first token while a long prompt was in prefill (31% vs 4%): head-of-line blocking behind long prefills
+(prompts over 1,500 tokens); consider chunked prefill". A request with a long prompt is left out of the test (the
+prompt feature speaks for it).
+
+Cost: the threshold from a sample of at most ~5,000 prompts, the long requests' windows sorted once, then one
+bisection per row tested.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from itertools import accumulate
+
+__all__ = ["LONG_FACTOR", "LongPrefills", "long_prompt_threshold"]
+
+LONG_FACTOR = 4.0
+_SAMPLE = 5_000
+_TENTHS_PER_MS = 10
+
+
+def long_prompt_threshold(prompt: Sequence) -> int | None:
+    """The prompt length from which a prompt is long in this step, or None (too few prompts, or none long)."""
+    step = max(1, len(prompt) // _SAMPLE)
+    known = sorted(p for p in prompt[::step] if p is not None)
+    if len(known) < 20:
+        return None
+    median, p95 = known[len(known) // 2], known[int(0.95 * (len(known) - 1))]
+    threshold = max(LONG_FACTOR * median, p95, 1)
+    longest = max(p for p in prompt if p is not None)
+    return round(threshold) if longest >= threshold else None
+
+
+class LongPrefills:
+    """Usage: ``LongPrefills(t_ms, ttft, prompt, threshold).behind(indices)`` (the rows' columns, ``metrics.rows``)."""
+
+    def __init__(self, t_ms: Sequence[int], ttft: Sequence, prompt: Sequence, threshold: int) -> None:
+        self.t_ms, self.ttft, self.prompt, self.threshold = t_ms, ttft, prompt, threshold
+        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS) for i, p in enumerate(prompt)
+                         if p is not None and p >= threshold and ttft[i] is not None)
+        self.starts = [a for a, _ in windows]
+        self.reach = list(accumulate((b for _, b in windows), max))  # the latest end among the first k windows
+        self.count = len(windows)
+
+    def behind(self, idx: Sequence[int]) -> list:
+        """For rows ``idx``: True when the row's wait for its first token overlapped a long prompt's; None for a long
+        prompt itself and a row without TTFT or prompt."""
+        out: list = []
+        for i in idx:
+            p, f = self.prompt[i], self.ttft[i]
+            if p is None or f is None or p >= self.threshold:
+                out.append(None)
+                continue
+            a = self.t_ms[i]
+            k = bisect_left(self.starts, a + f / _TENTHS_PER_MS)  # windows that start before this one's wait ends
+            out.append(k > 0 and self.reach[k - 1] > a)
+        return out
