@@ -11,8 +11,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -55,6 +57,19 @@ def open_page(browser, url: str):
         "/kneecap/" in r.url or "/stats/" in r.url or r.url.startswith("file:")) else None)
     page.goto(url)
     return page, errors
+
+
+def wait_listening(port: int, timeout: float = 30.0) -> None:
+    """Until a TCP connect to 127.0.0.1:``port`` succeeds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nothing listens on port {port} after {timeout:g} s") from None
+            time.sleep(0.05)
 
 
 def get_json(url: str) -> dict:
@@ -156,6 +171,7 @@ def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
         base = f"http://127.0.0.1:{port}"
         try:
             lines.wait_for("Starting web interface", timeout=30)
+            wait_listening(port)  # Locust says so before its server has bound the port
             dash, dash_errors = open_page(browser, base + "/kneecap/")
             # While the run goes: a window every 5 s, each drawn as it arrives (one point a window).
             dash.wait_for_function(f"{LOAD_POINTS} >= 1", timeout=30_000)
