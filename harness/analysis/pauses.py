@@ -27,6 +27,8 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, repeat
+from operator import is_not
 
 __all__ = ["MERGE_MS", "MIN_STREAMS", "PERIODIC_CV", "SILENT_SHARE", "Pause", "StepPauses", "find_pauses",
            "in_pause_ms"]
@@ -112,78 +114,89 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
                 min_ms: float = 5.0) -> StepPauses:
     """The step's pauses from its rows' columns (``metrics.rows``: send ms, TTFT and E2E in tenths of a ms, gaps)."""
     by_worker: dict = {}
-    for i, g in enumerate(gaps):
-        if g is not None:
-            by_worker.setdefault(worker[i], []).append(i)
+    for i in compress(range(len(gaps)), map(is_not, gaps, repeat(None))):
+        by_worker.setdefault(worker[i], []).append(i)
     found: list[Pause] = []
     for w, rows in by_worker.items():
         found += _worker_pauses(w, rows, t_ms, ttft, e2e, gaps, min_ms)
     return StepPauses(_merge(found), workers=len(set(worker)), min_ms=min_ms)
 
 
+# Events are ints: the time in tenths of a ms × 4 + a code, so one C-level sort orders them by time with ends before
+# starts at a tie (a stream that resumes as another goes silent is not two at once).
+_SILENT_END, _DECODE_END, _SILENT_START, _DECODE_START = 0, 1, 2, 3
+_EVENT_MS = 4 * _TENTHS_PER_MS  # an event's units per ms of the rows
+
+
 def _worker_pauses(w, rows: list[int], t_ms, ttft, e2e, gaps, min_ms: float) -> list[Pause]:
-    silent: list[tuple[float, int]] = []
+    silent: list[int] = []
+    add = silent.extend
     for i in rows:
         g = gaps[i]
-        for k in range(0, len(g), 2):
-            a = t_ms[i] + g[k]
-            silent += ((a, 1), (a + g[k + 1], -1))
+        if g:  # as events: start + _SILENT_START, end + _SILENT_END
+            t = t_ms[i] * _EVENT_MS
+            if len(g) == 2:  # the usual: one silence
+                add((t + g[0] * _EVENT_MS + _SILENT_START, t + (g[0] + g[1]) * _EVENT_MS + _SILENT_END))
+            else:
+                for k in range(0, len(g), 2):
+                    add((t + g[k] * _EVENT_MS + _SILENT_START, t + (g[k] + g[k + 1]) * _EVENT_MS + _SILENT_END))
     if len(silent) < 2 * MIN_STREAMS:
         return []
-    silent.sort(key=lambda e: (e[0], e[1]))  # ends first at a tie
-    windows = _windows(silent)
+    silent.sort()
+    running = list(accumulate((1 if e & 2 else -1 for e in silent), initial=0))  # silent streams after event k
+    windows = _windows(silent, running)
     if not windows:
         return []
     dec = [i for i in rows if ttft[i] is not None and e2e[i] is not None]
-    starts = sorted(t_ms[i] + ttft[i] / _TENTHS_PER_MS for i in dec)
-    ends = sorted(t_ms[i] + e2e[i] / _TENTHS_PER_MS for i in dec)
-    times = [e[0] for e in silent]
-    running = [0]
-    for _, d in silent:
-        running.append(running[-1] + d)
+    starts = sorted((t_ms[i] * _TENTHS_PER_MS + ttft[i]) * 4 + _DECODE_START for i in dec)
+    ends = sorted((t_ms[i] * _TENTHS_PER_MS + e2e[i]) * 4 + _DECODE_END for i in dec)
     out = []
-    for a, b in windows:  # the state just before a, then every event in [a, b]
-        lo, hi = bisect_left(times, a), bisect_right(times, b)
-        events = silent[lo:hi]
-        events += [(t, 1, "d") for t in starts[bisect_left(starts, a):bisect_right(starts, b)]]
-        events += [(t, -1, "d") for t in ends[bisect_left(ends, a):bisect_right(ends, b)]]
-        out += _sweep(w, a, b, sorted(events, key=lambda e: (e[0], e[1])),
-                      decoding=bisect_left(starts, a) - bisect_left(ends, a), silent=running[lo], min_ms=min_ms)
+    for a, b in windows:  # the state just before a (in tenths of a ms), then every event in [a, b]
+        lo, hi = bisect_left(silent, a * 4), bisect_right(silent, b * 4 + 3)
+        s0, s1 = bisect_left(starts, a * 4), bisect_right(starts, b * 4 + 3)
+        e0, e1 = bisect_left(ends, a * 4), bisect_right(ends, b * 4 + 3)
+        events = sorted(silent[lo:hi] + starts[s0:s1] + ends[e0:e1])
+        out += _sweep(w, a, b, events, decoding=s0 - e0, silent=running[lo], min_ms=min_ms)
     return out
 
 
-def _windows(silent: list[tuple[float, int]]) -> list[tuple[float, float]]:
-    """Intervals in which at least MIN_STREAMS silences overlap: the only places a pause can be."""
-    out, s, opened = [], 0, None
-    for t, d in silent:
-        s += d
+def _windows(silent: list[int], running: list[int]) -> list[tuple[int, int]]:
+    """Intervals (tenths of a ms) in which at least MIN_STREAMS silences overlap: the only places a pause can be."""
+    out, opened = [], None
+    for e, s in zip(silent, running[1:], strict=True):
         if s >= MIN_STREAMS and opened is None:
-            opened = t
+            opened = e >> 2
         elif s < MIN_STREAMS and opened is not None:
-            out.append((opened, t))
+            out.append((opened, e >> 2))
             opened = None
     return out
 
 
-def _sweep(w, a: float, b: float, events: list, *, decoding: int, silent: int, min_ms: float) -> list[Pause]:
+def _sweep(w, a: int, b: int, events: list[int], *, decoding: int, silent: int, min_ms: float) -> list[Pause]:
     out, opened, peak_s, peak_d, t_prev = [], None, 0, 0, a
-    for t, d, *kind in [*events, (b, 0)]:
+    for e in [*events, b * 4 + 3]:
+        t = e >> 2
         if t > t_prev:  # the state held over (t_prev, t)
-            holds = silent >= MIN_STREAMS and silent >= SILENT_SHARE * decoding
-            if holds:
+            if silent >= MIN_STREAMS and silent >= SILENT_SHARE * decoding:
                 opened = t_prev if opened is None else opened
                 peak_s, peak_d = max(peak_s, silent), max(peak_d, decoding)
             elif opened is not None:
                 out.append((opened, t_prev, peak_s, peak_d))
                 opened, peak_s, peak_d = None, 0, 0
         t_prev = t
-        if kind:
-            decoding += d
+        code = e & 3
+        if code == _SILENT_START:
+            silent += 1
+        elif code == _SILENT_END:
+            silent -= 1
+        elif code == _DECODE_START:
+            decoding += 1
         else:
-            silent += d
+            decoding -= 1
     if opened is not None:
         out.append((opened, b, peak_s, peak_d))
-    return [Pause(s, e - s, ps, pd, (w,)) for s, e, ps, pd in out if e - s >= min_ms]
+    scale = _TENTHS_PER_MS
+    return [Pause(s / scale, (e - s) / scale, ps, pd, (w,)) for s, e, ps, pd in out if e - s >= min_ms * scale]
 
 
 def _merge(pauses: list[Pause]) -> list[Pause]:
@@ -206,18 +219,20 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
                 pauses: StepPauses) -> list:
     """For rows ``idx``: ms in flight (send to end) through a pause seen on the row's worker or on ≥ 2 workers;
     None for a row without an end (a failure)."""
-    ps = pauses.pauses
-    starts = [p.start_ms for p in ps]
+    ps = pauses.pauses  # sorted and disjoint (merged): walk back from the last that starts before the row ends
+    starts, ends = [p.start_ms for p in ps], [p.end_ms for p in ps]
+    seen = [None if len(p.workers) > 1 else p.workers for p in ps]  # None: on several workers, every row's
     out: list = []
     for i in idx:
-        if e2e[i] is None:
+        d = e2e[i]
+        if d is None:
             out.append(None)
             continue
-        a, b = t_ms[i], t_ms[i] + e2e[i] / _TENTHS_PER_MS
-        total = 0.0
-        for k in range(max(0, bisect_left(starts, a) - 1), bisect_right(starts, b)):
-            p = ps[k]
-            if worker[i] in p.workers or len(p.workers) > 1:
-                total += max(0.0, min(b, p.end_ms) - max(a, p.start_ms))
+        a = t_ms[i]
+        b, total, k = a + d / _TENTHS_PER_MS, 0.0, bisect_right(starts, a + d / _TENTHS_PER_MS) - 1
+        while k >= 0 and ends[k] > a:
+            if seen[k] is None or worker[i] in seen[k]:
+                total += min(b, ends[k]) - max(a, starts[k])
+            k -= 1
         out.append(round(total))
     return out

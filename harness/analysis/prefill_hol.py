@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, repeat
 
 __all__ = ["LONG_FACTOR", "LongPrefills", "long_prompt_threshold"]
 
@@ -35,8 +35,7 @@ def long_prompt_threshold(prompt: Sequence) -> int | None:
         return None
     median, p95 = known[len(known) // 2], known[int(0.95 * (len(known) - 1))]
     threshold = max(LONG_FACTOR * median, p95, 1)
-    longest = max(p for p in prompt if p is not None)
-    return round(threshold) if longest >= threshold else None
+    return round(threshold) if known[-1] >= threshold else None  # none long in the sample: too rare to matter
 
 
 class LongPrefills:
@@ -44,8 +43,8 @@ class LongPrefills:
 
     def __init__(self, t_ms: Sequence[int], ttft: Sequence, prompt: Sequence, threshold: int) -> None:
         self.t_ms, self.ttft, self.prompt, self.threshold = t_ms, ttft, prompt, threshold
-        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS) for i, p in enumerate(prompt)
-                         if p is not None and p >= threshold and ttft[i] is not None)
+        long = [i for i, p in enumerate(prompt) if p is not None and p >= threshold]
+        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS) for i in long if ttft[i] is not None)
         self.starts = [a for a, _ in windows]
         self.reach = list(accumulate((b for _, b in windows), max))  # the latest end among the first k windows
         self.count = len(windows)
@@ -53,13 +52,11 @@ class LongPrefills:
     def behind(self, idx: Sequence[int]) -> list:
         """For rows ``idx``: True when the row's wait for its first token overlapped a long prompt's; None for a long
         prompt itself and a row without TTFT or prompt."""
-        out: list = []
-        for i in idx:
-            p, f = self.prompt[i], self.ttft[i]
-            if p is None or f is None or p >= self.threshold:
-                out.append(None)
-                continue
-            a = self.t_ms[i]
-            k = bisect_left(self.starts, a + f / _TENTHS_PER_MS)  # windows that start before this one's wait ends
-            out.append(k > 0 and self.reach[k - 1] > a)
+        prompt, ttft, t_ms, reach, threshold = self.prompt, self.ttft, self.t_ms, self.reach, self.threshold
+        asked = [i for i in idx if prompt[i] is not None and ttft[i] is not None and prompt[i] < threshold]
+        # the windows that start before each wait ends (C-level bisections), then: does the latest-ending one reach in?
+        ks = list(map(bisect_left, repeat(self.starts), [t_ms[i] + ttft[i] / _TENTHS_PER_MS for i in asked]))
+        found = dict(zip(asked, [k > 0 and reach[k - 1] > t_ms[i] for i, k in zip(asked, ks, strict=True)],
+                         strict=True))
+        out = [found.get(i) for i in idx]
         return out

@@ -3,8 +3,10 @@
 The rows become columns (one list per field, one flat copy) straight away: no object per request. The latencies
 stay in tenths of a millisecond (compared int to int) and the flags, send times and server queue are derived only
 for the rows tested (``tail.explain_columns``). A judged step of 100k requests, columns + tails + TTFT split, costs
-~0.23 s of CPU on a 2-CPU EPYC VM, 12× a ``sorted()`` of its TTFTs (0.29 s, 15×, before; both in one process,
-interleaved; ``python -m benchmarks.tail_attribution``, ``master_step``, varies ±30% there from run to run).
+0.35-0.40 s of CPU on a 2-CPU EPYC VM, 11-17× a ``sorted()`` of its TTFTs in the same run (with the long-prefill
+victims and the mixture shares; 12× before them); when every stream went through two of 29 server-wide pauses,
+0.77-0.78 s, 26-33× (``python -m benchmarks.tail_attribution``: ``master_step``, ``master_step_pauses``; the
+figures vary ±30% from run to run there).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
     """``in_pause`` (when the rows carry stream silences) and ``behind_long_prefill`` (when the step has long
     prompts) into ``derived``; the step's pauses and the words with this step's figures."""
     t_ms, pauses, words = c["t_ms"], None, {}
-    if any(g is not None for g in c["gaps"]):
+    if c["gaps"].count(None) < len(c["gaps"]):  # C-level: most steps' rows all carry it, or none does
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
         found = pauses = find_pauses(t_ms, c["ttft"], c["e2e"], c["gaps"], c["worker"], min_ms=min_ms)
         derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
