@@ -84,6 +84,10 @@ class TailRow:
     """The previous request on this connection failed."""
     in_pause: bool | None = None
     """In flight through a server-wide pause (``analysis/pauses.py``); None when the stream could not say."""
+    send_ms: float | None = None
+    """Writing the request (its connect left out), ms."""
+    loop_lag_ms: float | None = None
+    """The worker's event-loop lag just before the send, ms."""
     behind_long_prefill: bool | None = None
     """Waited for its first token while a long prompt was prefilled (``analysis/prefill_hol.py``); None for a long
     prompt itself."""

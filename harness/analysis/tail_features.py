@@ -63,6 +63,7 @@ CAUSES = {
     "outside_noise": "noise from outside this test (shared infrastructure?)",
     "pauses": "every stream stopped at once",
     "hol": "head-of-line blocking behind long prefills; consider chunked prefill",
+    "client": "the load generator (it was behind: this is the client, not the server)",
 }
 
 
@@ -77,6 +78,9 @@ class _Numeric:
     less_cause: str | None = None
     above: str = ""
     """A minority of the tail far above the rest (medians alike): "... over {v} ... more often ({t} vs {r})"."""
+    floor: float = 0.0
+    """Values up to this count as 0: below it the feature cannot add to a latency that needs explaining (a 0.3 ms
+    send of a long prompt's body is not the client holding the tail back)."""
 
 
 NUMERIC = (
@@ -102,6 +106,15 @@ NUMERIC = (
              "were sent with other requests in flight on their worker ({t} vs {r})",
              "were sent with other requests in flight less often ({t} vs {r})", "queueing",
              above="were sent with over {v} requests in flight on their worker more often ({t} vs {r})"),
+    _Numeric("send_ms", "took {x}longer to send (median {t} vs {r} ms)",
+             "took {x}less time to send (median {t} vs {r} ms)", "took over 1 ms to send more often ({t} vs {r})",
+             "took over 1 ms to send less often ({t} vs {r})", "client",
+             above="took over {v} ms to send more often ({t} vs {r})", floor=1.0),
+    _Numeric("loop_lag_ms", "were sent while the worker's loop lagged {x}more (median {t} vs {r} ms)",
+             "were sent while the worker's loop lagged less (median {t} vs {r} ms)",
+             "were sent while the worker's loop lagged over 1 ms ({t} vs {r})",
+             "were sent while the worker's loop lagged over 1 ms less often ({t} vs {r})", "client",
+             above="were sent while the worker's loop lagged over {v} ms more often ({t} vs {r})", floor=1.0),
     _Numeric("turn", "were later session turns (median turn {t} vs {r})",
              "were earlier session turns (median turn {t} vs {r})", "were past turn 0 more often ({t} vs {r})",
              "were past turn 0 less often ({t} vs {r})", "late_turns",
@@ -159,6 +172,13 @@ def _quantile(c: Counter, q: float, ranks: tuple[list, list[int]] | None = None)
     return keys[i] if i < len(keys) else max(c)
 
 
+def _floored(c: Counter, floor: float) -> Counter:
+    out: Counter = Counter()
+    for k, v in c.items():
+        out[k if k > floor else 0] += v
+    return out
+
+
 def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
     """The rest's value counts: the uniform sample's (counted once per step) minus its tail and missing rows."""
     c = uniform.copy()
@@ -167,6 +187,8 @@ def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
 
 
 def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
+    if spec.floor:
+        ct, cr = _floored(ct, spec.floor), _floored(cr, spec.floor)
     nt, nr = sum(ct.values()), sum(cr.values())
     if nt < params.min_tail or nr < params.min_tail or len(ct.keys() | cr.keys()) < 2:
         return None  # too few known values, or a constant: nothing to test

@@ -81,7 +81,8 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
             "worker": c["worker"], "in_flight": c["in_flight"], "turn": c["turn"]}
     derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
                "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
-               "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at}
+               "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at,
+               "send_ms": _ms(c["send"]), "loop_lag_ms": _ms(c["lag"])}
     pauses, words = _stream_features(c, itl_p50_s, derived)
     return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses, words=words)
 
@@ -102,6 +103,11 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
         words["hol"] = (f"head-of-line blocking behind long prefills (prompts over {threshold:,} tokens); consider "
                         "chunked prefill")
     return pauses, words
+
+
+def _ms(tenths: list) -> Callable[[list[int]], list]:
+    """A column of tenths of a ms, read in ms for the rows tested only."""
+    return lambda idx: [None if v is None else v / 10 for v in map(tenths.__getitem__, idx)]
 
 
 def _nearest(times: list[float], samples: Sequence[tuple[float, float]], t: float) -> int | None:

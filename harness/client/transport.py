@@ -106,6 +106,7 @@ def _send(conn: Connection, payload: bytes | list[bytes | memoryview], timeouts:
             return False
     try:
         conn.send(payload, start + timeouts.total_s)
+        reader.record.sent_s = time.perf_counter() - start
     except TimeoutError:
         conn.close()
         reader.fail("total_timeout", f"sending the request took over {timeouts.total_s} s", time.perf_counter())

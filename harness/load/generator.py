@@ -59,6 +59,8 @@ class GeneratorMonitor:
 
     def __init__(self) -> None:
         self.lag = Sketch()
+        self.last_lag_s: float | None = None
+        """The latest sample: how late the loop is now (each request records it at its send)."""
         self.gc = GcPauses()
         self._frozen = False
         self._monitor: gevent.Greenlet | None = None
@@ -100,4 +102,5 @@ class GeneratorMonitor:
         while True:
             t = time.perf_counter()
             gevent.sleep(LAG_PERIOD_S)
-            self.lag.add(max(0.0, time.perf_counter() - t - LAG_PERIOD_S))
+            self.last_lag_s = lag = max(0.0, time.perf_counter() - t - LAG_PERIOD_S)
+            self.lag.add(lag)

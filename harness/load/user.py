@@ -192,8 +192,10 @@ class LLMUser(SessionTurns, FastHttpUser):
             head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
                                 {**ex.headers, **self.headers}, bearer=ex.bearer)
             limits = self.timeouts.for_prompt(_prompt_tokens(prompts))
+            lag = k.generator.last_lag_s
             rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
                                  tracker=ex.tracker, body_parser=ex.parser)
+            rec.loop_lag_s = lag
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None

@@ -99,6 +99,11 @@ class RequestRecord:
     response, as llama.cpp's server does)."""
     connect_s: float | None = None
     """New connections: the time to connect (and shake hands over TLS), part of the request's own time."""
+    sent_s: float | None = None
+    """When the request's last byte was written (relative to ``start``; a new connection's connect included)."""
+    loop_lag_s: float | None = None
+    """The worker's event-loop lag just before the send (its monitor's latest 20 ms sample): how far behind the
+    load generator was."""
     in_flight: int | None = None
     """Requests in flight on this worker when this one was sent, itself included (a feature of tail attribution)."""
     after_error: bool = False

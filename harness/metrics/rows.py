@@ -13,7 +13,12 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
   TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``);
 - ``gaps``: the stream's silences between output chunks far longer than its own usual gap (``long_gaps``), flat
   ``[start, length, ...]`` in ms since the send; ``[]`` when it had none, None when the stream was too short to say
-  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. The master finds server-wide pauses in them (``analysis.pauses``).
+  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. The master finds server-wide pauses in them (``analysis.pauses``);
+- ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
+  the client's own part, in tenths of a millisecond; None where not measured.
+
+Rows of an older kneecap (15 fields, before ``gaps``; 16, before ``send`` and ``lag``) are read with the missing
+fields None (``check_rows``).
 
 ``tests/metrics/test_rows.py`` keeps the golden bytes of one row.
 """
@@ -28,7 +33,8 @@ __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "GAP_FACTOR
            "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
-              "worker", "headers", "connect", "server_prefill", "gaps")
+              "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag")
+_OLDER_LENGTHS = (15, 16)
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
 _LATENCY = 10_000  # tenths of a millisecond per second
 GAP_FACTOR = 4.0
@@ -72,7 +78,8 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
             _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s),
-            long_gaps(rec.chunk_times) if ok else None]
+            long_gaps(rec.chunk_times) if ok else None,
+            None if rec.sent_s is None else _tenths(rec.sent_s - (rec.connect_s or 0.0)), _tenths(rec.loop_lag_s)]
 
 
 def decode_row(row: list) -> dict:
@@ -80,24 +87,25 @@ def decode_row(row: list) -> dict:
     if not isinstance(row, list) or len(row) != len(ROW_FIELDS):
         raise ValueError(f"a request row has {len(ROW_FIELDS)} fields, got {row!r:.80}")
     (ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker, headers, connect, prefill,
-     gaps) = row
+     gaps, send, lag) = row
     flags = int(flags or 0)
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
             "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
-            "server_prefill_s": _seconds(prefill), "gaps_ms": gaps}
+            "server_prefill_s": _seconds(prefill), "gaps_ms": gaps, "send_s": _seconds(send),
+            "loop_lag_s": _seconds(lag)}
 
 
 def check_rows(rows: object) -> None:
     """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags and send times are
-    integers (what the master needs before it reads them by column). A row of the 15 fields before ``gaps`` (a
-    worker of the previous kneecap) gets ``gaps`` None in place: its silences are unknown, the rest is the same."""
+    integers (what the master needs before it reads them by column). A row of an older kneecap (``_OLDER_LENGTHS``)
+    gets the fields it lacks as None, in place: unknown, the rest is the same."""
     n = len(ROW_FIELDS)
     for row in rows:  # type: ignore[attr-defined]
-        if isinstance(row, list) and len(row) == n - 1:
-            row.append(None)
+        if isinstance(row, list) and len(row) in _OLDER_LENGTHS:
+            row.extend([None] * (n - len(row)))
         if not isinstance(row, list) or len(row) != n or not isinstance(row[7], int) or not isinstance(row[9], int):
             raise ValueError(f"a request row has {n} fields with integer flags and send time, got {row!r:.80}")
 

@@ -76,6 +76,7 @@ def random_rows(seed: int, n: int) -> list[list]:
                             cached_tokens=rng.choice((0, prompt // 2)), new_connection=rng.random() < 0.05,
                             after_error=rng.random() < 0.02, in_flight=rng.randrange(30), turn=rng.randrange(1, 9),
                             chunk_times=[ttft, ttft + rng.random()] if rng.random() < 0.95 else [ttft],
+                            sent_s=rng.random() * 0.004, loop_lag_s=rng.choice((None, rng.random() * 0.003)),
                             error="HTTP 503" if failed else None)
         rows.append(encode_row(rec, i * 60 / n, worker=rng.randrange(3)))
     return rows
@@ -91,7 +92,7 @@ def test_columns_are_the_rows_field_by_field():
     assert list(c) == list(ROW_FIELDS)
     assert all(c[f] == [r[k] for r in rows] for k, f in enumerate(ROW_FIELDS))
     assert columns([]) == {f: [] for f in ROW_FIELDS}
-    with pytest.raises(ValueError, match="a request row has 16 fields"):
+    with pytest.raises(ValueError, match="a request row has 18 fields"):
         columns([*rows[:3], rows[3][:-1], *rows[4:]])
 
 
@@ -110,6 +111,8 @@ def test_rows_by_column_say_what_the_rows_in_seconds_say(seed: int, n: int, max_
                                                       ("in_flight", 8), ("turn", 10), ("worker", 11))},
              **{f: [bool(r[7] & bit) for r in rows] for f, bit in flags.items()},
              "t_in_step_s": [r[9] / 1000 for r in rows],
+             **{f: [None if r[k] is None else r[k] / 10 for r in rows]
+                for f, k in (("send_ms", 16), ("loop_lag_ms", 17))},
              "server_waiting": [_nearest([t for t, _ in waiting], waiting, STARTED + r[9] / 1000) for r in rows]}
     # behind a long prefill, by brute force over every long request's wait (prefill_hol bisects sorted windows)
     threshold = long_prompt_threshold([r[4] for r in rows])

@@ -72,8 +72,8 @@ def test_every_bucket_field_survives_the_wire_by_name():
                failure_samples={"reset": "connection reset by peer after 3 chunks"},
                cache=PrefixCache(21, 22, 23, 24),
                sessions=sessions, extra={"inputs": 61, "exact_chunks": 62},
-               rows=[[1, None, 3, 4, 5, 6, None, 1, 2, 70, None, 0, 1, None, None, None],
-                     [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200]]])
+               rows=[[1, None, 3, 4, 5, 6, None, 1, 2, 70, None, 0, 1, None, None, None, None, None],
+                     [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200], 3, 1]])
     b.prompt_error_sum = 0.125
     back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
     assert back == b

@@ -12,9 +12,9 @@ from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row,
 
 
 def rec(**kw) -> RequestRecord:
-    base = dict(start=10.0, ttft_s=0.2345, e2e_s=1.5, headers_s=0.01, connect_s=0.0021, ttfo_s=0.2345, output_tokens=64,
-                prompt_tokens=950,
-                cached_tokens=512, chunk_times=[0.2345, 1.5], in_flight=12, new_connection=True)
+    base = dict(start=10.0, sent_s=0.0031, loop_lag_s=0.0004, ttft_s=0.2345, e2e_s=1.5, headers_s=0.01,
+                connect_s=0.0021, ttfo_s=0.2345, output_tokens=64, prompt_tokens=950, cached_tokens=512,
+                chunk_times=[0.2345, 1.5], in_flight=12, new_connection=True)
     return RequestRecord(**{**base, **kw})
 
 
@@ -31,15 +31,17 @@ def test_a_row_round_trips_to_a_tenth_of_a_millisecond():
 
 def test_golden_bytes_and_size():
     row = encode_row(rec(), 7.5, worker=1)
-    assert msgpack.packb(row) == bytes.fromhex("dc0010cd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0c0")
-    assert len(msgpack.packb(row)) == 32  # the budget: <= 40 bytes a request (16 fields: a 3-byte header)
+    assert msgpack.packb(row) == bytes.fromhex("dc0012cd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0c00a04")
+    assert len(msgpack.packb(row)) == 34  # the budget: <= 40 bytes a request (18 fields: a 3-byte header)
 
 
 def test_a_row_of_the_previous_kneecap_is_read_with_no_gaps():
-    old = encode_row(rec(), 7.5, worker=1)[:-1]  # 15 fields: a worker from before ``gaps``
-    rows = [old]
-    check_rows(rows)
-    assert len(rows[0]) == len(ROW_FIELDS) and decode_row(rows[0])["gaps_ms"] is None
+    for fields in (15, 16):  # before ``gaps``; before ``send`` and ``lag``
+        rows = [encode_row(rec(), 7.5, worker=1)[:fields]]
+        check_rows(rows)
+        d = decode_row(rows[0])
+        assert len(rows[0]) == len(ROW_FIELDS) and d["send_s"] is None and d["loop_lag_s"] is None
+        assert d["ttft_s"] == pytest.approx(0.2345) and d["gaps_ms"] is None  # two chunks: too short either way
 
 
 def test_long_gaps_are_the_streams_own_long_silences():
