@@ -1,7 +1,10 @@
 """Where a step's TTFT goes: the client's parts, and the server's own (queue, prefill) where it says. Pure.
 
 Client side, from the request rows (``metrics.rows``), exact: TTFT, time to the response headers, headers →
-first token, and for requests that opened a connection, the connect (TCP + TLS). Server side, one of:
+first token, and for requests that opened a connection, the connect (TCP + TLS); the client's own share: writing
+the request (``send``, inside headers) and the worker's loop lag just before the send (``loop_lag``: how far
+behind the load generator was; not inside TTFT, which starts at the send, but a lagging loop reads late too).
+Server side, one of:
 
 - **per request** — llama.cpp's ``timings.prompt_ms`` on the final chunk (its prefill; it reports no queue): then
   "network + client + queue" = client TTFT − server prefill, request by request, exact;
@@ -42,6 +45,11 @@ def _stat(tenths: list[int]) -> dict | None:
     return out
 
 
+def _known(ttft: list, part: list) -> dict | None:
+    """``_stat`` of a client part over the successful requests that have it."""
+    return _stat([v for t, v in zip(ttft, part, strict=True) if t is not None and v is not None])
+
+
 def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> dict | None:
     """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``); ``server``: the
     step's server summary (its ``stages``, if any). None without successful requests."""
@@ -57,7 +65,8 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
     prefill = [(t, p) for t, p in zip(ttft_all, c["server_prefill"], strict=True) if t is not None and p is not None]
     client = {"ttft": _stat(ttft), "headers": _stat([h for _, h in with_headers]),
               "headers_to_first_token": _stat([t - h for t, h in with_headers]), "connect": _stat(connect),
-              "new_connection_share": round(new / len(ttft), 4)}
+              "new_connection_share": round(new / len(ttft), 4),
+              "send": _known(ttft_all, c["send"]), "loop_lag": _known(ttft_all, c["lag"])}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
     if prefill:

@@ -201,7 +201,7 @@ class Attribution(View, kw_only=True):
     correction: str = ""
     sampled: str | None = None
     tests: list[dict[str, Any]] = []
-    shares: list[dict[str, Any]] = []
+    shares: list[dict[str, Any]] | UnsetType = UNSET  # absent from files older than the mixture's shares
 
 
 class PauseSeen(View, kw_only=True):
@@ -251,6 +251,8 @@ class TtftClient(View, kw_only=True):
     ttft: SplitPart | None = None
     headers: SplitPart | None = None
     headers_to_first_token: SplitPart | None = None
+    send: SplitPart | UnsetType | None = UNSET  # these two: absent from files older than the client's parts
+    loop_lag: SplitPart | UnsetType | None = UNSET
     connect: SplitPart | None = None
     new_connection_share: float | None = None
 

@@ -159,18 +159,20 @@ def _mean(part: object) -> float | None:
 def _split_table(s: Summary) -> str:
     """Per step: TTFT in parts, means in ms (they add up), each server part with its source."""
     key = level_key(s.mode)
-    head = [key, "client TTFT", "headers", "headers → first token", "new conn.", "connect p50", "server TTFT",
-            "server queue", "server prefill", "network + client", "server source"]
+    head = [key, "client TTFT", "headers", "headers → first token", "send", "loop lag at send", "new conn.",
+            "connect p50", "server TTFT", "server queue", "server prefill", "network + client", "server source"]
     rows = []
     for st in s.steps:
         if not st.ttft_split:
             continue
         c, v = st.ttft_split.client, st.ttft_split.server
-        rows.append([_n(st.level), _mean(c.ttft), _mean(c.headers), _mean(c.headers_to_first_token),
-                     _share(c.new_connection_share), c.connect.p50_ms if c.connect else None, _mean(v.ttft),
-                     _mean(v.queue), _mean(v.prefill), _mean(v.network_client or v.network_client_queue), v.source])
+        rows.append([_n(st.level), _mean(c.ttft), _mean(c.headers), _mean(c.headers_to_first_token), _mean(c.send),
+                     _mean(c.loop_lag), _share(c.new_connection_share), c.connect.p50_ms if c.connect else None,
+                     _mean(v.ttft), _mean(v.queue), _mean(v.prefill), _mean(v.network_client or v.network_client_queue),
+                     v.source])
     return _table(head, rows, "Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its "
-                  "queue and prefill. Server parts from its /metrics histograms (the step's delta: every request it "
+                  "queue and prefill; the request's send is inside its headers time, the worker's loop lag came before "
+                  "it. Server parts from its /metrics histograms (the step's delta: every request it "
                   "finished then, not only this test's; quantiles in summary.json with their bucket bounds) or "
                   "llama.cpp's per-request timings (prefill only: network + client then includes its queue).")
 

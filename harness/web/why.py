@@ -61,7 +61,8 @@ def split_text(split: TtftSplit) -> str:
     share = c.new_connection_share
     n = c.ttft.n if c.ttft and c.ttft.n is not None else 0
     text = (f"p50 ms of {n} requests: ttft {_ms(c.ttft)} = headers {_ms(c.headers)} + to first token "
-            f"{_ms(c.headers_to_first_token)}; new connections {'n/a' if share is None else f'{share:.0%}'}; ")
+            f"{_ms(c.headers_to_first_token)}; new connections {'n/a' if share is None else f'{share:.0%}'}; "
+            + (f"client: send {_ms(c.send)}, loop lag {_ms(c.loop_lag)}; " if c.send or c.loop_lag else ""))
     if isinstance(srv.prefill, SplitPart):
         return text + f"server prefill {_ms(srv.prefill)}" + (
             f", queue {_ms(srv.queue)}" if isinstance(srv.queue, SplitPart) else "")
