@@ -10,8 +10,8 @@ counted nor required: at overload most streams wait, and their silence is the qu
 Pauses of several workers that overlap (within ``MERGE_MS``: their step clocks start a few ms apart) are one pause
 "on N workers": seen on every worker, it is the server (or the network to it); seen on one worker of several, it
 is more likely that worker's host. Periodicity: at least 4 pauses (of at least half the median length: a blip
-between them is left out) whose start-to-start intervals vary by less than ``PERIODIC_CV`` of their median
-("every 2.0 s ± 0.1").
+between them is left out) whose start-to-start intervals vary by less than ``PERIODIC_CV`` of their median, or 3
+whose two intervals agree within a third of that ("every 2.0 s ± 0.1").
 
 Each request is credited with the time it was in flight (send to end) through a pause seen on its own worker or on
 two workers or more: ``in_pause_ms``. Tail attribution tests it as a flag (``tail_features``).
@@ -26,7 +26,7 @@ import itertools
 import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate, compress, repeat
 from operator import is_not
 
@@ -61,22 +61,45 @@ class Pause:
 @dataclass(frozen=True)
 class StepPauses:
     pauses: list[Pause] = field(default_factory=list)
+    """Pauses of no cause the rows show (``prefills`` apart)."""
     workers: int = 0
     """Workers whose rows were looked at."""
     min_ms: float = 5.0
+    prefills: list[Pause] = field(default_factory=list)
+    """Pauses that ended as a long prompt's first token came: its prefill held every stream (``without_prefills``)."""
+
+    def without_prefills(self, first_tokens_ms: Sequence[float]) -> StepPauses:
+        """These pauses with those that ended when a long prompt's first token came (within 5 ms + 10% of the
+        pause) moved to ``prefills``: an engine that prefills a long prompt in one piece holds every stream for it,
+        and the same iteration ends the prefill and resumes the streams. A stall while a long prompt waited is not
+        one of them (its prefill still follows it), unless the prefill came right after it: then the pause is more
+        than twice the prefills' usual length (of 3 or more) and stays the server's."""
+        first = sorted(first_tokens_ms)
+        keep, moved = [], []
+        for p in self.pauses:
+            tol = 5.0 + 0.1 * p.length_ms
+            k = bisect_left(first, p.end_ms - tol)
+            (moved if k < len(first) and first[k] <= p.end_ms + tol else keep).append(p)
+        if len(moved) >= 3:  # one far longer than the prefills' usual is a stall that a prefill ended: the server's
+            usual = statistics.median(p.length_ms for p in moved)
+            keep += [p for p in moved if p.length_ms > 2 * usual]
+            moved = [p for p in moved if p.length_ms <= 2 * usual]
+        return replace(self, pauses=sorted(keep, key=lambda p: p.start_ms), prefills=self.prefills + moved)
 
     @property
     def period(self) -> tuple[float, float] | None:
-        """(median, sd) of the start-to-start intervals in seconds, when at least 4 pauses recur that regularly; a
+        """(median, sd) of the start-to-start intervals in seconds, when the pauses recur that regularly: at least 4
+        within ``PERIODIC_CV``, or 3 whose two intervals agree within a third of it (a short step sees few); a
         pause shorter than half the median length (a scheduling blip among the server's stalls) is left out."""
         lengths = [p.length_ms for p in self.pauses]
         cut = statistics.median(lengths) / 2 if lengths else 0.0
         starts = [p.start_ms for p in self.pauses if p.length_ms >= cut]
-        if len(starts) < 4:
+        if len(starts) < 3:
             return None
         gaps = [(b - a) / 1000 for a, b in itertools.pairwise(starts)]
         med, sd = statistics.median(gaps), statistics.pstdev(gaps)
-        return (med, sd) if med > 0 and sd / med < PERIODIC_CV else None
+        limit = PERIODIC_CV if len(starts) >= 4 else PERIODIC_CV / 3
+        return (med, sd) if med > 0 and sd / med < limit else None
 
     def words(self) -> str:
         """"9 pauses of ~200 ms (max 230), every ~2.0 s ± 0.1, on 2 of 2 workers": for the tail's line."""
@@ -104,7 +127,9 @@ class StepPauses:
                 "max_ms": round(max(lengths), 1) if lengths else None,
                 "period_s": None if period is None else round(period[0], 3),
                 "period_sd_s": None if period is None else round(period[1], 3),
-                "words": self.words(),
+                "words": self.words(), "long_prefills": len(self.prefills),
+                "long_prefill_median_ms": round(statistics.median(p.length_ms for p in self.prefills), 1)
+                if self.prefills else None,
                 "listed": [{"start_s": round(p.start_ms / 1000, 3), "length_ms": round(p.length_ms, 1),
                             "streams": p.streams, "decoding": p.decoding, "workers": list(p.workers)}
                            for p in self.pauses[:LISTED]]}
@@ -216,10 +241,10 @@ def _merge(pauses: list[Pause]) -> list[Pause]:
 
 
 def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: Sequence,
-                pauses: StepPauses) -> list:
-    """For rows ``idx``: ms in flight (send to end) through a pause seen on the row's worker or on ≥ 2 workers;
-    None for a row without an end (a failure)."""
-    ps = pauses.pauses  # sorted and disjoint (merged): walk back from the last that starts before the row ends
+                pauses: Sequence[Pause]) -> list:
+    """For rows ``idx``: ms in flight (send to end) through one of ``pauses`` (sorted, disjoint: a ``StepPauses``'
+    list) seen on the row's worker or on ≥ 2 workers; None for a row without an end (a failure)."""
+    ps = pauses  # walk back from the last that starts before the row ends
     starts, ends = [p.start_ms for p in ps], [p.end_ms for p in ps]
     seen = [None if len(p.workers) > 1 else p.workers for p in ps]  # None: on several workers, every row's
     out: list = []

@@ -1,14 +1,16 @@
-"""Victims of a long prefill: requests that waited for their first token while a long prompt was prefilled. Pure.
+"""Victims of a long prefill: requests held up while a long prompt was prefilled. Pure.
 
 An engine that prefills a long prompt in one piece (no chunked prefill) holds every request batched with it, and
-the requests that arrive meanwhile, until it is done: their TTFT grows with a prompt that is not theirs. From the
-rows alone (send time, TTFT, prompt tokens; every worker of the step, on the step's clock): a prompt is *long* when
-it is at least ``LONG_FACTOR`` × the step's median prompt and at least its 95th percentile (so a step of equal
-prompts has none), and a request with a shorter prompt is *behind a long prefill* when its wait for the first token
-(send to first token) overlaps a long request's. Tail attribution tests it as a flag (``tail_features``): "waited
-for their first token while a long prompt was in prefill (31% vs 4%): head-of-line blocking behind long prefills
-(prompts over 1,500 tokens); consider chunked prefill". A request with a long prompt is left out of the test (the
-prompt feature speaks for it).
+the requests that arrive meanwhile, until it is done: their TTFT grows with a prompt that is not theirs, and the
+streams already decoding stop for it. From the rows alone (send time, TTFT, prompt tokens; every worker of the
+step, on the step's clock): a prompt is *long* when it is at least ``LONG_FACTOR`` × the step's median prompt and
+at least its 95th percentile (so a step of equal prompts has none), and a request with a shorter prompt is *behind
+a long prefill* when its wait for the first token (send to first token) overlaps a long request's (``behind``), or
+(``tail_rows``) it streamed through a server-wide pause that ended as a long prompt's first token came
+(``pauses.StepPauses.without_prefills``). Tail attribution tests it as a flag (``tail_features``): "were held up
+by a long prompt's prefill, waiting for their first token or mid-stream (31% vs 4%): head-of-line blocking behind
+long prefills (prompts over 1,500 tokens); consider chunked prefill". A request with a long prompt is left out of
+the test (the prompt feature speaks for it).
 
 Cost: the threshold from a sample of at most ~5,000 prompts, the long requests' windows sorted once, then one
 bisection per row tested.
@@ -48,6 +50,8 @@ class LongPrefills:
         self.starts = [a for a, _ in windows]
         self.reach = list(accumulate((b for _, b in windows), max))  # the latest end among the first k windows
         self.count = len(windows)
+        self.first_tokens = sorted(b for _, b in windows)
+        """When each long prompt's first token came (ms): its prefill ended then."""
 
     def behind(self, idx: Sequence[int]) -> list:
         """For rows ``idx``: True when the row's wait for its first token overlapped a long prompt's; None for a long

@@ -127,8 +127,8 @@ FLAGS = {  # feature: (tail has it more often, less often, cause when more often
                     "less often followed a failed request ({t} vs {r})", "after_errors"),
     "in_pause": ("were in flight through a server-wide pause ({a} of {n}, vs {r} of the rest)",
                  "were less often in flight through a server-wide pause ({t} vs {r})", "pauses"),
-    "behind_long_prefill": ("waited for their first token while a long prompt was in prefill ({t} vs {r})",
-                            "less often waited beside a long prompt's prefill ({t} vs {r})", "hol"),
+    "behind_long_prefill": ("were held up by a long prompt's prefill, waiting for their first token or mid-stream "
+                            "({t} vs {r})", "were less often held up by a long prompt's prefill ({t} vs {r})", "hol"),
 }
 FEATURES = (*(s.name for s in NUMERIC), *FLAGS, "worker", "t_in_step_s")
 MISSING = -math.inf

@@ -90,16 +90,27 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
 def _stream_features(c: dict[str, list], itl_p50_s: float | None,
                      derived: dict[str, Callable[[list[int]], list]]) -> tuple[StepPauses | None, dict[str, str]]:
     """``in_pause`` (when the rows carry stream silences) and ``behind_long_prefill`` (when the step has long
-    prompts) into ``derived``; the step's pauses and the words with this step's figures."""
-    t_ms, pauses, words = c["t_ms"], None, {}
+    prompts) into ``derived``; the step's pauses and the words with this step's figures. A pause that ended as a long
+    prompt's first token came was that prefill: it counts for ``behind_long_prefill``, not ``in_pause``."""
+    t_ms, e2e, worker, pauses, words = c["t_ms"], c["e2e"], c["worker"], None, {}
+    threshold = long_prompt_threshold(c["prompt"])
+    hol = LongPrefills(t_ms, c["ttft"], c["prompt"], threshold) if threshold is not None else None
     if c["gaps"].count(None) < len(c["gaps"]):  # C-level: most steps' rows all carry it, or none does
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
-        found = pauses = find_pauses(t_ms, c["ttft"], c["e2e"], c["gaps"], c["worker"], min_ms=min_ms)
+        pauses = find_pauses(t_ms, c["ttft"], e2e, c["gaps"], worker, min_ms=min_ms)
+        if hol is not None:
+            pauses = pauses.without_prefills(hol.first_tokens)
+        found = pauses
         derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
-                                           for ms in in_pause_ms(idx, t_ms, c["e2e"], c["worker"], found)]
-    threshold = long_prompt_threshold(c["prompt"])
-    if threshold is not None:
-        derived["behind_long_prefill"] = LongPrefills(t_ms, c["ttft"], c["prompt"], threshold).behind
+                                           for ms in in_pause_ms(idx, t_ms, e2e, worker, found.pauses)]
+    if hol is not None:
+        held = pauses.prefills if pauses is not None else []
+
+        def behind(idx: list[int]) -> list:  # waited beside a long prefill, or streamed through one
+            through = in_pause_ms(idx, t_ms, e2e, worker, held) if held else [None] * len(idx)
+            return [b if b is None else b or bool(m) for b, m in zip(hol.behind(idx), through, strict=True)]
+
+        derived["behind_long_prefill"] = behind
         words["hol"] = (f"head-of-line blocking behind long prefills (prompts over {threshold:,} tokens); consider "
                         "chunked prefill")
     return pauses, words

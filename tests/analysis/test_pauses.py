@@ -93,7 +93,7 @@ def test_requests_are_credited_with_the_pause_they_were_in_flight_through():
     cols = _step([(4.0, 4.25, set())], workers=1)
     found = _find(cols)
     assert len(found.pauses) == 1
-    ms = in_pause_ms(range(len(cols["t_ms"])), cols["t_ms"], cols["e2e"], cols["worker"], found)
+    ms = in_pause_ms(range(len(cols["t_ms"])), cols["t_ms"], cols["e2e"], cols["worker"], found.pauses)
     for i, m in enumerate(ms):
         a, b = cols["t_ms"][i], cols["t_ms"][i] + cols["e2e"][i] / 10
         p = found.pauses[0]
@@ -142,3 +142,24 @@ def test_a_mixed_tail_names_both_causes_with_their_shares():
     assert f"{len(truth['in_pause'])} of {a.n_tail} were in flight through a server-wide pause" in a.line, a.line
     assert "had prompts over" in a.line and "prefill-bound" in a.line, a.line
     assert explain_tail(rows).get("ttft_s", 0.95).line == a.line  # the same rows, the same answer
+
+
+def test_three_pauses_are_periodic_only_when_their_intervals_agree_closely():
+    def found(starts: list[float]) -> StepPauses:
+        return _find(_step([(a, a + 0.2, set()) for a in starts]))
+
+    assert found([1.0, 3.0, 5.0]).period[0] == pytest.approx(2.0, abs=0.01)
+    assert found([1.0, 3.0, 6.0]).period is None  # 2 s then 3 s: no period from three
+    assert found([1.0, 3.0]).period is None
+
+
+def test_pauses_that_ended_with_a_long_prompts_first_token_were_its_prefill():
+    stops = [(1.0, 1.12, set()), (2.5, 2.62, set()), (4.0, 4.12, set()), (6.0, 6.42, set()), (8.0, 8.3, set())]
+    found = _find(_step(stops, workers=1))
+    assert len(found.pauses) == 5
+    # long prompts' first tokens came as the first three pauses ended, and as the fourth (a 300 ms stall that a
+    # 120 ms prefill followed) ended; the last had none
+    split = found.without_prefills([p.end_ms + 1 for p in found.pauses[:4]])
+    assert [round(p.start_ms / 1000, 1) for p in split.prefills] == [1.0, 2.5, 4.0]
+    assert [round(p.start_ms / 1000, 1) for p in split.pauses] == [6.0, 8.0]
+    assert split.to_dict()["long_prefills"] == 3 and split.to_dict()["count"] == 2
