@@ -22,6 +22,7 @@ split is given for both, each part with its source.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import sub
 
 from harness.analysis.tail_rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
@@ -45,34 +46,43 @@ def _stat(tenths: list[int]) -> dict | None:
     return out
 
 
-def _known(ttft: list, part: list) -> dict | None:
-    """``_stat`` of a client part over the successful requests that have it."""
-    return _stat([v for t, v in zip(ttft, part, strict=True) if t is not None and v is not None])
+def _both(ttft: list, part: list) -> tuple[list, list]:
+    """The TTFTs and the part of the successful requests that have it; the columns themselves (C-level checks)
+    when every request has both, the usual step."""
+    if None not in ttft and None not in part:
+        return ttft, part
+    pairs = [(t, v) for t, v in zip(ttft, part, strict=True) if t is not None and v is not None]
+    return [t for t, _ in pairs], [v for _, v in pairs]
 
 
 def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> dict | None:
     """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``); ``server``: the
     step's server summary (its ``stages``, if any). None without successful requests."""
     c = rows if isinstance(rows, dict) else columns(rows)
-    ttft_all = c["ttft"]
-    ttft = [t for t in ttft_all if t is not None]
+    ttft_all, flags = c["ttft"], c["flags"]
+    failed = None in ttft_all
+    ttft = [t for t in ttft_all if t is not None] if failed else list(ttft_all)
     if not ttft:
         return None
-    with_headers = [(t, h) for t, h in zip(ttft_all, c["headers"], strict=True) if t is not None and h is not None]
-    new = sum(1 for t, f in zip(ttft_all, c["flags"], strict=True) if t is not None and f & FLAG_NEW_CONNECTION)
-    connect = [k for t, f, k in zip(ttft_all, c["flags"], c["connect"], strict=True)
-               if t is not None and k is not None and f & FLAG_NEW_CONNECTION]
-    prefill = [(t, p) for t, p in zip(ttft_all, c["server_prefill"], strict=True) if t is not None and p is not None]
-    client = {"ttft": _stat(ttft), "headers": _stat([h for _, h in with_headers]),
-              "headers_to_first_token": _stat([t - h for t, h in with_headers]), "connect": _stat(connect),
+    with_t, headers = _both(ttft_all, c["headers"])
+    if failed:
+        new = sum(1 for t, f in zip(ttft_all, flags, strict=True) if t is not None and f & FLAG_NEW_CONNECTION)
+        connect = [k for t, f, k in zip(ttft_all, flags, c["connect"], strict=True)
+                   if t is not None and k is not None and f & FLAG_NEW_CONNECTION]
+    else:  # a connect time is a new connection's
+        new = sum(1 for f in flags if f & FLAG_NEW_CONNECTION)
+        connect = [k for k, f in zip(c["connect"], flags, strict=True) if k is not None and f & FLAG_NEW_CONNECTION]
+    prefill = _both(ttft_all, c["server_prefill"]) if c["server_prefill"].count(None) < len(ttft_all) else ([], [])
+    client = {"ttft": _stat(ttft), "headers": _stat(list(headers)),
+              "headers_to_first_token": _stat(list(map(sub, with_t, headers))), "connect": _stat(connect),
               "new_connection_share": round(new / len(ttft), 4),
-              "send": _known(ttft_all, c["send"]), "loop_lag": _known(ttft_all, c["lag"])}
+              "send": _stat(list(_both(ttft_all, c["send"])[1])), "loop_lag": _stat(list(_both(ttft_all, c["lag"])[1]))}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
-    if prefill:
+    if prefill[0]:
         out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)",
-                         "prefill": _stat([p for _, p in prefill]), "queue": UNKNOWN,
-                         "network_client_queue": _stat([t - p for t, p in prefill])}
+                         "prefill": _stat(list(prefill[1])), "queue": UNKNOWN,
+                         "network_client_queue": _stat(list(map(sub, *prefill)))}
     elif stages.get("ttft"):
         src = "per step: the server's /metrics histograms (bucket bounds: [estimate, low, high] ms)"
         s_ttft, ct = stages["ttft"], client["ttft"]

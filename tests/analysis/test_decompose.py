@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from harness.analysis.decompose import UNKNOWN, ttft_split
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import encode_row
+from harness.metrics.rows import ROW_FIELDS, encode_row
 
 
 def rows(n: int = 100, *, prefill_s: float | None = None, new_every: int = 0) -> list[list]:
@@ -73,3 +77,39 @@ def test_a_step_without_a_histogram_delta_says_so_rather_than_that_the_server_is
     silent.add(ServerSample(running=1.0, waiting=0.0, kv_cache_usage=None, preemptions=None))
     assert "stages_note" not in silent.summary() and ttft_split(rows(), silent.summary())["server"] == {
         "source": UNKNOWN}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("failures", [0.0, 0.05])
+def test_the_split_is_every_part_over_the_requests_that_have_it(seed, failures):
+    """Against the plain definition, request by request: the fast paths (no failure, every part known) and the
+    filtered ones give the same figures."""
+    rng = random.Random(seed)
+    rs = []
+    for i in range(3000):
+        new = rng.random() < 0.1
+        rec = RequestRecord(start=0.0, ttft_s=rng.uniform(0.01, 0.5), headers_s=rng.uniform(0.001, 0.009),
+                            e2e_s=1.0, output_tokens=10, chunk_times=[0.1], new_connection=new,
+                            connect_s=rng.uniform(0.001, 0.004) if new else None,
+                            sent_s=rng.choice((None, rng.uniform(0, 0.002))), loop_lag_s=rng.uniform(0, 0.003),
+                            server_prefill_s=None, error="reset" if rng.random() < failures else None)
+        rs.append(encode_row(rec, i * 0.01, worker=0))
+    c = ttft_split(rs, None)["client"]
+    ok = [r for r in rs if r[0] is not None]
+
+    def stat(vals: list[int]) -> dict | None:
+        if not vals:
+            return None
+        vals = sorted(vals)
+        n = len(vals)
+        return {"n": n, "mean_ms": round(sum(vals) / n / 10, 3), "p50_ms": round(vals[int(0.5 * n)] / 10, 3),
+                "p95_ms": round(vals[int(0.95 * n)] / 10, 3)}
+
+    k = {f: i for i, f in enumerate(ROW_FIELDS)}
+    assert c["ttft"] == stat([r[k["ttft"]] for r in ok])
+    assert c["headers"] == stat([r[k["headers"]] for r in ok])
+    assert c["headers_to_first_token"] == stat([r[k["ttft"]] - r[k["headers"]] for r in ok])
+    assert c["connect"] == stat([r[k["connect"]] for r in ok if r[k["flags"]] & 1 and r[k["connect"]] is not None])
+    assert c["send"] == stat([r[k["send"]] for r in ok if r[k["send"]] is not None])
+    assert c["loop_lag"] == stat([r[k["lag"]] for r in ok])
+    assert c["new_connection_share"] == round(sum(1 for r in ok if r[k["flags"]] & 1) / len(ok), 4)
