@@ -155,6 +155,8 @@ def _check_sets(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Results folder [scenario sinks.results_dir/NAME-RUNID].")
 @click.option("--save-requests", is_flag=True, help="Also write every request record to OUT/requests.jsonl.")
+@click.option("--no-report", is_flag=True,
+              help="Do not build report.html (~1-2 s of CPU at the end); kneecap report OUT builds it later.")
 @click.option("--insecure", is_flag=True,
               help="Accept any TLS certificate from the endpoint (a test endpoint; overrides endpoint.tls.verify).")
 @click.option("--seed", type=int, default=None, help="Override workload.seed.")
@@ -171,8 +173,9 @@ def _check_sets(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.option("--influx-token-env", default=DEFAULT_TOKEN_ENV, show_default=True,
               help="Environment variable holding the InfluxDB token.")
 def run(scenario: str | None, host: str | None, workers: int | None, out: str | None, save_requests: bool,
-        insecure: bool, seed: int | None, sets: dict[str, Any], labels: dict[str, str], sim_args: tuple[str, ...],
-        influx_url: str | None, influx_org: str, influx_bucket: str, influx_token_env: str) -> None:
+        no_report: bool, insecure: bool, seed: int | None, sets: dict[str, Any], labels: dict[str, str],
+        sim_args: tuple[str, ...], influx_url: str | None, influx_org: str, influx_bucket: str,
+        influx_token_env: str) -> None:
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
@@ -189,7 +192,7 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
               "influx_token_env": influx_token_env} if influx_url else None
     opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
                       save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx,
-                      labels=labels, overrides=sets)
+                      labels=labels, overrides=sets, report=not no_report)
     try:
         code = run_plan(opts, say=lambda line: click.echo(line))
     except ScenarioError as exc:

@@ -79,9 +79,10 @@ def write_processes(out: str, children: list[Child], report_cpu: list[float], sa
     say(cost_line(block))
 
 
-def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None) -> int:
-    """The run's last lines from its summary, and the report; ``report_cpu`` gets the report build's user and
-    system CPU seconds."""
+def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,
+                report: bool = True) -> int:
+    """The run's last lines from its summary, and the report (unless ``report`` is False); ``report_cpu`` gets the
+    report build's user and system CPU seconds."""
     path = os.path.join(out, "summary.json")
     try:
         summary = _read_summary(path)
@@ -111,6 +112,9 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         say(f"SLO {verdict} up to the knee; largest load within SLO: {within}")
     if summary.cost_line:  # the master logged it mid-output; the verdict's lines are where a user looks
         say(summary.cost_line)
+    if not report:
+        say(f"results: {path} (no report asked; kneecap report {out} builds it)")
+        return summary.exit_code
     t0 = _thread_cpu()
     try:
         from harness.report.html import write_report  # here: its imports count as the report's cost

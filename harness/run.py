@@ -55,6 +55,8 @@ class RunOptions:
     """``--label KEY=VALUE``: recorded with the run in the run store."""
     server: dict[str, Any] | None = None
     """What is known of the server (a sweep's launch command, its /version and /v1/models), for the run store."""
+    report: bool = True
+    """Build report.html at the end (``--no-report``: not; ``kneecap report DIR`` builds it later)."""
 
 
 def _start_sim(model: str, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
@@ -107,7 +109,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
     if supervisor.stopped_early and interrupted is not None:
         interrupted.set()
     report_cpu: list[float] = []
-    code = say_verdict(out, say, report_cpu)
+    code = say_verdict(out, say, report_cpu, report=opts.report)
     write_processes(out, [c for c in (master, *workers, sim) if c is not None], report_cpu, say)
     stored = record_run(out, run_id=run_id, results_dir=sc.results_dir, scenario_path=opts.scenario, digest=digest,
                         labels=opts.labels, overrides=overrides, server=opts.server)

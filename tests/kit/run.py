@@ -84,8 +84,8 @@ class RunResult:
 
 def _command(scenario: str | os.PathLike | None, args: Sequence[str], *, out: pathlib.Path | None,
              workers: int | None, host: str | None, sim_args: Sequence[str], prefix: Sequence[str] = (),
-             lag_limit_ms: float | None = LANE_LAG_MS) -> list[str]:
-    return [*prefix, *KNEECAP, "run",
+             lag_limit_ms: float | None = LANE_LAG_MS, report: bool = True) -> list[str]:
+    return [*prefix, *KNEECAP, "run", *([] if report else ["--no-report"]),
             *(["--set", f"load.step.max_lag_ms={lag_limit_ms:g}"] if lag_limit_ms is not None else []),
             *([str(scenario)] if scenario is not None else []),
             *(["--host", host] if host is not None else []),
@@ -101,15 +101,16 @@ def _env(env: Mapping[str, str] | None) -> dict[str, str] | None:
 def kneecap_run(scenario: str | os.PathLike | None, *args: str, out: pathlib.Path | None, workers: int | None = 1,
                 host: str | None = None, sim_args: Sequence[str] = (), timeout: float = DEFAULT_TIMEOUT_S,
                 env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
-                lag_limit_ms: float | None = LANE_LAG_MS) -> RunResult:
+                lag_limit_ms: float | None = LANE_LAG_MS, report: bool = False) -> RunResult:
     """``kneecap run SCENARIO [--host HOST] [--workers N] [--out OUT] ARGS... [--sim-arg=A]...`` to its end.
 
     ``None`` leaves a part out (no scenario, no ``--workers``, no ``--out``: the command as a user might mistype
     it). ``env``: variables set on top of this process's environment; ``prefix``: a command to run it under
-    (``taskset -c 1``); ``lag_limit_ms``: ``LANE_LAG_MS``, or None for the scenario's own. Past ``timeout`` the
+    (``taskset -c 1``); ``lag_limit_ms``: ``LANE_LAG_MS``, or None for the scenario's own; ``report``: build
+    report.html (``--no-report`` otherwise: ~1-2 s of CPU a run that most tests do not read). Past ``timeout`` the
     run is killed and the test fails with what it had written so far."""
     cmd = _command(scenario, args, out=out, workers=workers, host=host, sim_args=sim_args, prefix=prefix,
-                   lag_limit_ms=lag_limit_ms)
+                   lag_limit_ms=lag_limit_ms, report=report)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=_env(env))
     except subprocess.TimeoutExpired as exc:

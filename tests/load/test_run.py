@@ -78,7 +78,7 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
     floor = ', tokens_per_s_per_user: "p(5)>1"' if code == 0 else ""
     r = kneecap_run(scenario(tmp_path, CONSTANT, f"slo: {{ttft: \"{budget}\"{floor}}}\n"
                              + (COST if code == 0 else "")), "--label", "env=ci", "--label", f"code={code}",
-                    out=tmp_path / "out")
+                    out=tmp_path / "out", report=True)
     got, summary, output = r.code, r.summary, r.output
     assert got == code and summary["exit_code"] == code, output
     assert summary["slo"]["passed"] is (code == 0)
