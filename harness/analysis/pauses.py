@@ -102,7 +102,8 @@ class StepPauses:
         return (med, sd) if med > 0 and sd / med < limit else None
 
     def words(self) -> str:
-        """"9 pauses of ~200 ms (max 230), every ~2.0 s ± 0.1, on 2 of 2 workers": for the tail's line."""
+        """"5 pauses of ~303 ms, every ~2.0 s ± 0.0, on both workers" (or "on 1 of 3 workers", "(max 577)" when one
+        is far longer): for the tail's line."""
         n = len(self.pauses)
         if not n:
             return ""

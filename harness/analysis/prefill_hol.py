@@ -8,9 +8,9 @@ at least its 95th percentile (so a step of equal prompts has none), and a reques
 a long prefill* when its wait for the first token (send to first token) overlaps a long request's (``behind``), or
 (``tail_rows``) it streamed through a server-wide pause that ended as a long prompt's first token came
 (``pauses.StepPauses.without_prefills``). Tail attribution tests it as a flag (``tail_features``): "were held up
-by a long prompt's prefill, waiting for their first token or mid-stream (31% vs 4%): head-of-line blocking behind
-long prefills (prompts over 1,500 tokens); consider chunked prefill". A request with a long prompt is left out of
-the test (the prompt feature speaks for it).
+by a long prompt's prefill, waiting for their first token or mid-stream (77% vs 19%): head-of-line blocking behind
+long prefills (prompts over 80 tokens); consider chunked prefill" (``tests/load/test_tail_mixture.py``, one run).
+A request with a long prompt is left out of the test (the prompt feature speaks for it).
 
 Cost: the threshold from a sample of at most ~5,000 prompts, the long requests' windows sorted once, then one
 bisection per row tested.
@@ -49,9 +49,13 @@ class LongPrefills:
         windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS) for i in long if ttft[i] is not None)
         self.starts = [a for a, _ in windows]
         self.reach = list(accumulate((b for _, b in windows), max))  # the latest end among the first k windows
-        self.count = len(windows)
         self.first_tokens = sorted(b for _, b in windows)
         """When each long prompt's first token came (ms): its prefill ended then."""
+
+    @property
+    def count(self) -> int:
+        """Long prompts with a first token."""
+        return len(self.starts)
 
     def behind(self, idx: Sequence[int]) -> list:
         """For rows ``idx``: True when the row's wait for its first token overlapped a long prompt's; None for a long

@@ -223,6 +223,8 @@ class Pauses(View, kw_only=True):
     period_s: float | None = None
     period_sd_s: float | None = None
     words: str = ""
+    long_prefills: int = 0
+    long_prefill_median_ms: float | None = None
     listed: list[PauseSeen] = []
 
 

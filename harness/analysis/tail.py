@@ -178,7 +178,7 @@ def _plain(x: object) -> object:
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
                uniform: list[int], cols: dict[str, list], base: dict[str, Counter], seconds: list, params: TailParams,
                sampled: str | None, words: Mapping[str, str]) -> TailAttribution:
-    label, ql, words_for = METRICS.get(metric, metric), f"p{100 * q:g}", words
+    label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
     head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
     if len(tail) < params.min_tail:
         line = f"{ql} {label}: too few tail requests to attribute ({len(tail)} above {ql} of {n})"
@@ -188,10 +188,10 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     adjusted = holm([r["p"] for r in raw])
     tests = []
     for r, ph in zip(raw, adjusted, strict=True):
-        words = (words_for.get(r["cause"]) or CAUSES.get(r["cause"])) if r["cause"] else None
+        said = (words.get(r["cause"]) or CAUSES.get(r["cause"])) if r["cause"] else None
         if r["cause"] == "connect":
-            words = connect_cost(label, seconds, list(map(cols["new_connection"].__getitem__, uniform)))
-        tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=words))
+            said = connect_cost(label, seconds, list(map(cols["new_connection"].__getitem__, uniform)))
+        tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=said))
     counted = sorted((t for t in tests if t.significant and t.material and t.feature != "t_in_step_s"),
                      key=lambda t: -abs(t.effect))
     shares = _shares(counted, tail, cols)

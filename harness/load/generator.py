@@ -3,7 +3,8 @@
 A loop-lag monitor measures how late a 20 ms sleep wakes up: the validity signal for the generator
 (Locust's 90% CPU warning comes too late). 20 ms, not 100: the step's p99 must be a p99 of the loop's lag over
 the step, not its maximum (a 3 s step held 30 samples at 100 ms, so one 12 ms scheduler hiccup unjudged it; at
-20 ms it takes ~1% of the step's moments lagging, what a p99 means). 50 wake-ups a second cost ~0.1% of a core.
+20 ms it takes ~1% of the step's moments lagging, what a p99 means). 50 wake-ups a second cost 1–2% of a core
+(0.25% at 100 ms; ``python -m benchmarks.lag_monitor_cost``, an otherwise idle process: 0.08%).
 Each report also carries the process's CPU seconds by step (for the client's cost per streamed token) and its
 garbage-collector pauses.
 
