@@ -113,7 +113,7 @@ PAUSES = 29
 def with_pauses(wire: list[list]) -> list[list]:
     """The rows as if each stream had 5+ chunks (``gaps`` ``[]``) and the server stopped ``PAUSES`` times: every
     request decoding through a stop carries that silence (``metrics.rows.long_gaps``' shape, ms since the send)."""
-    ti, ttft, e2e = (ROW_FIELDS.index(f) for f in ("t_ms", "ttft", "e2e"))
+    ti, ttft, e2e, gi = (ROW_FIELDS.index(f) for f in ("t_ms", "ttft", "e2e", "gaps"))
     out = []
     for row in wire:
         t, first, end = row[ti], row[ti] + row[ttft] / 10, row[ti] + row[e2e] / 10
@@ -123,7 +123,7 @@ def with_pauses(wire: list[list]) -> list[list]:
             lo, hi = max(a, first), min(a + 200, end)
             if hi - lo >= 5:
                 gaps += (round(lo - t), round(hi - lo))
-        out.append([*row[:-1], gaps])
+        out.append([*row[:gi], gaps, *row[gi + 1:]])
     return out
 
 

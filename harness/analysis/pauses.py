@@ -23,6 +23,7 @@ Cost: rows without a long silence cost one pass; with pauses, the decoding inter
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -37,6 +38,9 @@ SILENT_SHARE = 0.9
 MIN_STREAMS = 3
 MERGE_MS = 10.0
 PERIODIC_CV = 0.25
+COINCIDENCE_ALPHA = 0.05
+"""Pauses are long prefills only when more of them end beside a long prompt's first token than chance would have
+it (one-sided binomial test at this level, ``without_prefills``)."""
 LISTED = 50
 """Pauses listed in the summary (the figures count them all)."""
 _TENTHS_PER_MS = 10
@@ -75,11 +79,17 @@ class StepPauses:
         one of them (its prefill still follows it), unless the prefill came right after it: then the pause is more
         than twice the prefills' usual length (of 3 or more) and stays the server's."""
         first = sorted(first_tokens_ms)
-        keep, moved = [], []
+        keep, moved, chance = [], [], []
+        ends = [p.end_ms for p in self.pauses]
+        span = max([*first, *ends], default=0.0) - min([*first, *(p.start_ms for p in self.pauses)], default=0.0)
+        rate = len(first) / max(span, 1000.0)  # long prompts' first tokens per ms
         for p in self.pauses:
             tol = 5.0 + 0.1 * p.length_ms
             k = bisect_left(first, p.end_ms - tol)
             (moved if k < len(first) and first[k] <= p.end_ms + tol else keep).append(p)
+            chance.append(1 - math.exp(-rate * 2 * tol))
+        if moved and _binomial_sf(len(moved), len(self.pauses), statistics.fmean(chance)) > COINCIDENCE_ALPHA:
+            return self  # long prompts' first tokens come so often that as many pauses would end beside one by chance
         if len(moved) >= 3:  # one far longer than the prefills' usual is a stall that a prefill ended: the server's
             usual = statistics.median(p.length_ms for p in moved)
             keep += [p for p in moved if p.length_ms > 2 * usual]
@@ -134,6 +144,17 @@ class StepPauses:
                 "listed": [{"start_s": round(p.start_ms / 1000, 3), "length_ms": round(p.length_ms, 1),
                             "streams": p.streams, "decoding": p.decoding, "workers": list(p.workers)}
                            for p in self.pauses[:LISTED]]}
+
+
+def _binomial_sf(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p)."""
+    if p <= 0.0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)  # in logs: comb(n, j) overflows a float from n ≈ 1,030
+    return min(1.0, sum(math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp
+                                 + (n - j) * lq) for j in range(k, n + 1)))
 
 
 def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequence, worker: Sequence, *,

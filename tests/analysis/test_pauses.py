@@ -163,3 +163,16 @@ def test_pauses_that_ended_with_a_long_prompts_first_token_were_its_prefill():
     assert [round(p.start_ms / 1000, 1) for p in split.prefills] == [1.0, 2.5, 4.0]
     assert [round(p.start_ms / 1000, 1) for p in split.pauses] == [6.0, 8.0]
     assert split.to_dict()["long_prefills"] == 3 and split.to_dict()["count"] == 2
+
+
+def test_pauses_that_end_beside_long_first_tokens_no_more_often_than_chance_stay_the_servers():
+    # 30 long prompts' first tokens a second (a dense step): a 120 ms pause's ±17 ms window holds one about 2 times
+    # in 3 by chance, so 5 pauses ending beside one say nothing about prefills (a synthetic 100k-request step once
+    # lost 28 of its 29 pauses this way)
+    stops = [(1.0 + 2 * k, 1.12 + 2 * k, set()) for k in range(5)]
+    found = _find(_step(stops, workers=1))
+    dense = [33.3 * k for k in range(int(11_000 / 33.3))]
+    kept = found.without_prefills(dense)
+    assert len(kept.pauses) == 5 and kept.prefills == []
+    # the same pauses with first tokens only at their ends (and a few elsewhere): prefills
+    assert len(found.without_prefills([p.end_ms + 1 for p in found.pauses] + [500.0, 9000.0]).prefills) == 5
