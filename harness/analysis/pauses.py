@@ -25,11 +25,13 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, compress, repeat
+from itertools import chain, compress, repeat
 from operator import is_not
+
+import numpy as np
 
 __all__ = ["MERGE_MS", "MIN_STREAMS", "PERIODIC_CV", "SILENT_SHARE", "Pause", "StepPauses", "find_pauses",
            "in_pause_ms"]
@@ -160,90 +162,55 @@ def _binomial_sf(k: int, n: int, p: float) -> float:
 def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequence, worker: Sequence, *,
                 min_ms: float = 5.0) -> StepPauses:
     """The step's pauses from its rows' columns (``metrics.rows``: send ms, TTFT and E2E in tenths of a ms, gaps)."""
-    by_worker: dict = {}
-    for i in compress(range(len(gaps)), map(is_not, gaps, repeat(None))):
-        by_worker.setdefault(worker[i], []).append(i)
-    found: list[Pause] = []
-    for w, rows in by_worker.items():
-        found += _worker_pauses(w, rows, t_ms, ttft, e2e, gaps, min_ms)
-    return StepPauses(_merge(found), workers=len(set(worker)), min_ms=min_ms)
+    rows = list(compress(range(len(gaps)), map(is_not, gaps, repeat(None))))
+    g = list(map(gaps.__getitem__, rows))
+    pairs = np.array(list(chain.from_iterable(g)), np.int64)  # (offset, length) per silence, ms since the send
+    workers = len(set(worker))
+    if len(pairs) < 2 * MIN_STREAMS:
+        return StepPauses([], workers=workers, min_ms=min_ms)
+    names, code = np.unique(np.array(list(map(worker.__getitem__, rows))), return_inverse=True)
+    # each worker's events on its own stretch of one time line: one sort for the fleet, and since every start has its
+    # end, the running counts are back to 0 between two workers' stretches
+    sent = np.array(list(map(t_ms.__getitem__, rows)), np.int64) * _TENTHS_PER_MS + code.astype(np.int64) * _WORKER
+    silent_start = np.repeat(sent, np.array(list(map(len, g)), np.int64) // 2) + pairs[0::2] * _TENTHS_PER_MS
+    first = np.array(list(map(ttft.__getitem__, rows)), dtype=float)  # None: nan (a failure decodes nothing)
+    last = np.array(list(map(e2e.__getitem__, rows)), dtype=float)
+    known = ~(np.isnan(first) | np.isnan(last))
+    found = _runs(np.sort(np.concatenate([
+        (silent_start + pairs[1::2] * _TENTHS_PER_MS) * 4 + _SILENT_END, silent_start * 4 + _SILENT_START,
+        (sent[known] + last[known].astype(np.int64)) * 4 + _DECODE_END,
+        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START])), min_ms)
+    return StepPauses(_merge([Pause(start / _TENTHS_PER_MS, length / _TENTHS_PER_MS, s, d, (names[w].item(),))
+                              for w, start, length, s, d in found]), workers=workers, min_ms=min_ms)
 
 
-# Events are ints: the time in tenths of a ms × 4 + a code, so one C-level sort orders them by time with ends before
-# starts at a tie (a stream that resumes as another goes silent is not two at once).
+# Events are ints: (the worker × _WORKER + the time in tenths of a ms) × 4 + a code, so one sort orders them by
+# worker, then time, with ends before starts at a tie (a stream that resumes as another goes silent is not two at once).
 _SILENT_END, _DECODE_END, _SILENT_START, _DECODE_START = 0, 1, 2, 3
-_EVENT_MS = 4 * _TENTHS_PER_MS  # an event's units per ms of the rows
+_STEP = np.array([-1, 0, 1, 0]), np.array([0, -1, 0, 1])  # silent streams and decoding streams: change per code
+_WORKER = 1 << 40
+"""A worker's stretch of the time line, in tenths of a ms: ~3.5 years of step."""
 
 
-def _worker_pauses(w, rows: list[int], t_ms, ttft, e2e, gaps, min_ms: float) -> list[Pause]:
-    silent: list[int] = []
-    add = silent.extend
-    for i in rows:
-        g = gaps[i]
-        if g:  # as events: start + _SILENT_START, end + _SILENT_END
-            t = t_ms[i] * _EVENT_MS
-            if len(g) == 2:  # the usual: one silence
-                add((t + g[0] * _EVENT_MS + _SILENT_START, t + (g[0] + g[1]) * _EVENT_MS + _SILENT_END))
-            else:
-                for k in range(0, len(g), 2):
-                    add((t + g[k] * _EVENT_MS + _SILENT_START, t + (g[k] + g[k + 1]) * _EVENT_MS + _SILENT_END))
-    if len(silent) < 2 * MIN_STREAMS:
+def _runs(keys: np.ndarray, min_ms: float) -> list[tuple[int, int, int, int, int]]:
+    """(worker, start, length in tenths of a ms, peak silent, peak decoding) of every run of held intervals in which
+    enough streams were silent, from the sorted events."""
+    t, code = keys >> 2, keys & 3
+    silent, decoding = np.cumsum(_STEP[0][code]), np.cumsum(_STEP[1][code])  # after each event
+    # the state after the last event at a time holds until the next time: only those intervals count
+    held = np.flatnonzero(t[1:] > t[:-1])
+    on = (silent[held] >= MIN_STREAMS) & (silent[held] >= SILENT_SHARE * decoding[held])
+    edges = np.diff(on.astype(np.int8), prepend=0, append=0)
+    opened, closed = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # runs of held intervals: [opened, closed)
+    if not len(opened):
         return []
-    silent.sort()
-    running = list(accumulate((1 if e & 2 else -1 for e in silent), initial=0))  # silent streams after event k
-    windows = _windows(silent, running)
-    if not windows:
-        return []
-    dec = [i for i in rows if ttft[i] is not None and e2e[i] is not None]
-    starts = sorted((t_ms[i] * _TENTHS_PER_MS + ttft[i]) * 4 + _DECODE_START for i in dec)
-    ends = sorted((t_ms[i] * _TENTHS_PER_MS + e2e[i]) * 4 + _DECODE_END for i in dec)
-    out = []
-    for a, b in windows:  # the state just before a (in tenths of a ms), then every event in [a, b]
-        lo, hi = bisect_left(silent, a * 4), bisect_right(silent, b * 4 + 3)
-        s0, s1 = bisect_left(starts, a * 4), bisect_right(starts, b * 4 + 3)
-        e0, e1 = bisect_left(ends, a * 4), bisect_right(ends, b * 4 + 3)
-        events = sorted(silent[lo:hi] + starts[s0:s1] + ends[e0:e1])
-        out += _sweep(w, a, b, events, decoding=s0 - e0, silent=running[lo], min_ms=min_ms)
-    return out
-
-
-def _windows(silent: list[int], running: list[int]) -> list[tuple[int, int]]:
-    """Intervals (tenths of a ms) in which at least MIN_STREAMS silences overlap: the only places a pause can be."""
-    out, opened = [], None
-    for e, s in zip(silent, running[1:], strict=True):
-        if s >= MIN_STREAMS and opened is None:
-            opened = e >> 2
-        elif s < MIN_STREAMS and opened is not None:
-            out.append((opened, e >> 2))
-            opened = None
-    return out
-
-
-def _sweep(w, a: int, b: int, events: list[int], *, decoding: int, silent: int, min_ms: float) -> list[Pause]:
-    out, opened, peak_s, peak_d, t_prev = [], None, 0, 0, a
-    for e in [*events, b * 4 + 3]:
-        t = e >> 2
-        if t > t_prev:  # the state held over (t_prev, t)
-            if silent >= MIN_STREAMS and silent >= SILENT_SHARE * decoding:
-                opened = t_prev if opened is None else opened
-                peak_s, peak_d = max(peak_s, silent), max(peak_d, decoding)
-            elif opened is not None:
-                out.append((opened, t_prev, peak_s, peak_d))
-                opened, peak_s, peak_d = None, 0, 0
-        t_prev = t
-        code = e & 3
-        if code == _SILENT_START:
-            silent += 1
-        elif code == _SILENT_END:
-            silent -= 1
-        elif code == _DECODE_START:
-            decoding += 1
-        else:
-            decoding -= 1
-    if opened is not None:
-        out.append((opened, b, peak_s, peak_d))
-    scale = _TENTHS_PER_MS
-    return [Pause(s / scale, (e - s) / scale, ps, pd, (w,)) for s, e, ps, pd in out if e - s >= min_ms * scale]
+    bounds = np.stack([opened, closed]).T.ravel()  # a run's peaks: maxima over [opened, closed), every other segment
+    peak_s = np.maximum.reduceat(np.append(silent[held], 0), bounds)[0::2]
+    peak_d = np.maximum.reduceat(np.append(decoding[held], 0), bounds)[0::2]
+    start, end = t[held[opened]], t[held[closed - 1] + 1]
+    long = np.flatnonzero(end - start >= min_ms * _TENTHS_PER_MS)
+    return list(zip(*(x[long].tolist() for x in (start // _WORKER, start % _WORKER, end - start, peak_s, peak_d)),
+                    strict=True))
 
 
 def _merge(pauses: list[Pause]) -> list[Pause]:
@@ -266,20 +233,24 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
                 pauses: Sequence[Pause]) -> list:
     """For rows ``idx``: ms in flight (send to end) through one of ``pauses`` (sorted, disjoint: a ``StepPauses``'
     list) seen on the row's worker or on ≥ 2 workers; None for a row without an end (a failure)."""
-    ps = pauses  # walk back from the last that starts before the row ends
-    starts, ends = [p.start_ms for p in ps], [p.end_ms for p in ps]
-    seen = [None if len(p.workers) > 1 else p.workers for p in ps]  # None: on several workers, every row's
-    out: list = []
-    for i in idx:
-        d = e2e[i]
-        if d is None:
-            out.append(None)
-            continue
-        a = t_ms[i]
-        b, total, k = a + d / _TENTHS_PER_MS, 0.0, bisect_right(starts, a + d / _TENTHS_PER_MS) - 1
-        while k >= 0 and ends[k] > a:
-            if seen[k] is None or worker[i] in seen[k]:
-                total += min(b, ends[k]) - max(a, starts[k])
-            k -= 1
-        out.append(round(total))
+    out: list = [None] * len(idx)
+    by_worker: dict = {}
+    for j, i in enumerate(idx):
+        if e2e[i] is not None:
+            by_worker.setdefault(worker[i], []).append(j)
+    for w, js in by_worker.items():
+        seen = [p for p in pauses if len(p.workers) > 1 or w in p.workers]
+        rows = [idx[j] for j in js]
+        sent = np.array([t_ms[i] for i in rows], dtype=float)
+        ended = sent + np.array([e2e[i] for i in rows], dtype=float) / _TENTHS_PER_MS
+        # the time spent in pauses up to x is piecewise linear in x: a row's share is its value at the end minus at
+        # the send (one interpolation for all rows)
+        edges, spent, done = [], [], 0.0
+        for p in seen:
+            edges += (p.start_ms, p.end_ms)
+            spent += (done, done + p.length_ms)
+            done += p.length_ms
+        total = np.interp(ended, edges, spent) - np.interp(sent, edges, spent) if seen else np.zeros(len(rows))
+        for j, ms in zip(js, np.round(total).astype(int).tolist(), strict=True):
+            out[j] = ms
     return out
