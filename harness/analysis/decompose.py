@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import sub
 
+import numpy as np
+
 from harness.analysis.tail_rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
 
@@ -34,15 +36,18 @@ _QUANTILES = (0.5, 0.95)
 _TENTHS_PER_MS = 10  # the rows' latencies are in tenths of a millisecond
 
 
-def _stat(tenths: list[int]) -> dict | None:
-    """n, mean and nearest-rank quantiles (as the sketches) in ms of values in the rows' tenths of a ms: ints, sorted
-    and summed in C (a 100k-request step's three sorts were most of the split's cost as floats)."""
-    if not tenths:
-        return None
-    tenths.sort()
+def _stat(tenths: Sequence[int] | np.ndarray) -> dict | None:
+    """n, mean and nearest-rank quantiles (as the sketches) in ms of values in the rows' tenths of a ms: ints in an
+    array, partitioned, not sorted (a 100k-request step's sorts were most of the split's cost)."""
     n = len(tenths)
-    out: dict = {"n": n, "mean_ms": round(sum(tenths) / n / _TENTHS_PER_MS, 3)}
-    out.update((f"p{round(q * 100)}_ms", round(tenths[min(n - 1, int(q * n))] / _TENTHS_PER_MS, 3)) for q in _QUANTILES)
+    if not n:
+        return None
+    a = tenths if isinstance(tenths, np.ndarray) else np.fromiter(tenths, np.int64, n)
+    ranks = [min(n - 1, int(q * n)) for q in _QUANTILES]
+    part = np.partition(a, ranks)
+    out: dict = {"n": n, "mean_ms": round(int(a.sum()) / n / _TENTHS_PER_MS, 3)}
+    out.update((f"p{round(q * 100)}_ms", round(int(part[k]) / _TENTHS_PER_MS, 3)) for q, k in zip(_QUANTILES, ranks,
+                                                                                                    strict=True))
     return out
 
 
@@ -73,15 +78,16 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
         new = sum(1 for f in flags if f & FLAG_NEW_CONNECTION)
         connect = [k for k, f in zip(c["connect"], flags, strict=True) if k is not None and f & FLAG_NEW_CONNECTION]
     prefill = _both(ttft_all, c["server_prefill"]) if c["server_prefill"].count(None) < len(ttft_all) else ([], [])
-    client = {"ttft": _stat(ttft), "headers": _stat(list(headers)),
-              "headers_to_first_token": _stat(list(map(sub, with_t, headers))), "connect": _stat(connect),
+    with_t, headers = np.fromiter(with_t, np.int64, len(with_t)), np.fromiter(headers, np.int64, len(headers))
+    client = {"ttft": _stat(ttft), "headers": _stat(headers), "headers_to_first_token": _stat(with_t - headers),
+              "connect": _stat(connect),
               "new_connection_share": round(new / len(ttft), 4),
-              "send": _stat(list(_both(ttft_all, c["send"])[1])), "loop_lag": _stat(list(_both(ttft_all, c["lag"])[1]))}
+              "send": _stat(_both(ttft_all, c["send"])[1]), "loop_lag": _stat(_both(ttft_all, c["lag"])[1])}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
     if prefill[0]:
         out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)",
-                         "prefill": _stat(list(prefill[1])), "queue": UNKNOWN,
+                         "prefill": _stat(prefill[1]), "queue": UNKNOWN,
                          "network_client_queue": _stat(list(map(sub, *prefill)))}
     elif stages.get("ttft"):
         src = "per step: the server's /metrics histograms (bucket bounds: [estimate, low, high] ms)"
