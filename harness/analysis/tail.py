@@ -26,7 +26,7 @@ Cost: every tail request is kept; the rest is a uniform sample of at most 5,000 
 so the same step gives the same answer; the result says when it sampled). Only the metrics are read for
 every request (one pass each; only values above a bound from the sample are sorted); the features are read
 for the rows tested, the tails and the sample (~20k of 100k), and counted, not kept per row. At 100k
-requests the master's rows take ~0.13 s of CPU, ~7× a ``sorted()`` of their 100k TTFTs, on a 2-CPU EPYC VM
+requests the master's rows take ~0.17-0.2 s of CPU, ~8-9× a ``sorted()`` of their 100k TTFTs, on a 2-CPU EPYC VM
 (``python -m benchmarks.tail_attribution``: ``explain_rows_ms`` against ``sorted_ms``).
 """
 
