@@ -8,9 +8,10 @@ or tool-call deltas; the role-only first chunk and empty deltas do not count.
 
 A chunk that is not JSON is ``malformed_chunk``; JSON of the wrong shape is ``bad_response``, with the field,
 what was expected and what came ("server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0"):
-the chunk is not an object, ``choices`` not an array of objects, ``delta`` not an object, ``finish_reason``
-not a string, ``usage`` not an object or its counts not integers >= 0, llama.cpp's ``timings`` not an object
-or its ``cache_n`` not a count, its ``prompt_ms`` / ``predicted_ms`` not milliseconds >= 0. Nothing of such a
+the chunk is not an object, its ``id`` not a string (read until a chunk gives one), ``choices`` not an array of
+objects, ``delta`` not an object, ``finish_reason`` not a string, ``usage`` not an object or its counts not
+integers >= 0, llama.cpp's ``timings`` not an object or its ``cache_n`` not a count, its ``prompt_ms`` /
+``predicted_ms`` not milliseconds >= 0. Nothing of such a
 chunk is kept, so no wrong type reaches the record. The checks cost nothing per token: wrong containers fail
 the lookups the tracker makes anyway (the message is worked out only then), and ``finish_reason``, ``usage``
 and ``timings`` are checked only on the chunks that carry them (``timings`` only on the finish chunk, where
@@ -148,6 +149,9 @@ class StreamTracker(OutputTracker):
             raise StreamProtocolError("stream_error", f"server error in stream: {str(msg)[:200]}")
         choices = obj.get("choices")
         usage = obj.get("usage")
+        rid = obj.get("id") if self.response_id is None else None  # read once: later chunks repeat it
+        if rid is not None and rid.__class__ is not str:
+            raise TypeError
         cached = reasoning = None
         if usage:
             completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -190,8 +194,8 @@ class StreamTracker(OutputTracker):
                 self.cached_tokens, self.cached_source = cached, "usage"
             if reasoning is not None:
                 self.reasoning_tokens = reasoning
-        if self.response_id is None:
-            self.response_id = obj.get("id")
+        if rid is not None:
+            self.response_id = rid
 
     def _finish(self, t: float, obj: dict, finish: object, cached: int | None) -> None:
         """The chunk with a ``finish_reason`` (``cached``: its usage's, if any): the reason, its time and llama.cpp's
@@ -237,17 +241,19 @@ def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:
         message = choice.get("message")
         text = message.get("content") if message is not None else choice.get("text")
         finish = choice.get("finish_reason")
-        ok = all(map(_count, (completion, prompt, cached, reasoning))) and (finish is None or finish.__class__ is str)
+        rid = obj.get("id")  # type: ignore[union-attr]
+        ok = all(map(_count, (completion, prompt, cached, reasoning))) and (finish is None or finish.__class__ is str) \
+            and (rid is None or rid.__class__ is str)
     except (AttributeError, TypeError, KeyError, IndexError):
         ok = False
     if not ok:
-        raise StreamProtocolError("bad_response", f"answer is not a chat/completions response with choices and "
-                                                  f"integer usage counts: {json.dumps(obj)[:160]}")
+        raise StreamProtocolError("bad_response", f"answer is not a chat/completions response with choices, "
+                                                  f"integer usage counts and a string id: {json.dumps(obj)[:160]}")
     tracker.completion_tokens, tracker.prompt_tokens, tracker.reasoning_tokens = completion, prompt, reasoning
     if cached is not None:
         tracker.cached_tokens, tracker.cached_source = cached, "usage"
     tracker.finish_reason, tracker.finish_t = finish or "stop", t
-    tracker.response_id = obj.get("id")  # type: ignore[union-attr]
+    tracker.response_id = rid
     if tracker.text is not None and text.__class__ is str:
         tracker.text.append(text)
 
@@ -298,4 +304,7 @@ def _shape_problem(obj: object) -> str:
             if not _ms(timings.get(key)):
                 return (f"server chunk's timings.{key} is {_json_kind(timings.get(key))}, expected a number of "
                         f"milliseconds >= 0")
+    rid = obj.get("id")  # checked last: only the first chunk's id is read
+    if rid is not None and not isinstance(rid, str):
+        return f"server chunk's id is {_json_kind(rid)}, expected a string"
     return "server chunk has fields of unexpected types"

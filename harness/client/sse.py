@@ -52,7 +52,8 @@ class LineDecoder:
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE) -> None:
         self.max_line = max_line_bytes
-        self._buf = b""
+        self._held: list[bytes] = []  # the unfinished line's pieces, joined only once a line end arrives
+        self._held_len = 0
         self._data: list[bytes] = []
         self._event = b""
         self._skip_lf = False  # the last chunk ended with CR: a leading LF is the rest of that CRLF
@@ -64,7 +65,21 @@ class LineDecoder:
         if self._skip_lf and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._skip_lf = False
-        buf = self._buf + chunk if self._buf else chunk
+        held = self._held
+        if held:
+            # Inside a long line that comes in small receives: keep the piece and scan only it. Joining (and
+            # scanning) the whole line on every receive cost O(n^2): 1.3 s for a 160 kB line in 1-byte receives.
+            if b"\n" not in chunk and b"\r" not in chunk:
+                held.append(chunk)
+                self._held_len += len(chunk)
+                if self._held_len > self.max_line:
+                    raise OversizedLine(f"SSE line longer than {self.max_line} bytes")
+                return []
+            held.append(chunk)
+            buf = b"".join(held)
+            held.clear()
+        else:
+            buf = chunk
         out: list[Event] = []
         start = 0
         n = len(buf)
@@ -83,10 +98,12 @@ class LineDecoder:
                 break
             self._line(buf[start:end], t, out)
             start = nxt
-        self._buf = buf = buf[start:]
-        if len(buf) > self.max_line:
-            raise OversizedLine(f"SSE line longer than {self.max_line} bytes")
-        self.idle = not (buf or self._data or self._event or self._skip_lf)
+        if start < n:
+            if n - start > self.max_line:
+                raise OversizedLine(f"SSE line longer than {self.max_line} bytes")
+            held.append(buf[start:])
+            self._held_len = n - start
+        self.idle = not (held or self._data or self._event or self._skip_lf)
         return out
 
     def _line(self, line: bytes, t: float, out: list[Event]) -> None:
