@@ -132,6 +132,8 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenari
         where = getattr(exc, "problem_mark", None)
         at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
         raise ScenarioError(path, [f"{at}not valid YAML ({getattr(exc, 'problem', None) or exc})"]) from None
+    except RecursionError:  # PyYAML recurses per level: a file of thousands of nested [ or {
+        raise ScenarioError(path, ["nested too deep to be a scenario (thousands of levels of [ or {)"]) from None
     if overrides:
         raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides)
     return parse_scenario(raw, source=path, base_dir=os.path.dirname(os.path.abspath(path)))

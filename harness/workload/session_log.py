@@ -53,7 +53,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from harness.workload.traces import INPUT_NAMES, OUTPUT_NAMES, TraceError, _header, _is_jsonl, _rows, _text
+from harness.workload.traces import (
+    INPUT_NAMES,
+    MAX_TOKENS,
+    OUTPUT_NAMES,
+    TraceError,
+    _header,
+    _is_jsonl,
+    _rows,
+    _text,
+)
 
 __all__ = ["INPUT_MODES", "SESSION_NAMES", "ScriptedTurn", "SessionLog", "load_session_log", "read_session_log",
            "session_column"]
@@ -140,15 +149,17 @@ def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _number(value: object, where: str, col: str, expected: str) -> float:
+def _number(value: object, where: str, col: str, expected: str, maximum: float = float("inf")) -> float:
     try:
         if isinstance(value, bool):
             raise TypeError
         x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer of 400 digits
         raise TraceError(f"{where}: column {col!r} is {value!r}, expected {expected}") from None
     if x != x or x in (float("inf"), float("-inf")) or x < 0:
         raise TraceError(f"{where}: column {col!r} is {value!r}, expected {expected} (>= 0)")
+    if x > maximum:
+        raise TraceError(f"{where}: column {col!r} is {value!r}, expected {expected} (<= {maximum:.0e})")
     return x
 
 
@@ -180,7 +191,7 @@ def _start_seconds(value: object, where: str, col: str) -> float:
     else:
         offset = 0
     seconds = stamp.replace(tzinfo=timezone.utc).timestamp() - offset
-    return seconds + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    return seconds + (float(f"0.{frac}") if frac else 0.0)  # int(frac) refuses 4,300 digits and more
 
 
 def _columns(path: str, header: list[str], input_col: str | None, output_col: str | None) -> dict[str, str]:
@@ -225,8 +236,10 @@ def _parse(path: str, text: str, cols: dict[str, str]) -> dict[str, list[_Row]]:
             if x != int(x):
                 raise TraceError(f"{where}: column {cols['turn']!r} is {x:g}, expected a whole turn number")
             turn = int(x)
-        n_in = _number(_value(row, cols, "input", where, required=True), where, cols["input"], "a token count")
-        n_out = _number(_value(row, cols, "output", where, required=True), where, cols["output"], "a token count")
+        n_in = _number(_value(row, cols, "input", where, required=True), where, cols["input"], "a token count",
+                       MAX_TOKENS)
+        n_out = _number(_value(row, cols, "output", where, required=True), where, cols["output"], "a token count",
+                        MAX_TOKENS)
         delay, start, dur = (_value(row, cols, role, where) for role in ("delay", "start", "duration"))
         sessions.setdefault(sid, []).append(_Row(
             n, turn, round(n_in), round(n_out),

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from harness.checker import decode_text
 
-__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "TraceError", "guess_columns", "read_columns", "read_header",
+__all__ = ["INPUT_NAMES", "MAX_TOKENS", "OUTPUT_NAMES", "TraceError", "guess_columns", "read_columns", "read_header",
            "read_timestamps"]
 
 # Common spellings, most specific first: OpenAI usage, vLLM/Azure traces, generic.
@@ -24,6 +24,11 @@ INPUT_NAMES = ("prompt_tokens", "ContextTokens", "input_tokens", "input_length",
                "input_len", "context_tokens", "request_tokens")
 OUTPUT_NAMES = ("completion_tokens", "GeneratedTokens", "output_tokens", "output_length", "output_len",
                 "num_output_tokens", "generated_tokens", "response_tokens")
+
+
+MAX_TOKENS = 1e9
+"""The largest token count a log's cell may hold: no request has a billion tokens, so a larger one is a corrupt cell
+(and 1e308 tokens overflowed the fit's moments into a traceback)."""
 
 
 class TraceError(ValueError):
@@ -79,6 +84,8 @@ def _rows(path: str, text: str, json_lines: bool | None = None) -> Iterator[tupl
                     row = json.loads(line)
                 except ValueError as exc:
                     raise TraceError(f"{path}:{n}: invalid JSON ({exc})") from None
+                except RecursionError:  # json recurses per level: a line of thousands of [ or {
+                    raise TraceError(f"{path}:{n}: invalid JSON (nested too deep to be a log's row)") from None
                 if not isinstance(row, dict):
                     raise TraceError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
                 yield n, row
@@ -105,10 +112,11 @@ def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:
             value = row.get(c)
             try:
                 number = float(value)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer of 400 digits
                 raise TraceError(f"{path}:{n}: column {c!r} is {value!r}, expected a token count") from None
-            if number < 0 or number != number or number == float("inf"):
-                raise TraceError(f"{path}:{n}: column {c!r} is {value!r}, expected a count >= 0")
+            if not 0 <= number <= MAX_TOKENS:  # NaN fails too
+                raise TraceError(f"{path}:{n}: column {c!r} is {value!r}, expected a count >= 0 and <= "
+                                 f"{MAX_TOKENS:.0e}")
             out[c].append(round(number))
     if not out[columns[0]]:
         raise TraceError(f"{path}: no rows")
@@ -138,7 +146,7 @@ def _seconds(value: object) -> float:
     if tz and tz.upper() != "Z":
         digits = tz[1:].replace(":", "")
         stamp -= (1 if tz[0] == "+" else -1) * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-    return stamp + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    return stamp + (float(f"0.{frac}") if frac else 0.0)  # int(frac) refuses 4,300 digits and more
 
 
 def read_timestamps(path: str, column: str) -> list[float]:
