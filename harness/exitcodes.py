@@ -3,11 +3,11 @@
 Once a run has started, ``kneecap run`` returns the code its ``summary.json`` records (``exit_code``;
 NO_VALID_RESULT when there is none), and a plain ``locust`` master running kneecap exits with it too
 (``environment.process_exit_code``, which Locust's ``main.py`` checks before its own). The numbers keep
-Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool reads them right; 3 to 6
+Locust's 1 (errors) and click's 2 (usage), so a wrapper that knows either tool reads them right; 3 to 7
 are ours. The README's "Exit codes" table explains each.
 """
 
-__all__ = ["DEGRADED", "ERROR", "NO_VALID_RESULT", "OK", "REGRESSED", "SLO_FAILED", "USAGE"]
+__all__ = ["DEGRADED", "ERROR", "MASTER_LOST", "NO_VALID_RESULT", "OK", "REGRESSED", "SLO_FAILED", "USAGE"]
 
 OK = 0
 """The run finished with a valid result and every SLO held (or there were none)."""
@@ -31,3 +31,8 @@ DEGRADED = 5
 REGRESSED = 6
 """``kneecap compare --gate``: NEW regressed from BASE on at least one gated metric (past its threshold, beyond
 both runs' noise; docs/gate.md). Not a run's code: ``kneecap run`` never returns it."""
+
+MASTER_LOST = 7
+"""The master ended mid-run without its summary (killed, crashed, out of memory). ``kneecap run`` writes the steps
+judged until its last checkpoint (``summary.json`` ``incomplete``); a worker whose master is gone stops its load and
+exits with it (``load/master_watch.py``)."""

@@ -9,8 +9,10 @@ not what kneecap writes. The cost line is rendered from the cost's figures, not 
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import signal
 from collections.abc import Callable
 
 from harness import exitcodes
@@ -21,7 +23,7 @@ from harness.analysis.summary_model import Summary
 from harness.procs import Child
 from harness.report.validate import load_summary
 
-__all__ = ["say_verdict", "write_processes"]
+__all__ = ["keep_checkpoint", "say_verdict", "write_processes"]
 
 
 def _thread_cpu() -> tuple[float, float]:
@@ -77,6 +79,33 @@ def write_processes(out: str, children: list[Child], report_cpu: list[float], sa
     except OSError as exc:
         say(f"processes.json not written: {exc}")
     say(cost_line(block))
+
+
+def keep_checkpoint(out: str, returncode: int | None, say: Callable[[str], None]) -> bool:
+    """After a master that ended without ``summary.json`` (killed, crashed, out of memory): its last checkpoint
+    (``load/master.py``: the first is written as the run begins) becomes the summary, marked ``incomplete``, with exit
+    code MASTER_LOST; True then. False when the master wrote its summary, or ended before the run began."""
+    from harness.sinks.files import CHECKPOINT, write_json_atomic
+
+    path, kept = os.path.join(out, "summary.json"), os.path.join(out, CHECKPOINT)
+    if os.path.exists(path):
+        return False
+    how = f"killed by {signal.Signals(-returncode).name}" if returncode is not None and returncode < 0 else \
+        f"exit {returncode}"
+    try:
+        with open(kept, encoding="utf-8") as f:
+            data = json.load(f)
+        steps = [s for s in data["steps"] if s.get("complete")]
+    except (OSError, ValueError, KeyError, TypeError):
+        say(f"the master ended ({how}) before the run began: no results")
+        return False
+    data["incomplete"] = (f"the master was lost ({how}); the steps judged up to its last checkpoint "
+                          f"({len(steps)} complete of {len(data['steps'])})")
+    data["exit_code"] = exitcodes.MASTER_LOST
+    write_json_atomic(path, data)
+    os.remove(kept)
+    say(f"MASTER LOST: {data['incomplete']}")
+    return True
 
 
 def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,

@@ -33,6 +33,8 @@ class Supervisor:
         self.interrupted = threading.Event()
         self.stopped_early = False
         """True once an interrupt has asked the master to end the plan: the summary is a partial one."""
+        self.killed = False
+        """True when this supervisor killed the master (a second interrupt, or past ``GRACE_S``)."""
 
     @contextmanager
     def signals(self) -> Iterator[None]:
@@ -60,9 +62,11 @@ class Supervisor:
                 else:
                     self.say("interrupted again: stopping now, without results")
                     master.proc.kill()
+                    self.killed = True
             elif asked is not None and time.monotonic() - asked > GRACE_S:
                 self.say(f"the master did not finish within {GRACE_S:g} s: stopping it")
                 master.proc.kill()
+                self.killed = True
             time.sleep(0.2)
         relay.join(timeout=5)
 

@@ -11,7 +11,8 @@ from harness import exitcodes
 from harness.analysis import verdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CODES = {"OK": 0, "ERROR": 1, "USAGE": 2, "SLO_FAILED": 3, "NO_VALID_RESULT": 4, "DEGRADED": 5, "REGRESSED": 6}
+CODES = {"OK": 0, "ERROR": 1, "USAGE": 2, "SLO_FAILED": 3, "NO_VALID_RESULT": 4, "DEGRADED": 5, "REGRESSED": 6,
+         "MASTER_LOST": 7}
 
 
 def _module() -> ast.Module:

@@ -220,6 +220,9 @@ class Summary(_View, kw_only=True):
     clock_warnings: list[str] | UnsetType = UNSET
     cost: RunCost | UnsetType = UNSET
     search: Search | UnsetType = UNSET
+    incomplete: str | UnsetType = UNSET
+    """Why the results stop short: the master was lost, these are the steps of its last checkpoint (``kneecap run``,
+    ``outcome.keep_checkpoint``)."""
 
     @property
     def cost_line(self) -> str:

@@ -3,12 +3,16 @@
 Glue only: the run's state and decisions are the pure ``analysis.ledger.Ledger`` and ``analysis.summarize``;
 the steps are ``load/control.py``'s (``self.control``, their one owner); the server's /metrics is an input
 (``load/scraper.py``); the live sinks are ``load/live.py``. At the end (``quitting``, after the last reports
-arrived) this writes ``summary.json``. The web UI reads the run through ``RunView`` only.
+arrived) this writes ``summary.json``; until then, every ``CHECKPOINT_EVERY_S``, the summary as it stands goes to
+``checkpoint.json``, which ``kneecap run`` turns into an incomplete summary if this process dies (``outcome.py``).
+The web UI reads the run through ``RunView`` only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -28,11 +32,14 @@ from harness.metrics.clock import ClockOffset
 from harness.metrics.clocks import FleetClocks
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.scenario import DEFAULT_HOST
-from harness.sinks.files import JsonLinesWriter, write_json_atomic
+from harness.sinks.files import CHECKPOINT, JsonLinesWriter, write_json_atomic
 
-__all__ = ["MasterSide", "RunView"]
+__all__ = ["CHECKPOINT_EVERY_S", "MasterSide", "RunView"]
 
 log = logging.getLogger("kneecap")
+CHECKPOINT_EVERY_S = 10.0
+"""How much of a run a lost master can cost: the summary as it stands is written this often, and as each step is
+judged (a few ms each)."""
 
 
 class MasterSide:
@@ -65,6 +72,8 @@ class MasterSide:
         """Workers whose final report arrived."""
         self.clocks = FleetClocks()
         """Each worker's clock offset to this master's (``load/clock.py`` measures them)."""
+        self._checkpointed = -math.inf
+        self._judged = 0
 
     @property
     def out_dir(self) -> str:
@@ -138,6 +147,18 @@ class MasterSide:
 
     def judge(self) -> None:
         self.ledger.judge(self.workers(), final=self.finalized)
+        judged = sum(st.judgement is not None for st in self.ledger.states)
+        if not self.finalized and self.run_id and (judged > self._judged or
+                                                   self.clock() - self._checkpointed >= CHECKPOINT_EVERY_S):
+            self._checkpointed, self._judged = self.clock(), judged
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """The summary as it stands, for ``kneecap run`` to keep if this process dies before writing its own."""
+        try:
+            write_json_atomic(os.path.join(self.out_dir, CHECKPOINT), self.summary().to_json())
+        except (OSError, ValueError) as exc:  # the run goes on: only a lost master would miss it
+            log.warning("kneecap: checkpoint not written: %s", exc)
 
     def summary(self) -> RunSummary:
         """The run's results as they stand (judged on the data complete so far)."""
@@ -178,6 +199,8 @@ class MasterSide:
                 summary.exit_code = exitcodes.ERROR
         path = os.path.join(self.out_dir, "summary.json")
         write_json_atomic(path, summary.to_json())
+        with contextlib.suppress(OSError):  # the summary supersedes it
+            os.remove(os.path.join(self.out_dir, CHECKPOINT))
         self.env.process_exit_code = summary.exit_code
         if self.requests_file is not None:
             self.requests_file.close()

@@ -28,6 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
+from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, REPORT_MESSAGE, STEP_MESSAGE, StepMessage
@@ -128,6 +129,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
         runner.send_message(REPORT_MESSAGE, w.report().to_wire())  # the step before is complete at the master now
 
     runner.register_message(STEP_MESSAGE, on_step)
+    watch_master(environment, runner)
     runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 

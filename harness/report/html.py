@@ -62,6 +62,8 @@ def _verdict(s: Summary) -> str:
               f"largest load within SLO: {_e(_n(slo.max_load_within_slo))}")
     if s.cost_line:  # from the cost's figures, not its stored prose
         k += f"<br><span id='cost'>{_e(s.cost_line)}</span>"
+    if s.incomplete is not UNSET:
+        k += f"<br><span class='fail' id='incomplete'>INCOMPLETE: {_e(s.incomplete)}</span>"
     return f"<div class='verdict'>{k}<br>Exit code {_e(s.exit_code)}; stop: {_e(s.stop_reason)}</div>"
 
 

@@ -7,7 +7,10 @@ import os
 import tempfile
 from typing import IO, Any
 
-__all__ = ["JsonLinesWriter", "write_json_atomic"]
+__all__ = ["CHECKPOINT", "JsonLinesWriter", "write_json_atomic"]
+
+CHECKPOINT = "checkpoint.json"
+"""The master's summary as it stands, rewritten during the run, removed once ``summary.json`` is written."""
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
