@@ -12,13 +12,13 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 from harness.metrics.extract import add_request, add_session
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import check_rows, encode_row
+from harness.metrics.rows import encode_row, frozen_rows
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
@@ -100,9 +100,10 @@ class Bucket:
     new_connections: int = 0
     """Requests (failed ones included) that opened a connection inside their own time (``RequestRecord.
     new_connection``): the first on a connection, or the server had closed the kept-alive one."""
-    rows: list[list] = field(default_factory=list)
+    rows: list[Sequence] = field(default_factory=list)
     """Measured requests as compact rows (``metrics.rows``) for tail attribution: at most ``ROWS_CAP`` per bucket,
-    a uniform sample beyond (``rows_seen`` counts them all)."""
+    a uniform sample beyond (``rows_seen`` counts them all). Lists on a worker, tuples once off the wire
+    (``rows.frozen_rows``)."""
     rows_seen: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """The registry's counters that apply to some endpoints only, by bucket key, in the order first counted (the
@@ -193,7 +194,7 @@ class Bucket:
         if rows and other.rows:
             self.add_rows(other.rows, other.rows_seen)
 
-    def add_rows(self, rows: list[list], seen: int) -> None:
+    def add_rows(self, rows: list[Sequence], seen: int) -> None:
         """``rows``, a uniform sample of ``seen`` requests; past ``ROWS_CAP`` both are sampled down together."""
         total = self.rows_seen + seen
         if len(self.rows) + len(rows) <= ROWS_CAP:
@@ -241,8 +242,7 @@ class Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
         cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
-        rows = list(d.get("rows", ()))
-        check_rows(rows)
+        rows = frozen_rows(list(d.get("rows", ())))  # tuples: out of the garbage collector's way on a master
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,

@@ -31,7 +31,7 @@ anything else wrong raises one ``ValueError`` listing every problem found.
 from __future__ import annotations
 
 import math
-from itertools import accumulate
+from itertools import accumulate, islice
 from typing import Any
 
 from harness.metrics.sketch import Sketch, SketchMismatch
@@ -75,7 +75,7 @@ def _is_real(x: object) -> bool:
 
 _FIELD_SET = frozenset(_FIELDS)
 _REAL = (float, int)
-_INT = {int}
+_INT = frozenset((int,))
 
 
 def _decode_well_formed(payload: object) -> Sketch | None:
@@ -88,22 +88,24 @@ def _decode_well_formed(payload: object) -> Sketch | None:
     if not (type(alpha) is float and 0.0 < alpha < 1.0 and type(n) is int and type(zero) is int
             and type(overflow) is int and n >= 0 and zero >= 0 and overflow >= 0):
         return None
-    for x in (total, lo, hi):  # NaN fails >= 0, inf fails < inf
-        if type(x) not in _REAL or not 0 <= x < math.inf:
-            return None
+    # NaN fails >= 0, inf fails < inf
+    if not (type(total) in _REAL and type(lo) in _REAL and type(hi) in _REAL and 0 <= total < math.inf
+            and 0 <= lo < math.inf and 0 <= hi < math.inf):
+        return None
     keys, counts = payload["keys"], payload["counts"]
     if type(keys) is not list or type(counts) is not list or len(keys) != len(counts):
         return None
     bins = _well_formed_bins(keys, counts)
-    if bins is None or zero + sum(bins.values()) != n or (n and lo > hi):
+    if bins is None or zero + sum(counts) != n or (n and lo > hi):
         return None
     return Sketch._from_parts(relative_accuracy=alpha, bins=bins, zero=zero, overflow=overflow, total=float(total),
-                              lo=float(lo), hi=float(hi))
+                              lo=float(lo), hi=float(hi), count=n)
 
 
 def _well_formed_bins(keys: list, counts: list) -> dict[int, int] | None:
-    if (set(map(type, keys)) <= _INT and set(map(type, counts)) <= _INT  # bool is not int here
-            and (len(keys) < 2 or min(keys[1:]) >= 1) and (not counts or min(counts) >= 1)):
+    # issuperset over a map stops at the first bad type and builds no set; bool is not int here
+    if (_INT.issuperset(map(type, keys)) and _INT.issuperset(map(type, counts))
+            and (len(keys) < 2 or min(islice(keys, 1, None)) >= 1) and (not counts or min(counts) >= 1)):
         return dict(zip(accumulate(keys), counts, strict=True))
     return None
 
@@ -149,7 +151,7 @@ def decode_sketch(payload: dict[str, Any]) -> Sketch:
     if problems:
         raise ValueError("malformed sketch payload: " + "; ".join(problems))
     return Sketch._from_parts(relative_accuracy=float(alpha), bins=bins, zero=zero, overflow=overflow,
-                              total=float(total), lo=float(lo), hi=float(hi))
+                              total=float(total), lo=float(lo), hi=float(hi), count=n)
 
 
 def _decode_bins(keys: object, counts: object, problems: list[str]) -> dict[int, int]:

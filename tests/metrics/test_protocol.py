@@ -10,6 +10,7 @@ import pytest
 from harness.metrics.aggregate import Bucket, PrefixCache
 from harness.metrics.protocol import PROTOCOL_VERSION, GeneratorSample, ProtocolError, Report, StepMessage
 from harness.metrics.record import RequestRecord
+from harness.metrics.rows import frozen_rows
 from harness.metrics.sessions import SessionStats
 from harness.metrics.sketch import Sketch
 
@@ -76,7 +77,7 @@ def test_every_bucket_field_survives_the_wire_by_name():
                      [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200], 3, 1]])
     b.prompt_error_sum = 0.125
     back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
-    assert back == b
+    assert back == dataclasses.replace(b, rows=frozen_rows([list(r) for r in b.rows]))  # rows arrive as tuples
     wire = b.to_wire()
     wire["fail"]["reset"] = 0
     assert b.failures == {"reset": 99}  # the payload is a copy

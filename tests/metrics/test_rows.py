@@ -8,7 +8,7 @@ import pytest
 from harness.metrics import aggregate
 from harness.metrics.aggregate import Bucket, Recorder
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row, long_gaps
+from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row, frozen_rows, long_gaps
 
 
 def rec(**kw) -> RequestRecord:
@@ -76,7 +76,23 @@ def test_the_recorder_keeps_rows_of_the_measured_part_only():
     assert buckets["warmup"].rows == [] and len(buckets["measure"].rows) == 1
     assert decode_row(buckets["measure"].rows[0])["t_in_step_s"] == 1.5
     wire = Bucket.from_wire(msgpack.unpackb(msgpack.packb(buckets["measure"].to_wire())))
-    assert wire.rows == buckets["measure"].rows and wire.rows_seen == 1
+    assert list(map(list, wire.rows)) == buckets["measure"].rows and wire.rows_seen == 1
+
+
+def test_rows_off_the_wire_are_tuples_with_the_same_values_and_bytes():
+    """A master keeps rows as tuples (out of the garbage collector's way, ``frozen_rows``): same values, gaps
+    included, and the same bytes when packed again."""
+    import gc
+
+    rows = [encode_row(rec(start=101.5), 1.5, 4) for _ in range(3)]
+    rows[1][ROW_FIELDS.index("gaps")] = [120, 200]
+    packed = msgpack.packb(rows)
+    frozen = frozen_rows(msgpack.unpackb(packed))
+    assert all(type(r) is tuple for r in frozen) and frozen[1][ROW_FIELDS.index("gaps")] == (120, 200)
+    assert msgpack.packb(frozen) == packed and decode_row(frozen[0])["t_in_step_s"] == 1.5
+    gc.collect()
+    gc.collect()  # a row is untracked once its gaps tuple is (CPython checks each tuple's items as it collects)
+    assert not any(map(gc.is_tracked, frozen))  # what they are for
 
 
 def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):

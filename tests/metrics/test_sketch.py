@@ -148,6 +148,35 @@ def test_merge_of_parts_equals_sketch_of_whole(parts: int) -> None:
     assert [merged.quantile(q) for q in qs] == [whole.quantile(q) for q in qs]
 
 
+def test_merge_equals_the_plain_sum_of_bins_on_random_sketches() -> None:
+    """``merge`` adds bins in one C-level pass (update over zip/map); it must give exactly the plain per-key sum, the
+    extremes and the counters, for overlapping and disjoint keys, empty sides and a sketch merged into itself, as
+    the wire decoder's sketches (no ``__init__``) do."""
+    from harness.metrics.wire import decode_sketch, encode_sketch
+
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        sides = []
+        for _ in range(2):
+            n = int(rng.integers(0, 60))
+            values = rng.lognormal(float(rng.uniform(-8, 3)), float(rng.uniform(0.01, 3)), n).tolist()
+            sides.append(_sketch(values + [0.0] * int(rng.integers(0, 2)) + [-1.0] * int(rng.integers(0, 2))))
+        a, b = sides if trial % 3 else (sides[0], sides[0])  # every third trial: merge into itself
+        if trial % 2:
+            a, b = decode_sketch(encode_sketch(a)), b if b is not a else None
+            b = a if b is None else decode_sketch(encode_sketch(b))
+        plain = dict(a.bins())
+        for key, count in b.bins().items():
+            plain[key] = plain.get(key, 0) + count
+        expect = (dict(sorted(plain.items())), a.count + b.count, a.zero_count + b.zero_count,
+                  a.overflow + b.overflow, min(a.min, b.min) if a.count and b.count else (a.min if a.count else b.min),
+                  max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max))
+        a.merge(b)
+        got = (a.bins(), a.count, a.zero_count, a.overflow, a.min, a.max)
+        assert got[:4] == expect[:4] and all(x == y or (math.isnan(x) and math.isnan(y))
+                                             for x, y in zip(got[4:], expect[4:], strict=True)), trial
+
+
 def test_merge_leaves_input_unchanged() -> None:
     a = _sketch([0.1, 0.2, 0.0, -1.0])
     b = _sketch([0.3, 5.0, math.nan])
