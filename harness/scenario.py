@@ -176,7 +176,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     if workload is not None and workload.sessions is not None and endpoint.api == "embeddings":
         check.fail("workload.sessions", "embeddings have no conversations: use input_tokens (and batch)")
     if workload is not None and workload.sessions is None:  # session metrics exist only with sessions
-        if load.knee_metric.startswith("session_"):
+        if load.knee_metric is not None and load.knee_metric.startswith("session_"):  # None: already a problem
             check.fail("load.knee.metric", f"{load.knee_metric} needs workload.sessions; use ttft, tpot, itl or e2e")
         for t in slo:
             if t.metric.startswith("session_"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from harness.client import openai
 from harness.client.reader import BodyParser
-from harness.client.stream import OutputTracker, StreamProtocolError
+from harness.client.stream import OutputTracker, StreamProtocolError, count_ok
 from harness.endpoint import Endpoint
 from harness.workload.prompts import Prompt
 
@@ -61,7 +61,7 @@ def parse_embeddings(tracker: OutputTracker, t: float, obj: object) -> None:
     try:
         data, usage = obj["data"], obj.get("usage") or {}  # type: ignore[index,union-attr]
         prompt = usage.get("prompt_tokens")
-        ok = isinstance(data, list) and (prompt is None or (prompt.__class__ is int and prompt >= 0))
+        ok = isinstance(data, list) and count_ok(prompt)
     except (TypeError, KeyError, AttributeError):
         ok = False
     if not ok:

@@ -21,7 +21,7 @@ llama.cpp puts it; they become ``server_prefill_s`` / ``server_decode_s``).
 from __future__ import annotations
 
 import json
-import math
+import sys
 
 from harness.client import chunk_template
 from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
@@ -219,6 +219,7 @@ class StreamTracker(OutputTracker):
 
 
 _count, _json_kind = count_ok, json_kind
+_MAX_FLOAT = sys.float_info.max
 _COMPLETION = chunk_template.COMPLETION
 _LEARNS = 4
 """Tries a stream has at learning a template: a server whose chunks vary in a field we do not model stops costing
@@ -227,7 +228,8 @@ a learn (~25 µs, ~1 µs for a layout the process knows) per chunk after that.""
 
 def _ms(v: object) -> bool:
     """A duration as llama.cpp's timings carry it: absent (None) or a finite number of milliseconds >= 0."""
-    return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v < math.inf)  # type: ignore[operator]
+    # Bounded by the largest float: an integer past it cannot become seconds (ms / 1000 raised OverflowError).
+    return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v <= _MAX_FLOAT)  # type: ignore[operator]
 
 
 def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:

@@ -83,9 +83,14 @@ def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
     return ("\n\n".join(system) if system else None), rest
 
 
+MAX_COUNT = 10**18 - 1
+"""The largest token count read (18 digits, as the fast path's template takes them): past it a count is a broken
+server's, and a 400-digit one made every rate of its record (tokens/s, TPOT) raise OverflowError."""
+
+
 def count_ok(v: object) -> bool:
-    """A token count as usage carries it: absent (None) or an integer >= 0 (a bool is not a count)."""
-    return v is None or (v.__class__ is int and v >= 0)  # type: ignore[operator]
+    """A token count as usage carries it: absent (None) or an integer 0..``MAX_COUNT`` (a bool is not a count)."""
+    return v is None or (v.__class__ is int and 0 <= v <= MAX_COUNT)  # type: ignore[operator]
 
 
 def json_kind(v: object) -> str:

@@ -103,7 +103,8 @@ def _mixture(node: dict, path: str, check: Checker) -> Length | None:
             check.fail(where, f"expected a mapping with weight and dist, got {comp!r}")
             continue
         comp = dict(comp)
-        weight = check.number(comp, "weight", where, above=0)
+        weight = check.number(comp, "weight", where, above=0, maximum=1e9,
+                              limit="weights are relative, as 3 and 1; a 400-digit one overflowed their sum")
         comp.pop("weight", None)
         part = length_from_spec(comp, where, check)
         if weight is not None and part is not None:

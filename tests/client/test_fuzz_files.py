@@ -114,3 +114,18 @@ def test_fuzz_case_a_timestamp_with_5000_fraction_digits_is_read(tmp_path):
     csv.write_text(f"TIMESTAMP\n{stamp.replace('Z', '')}\n2024-05-01T10:00:05\n")
     a, b = read_timestamps(str(csv), "TIMESTAMP")
     assert b - a == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", [8851, 11489])
+def test_fuzz_case_scenario_8851_and_11489_are_scenario_errors(seed, folder):
+    """Scenario seed 8851: an invalid load.knee.metric left None behind and ``None.startswith`` raised
+    AttributeError; 11489: a mixture weight of 400 digits overflowed the weights' sum (OverflowError)."""
+    assert check_scenario(*scenario_case(seed, seed_scenarios()), folder) is None
+    with open(f"{folder}/mix.yaml", "w") as f:
+        f.write("name: x\nworkload:\n  input_tokens: {dist: mixture, components: [{weight: 1" + "0" * 400 +
+                ", dist: fixed, value: 5}]}\n  output_tokens: {dist: fixed, value: 5}\n"
+                "load: {knee: {metric: nope}}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f"{folder}/mix.yaml")
+    assert any("weight: must be <=" in p for p in err.value.problems)
+    assert any("load.knee.metric: must be one of" in p for p in err.value.problems)

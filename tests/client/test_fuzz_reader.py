@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 
 import pytest
@@ -176,3 +177,32 @@ def test_pathological_responses_cost_linear_time(name):
         if ratios[-1] < 8:
             break
     assert min(ratios) < 8, ratios
+
+
+def test_fuzz_case_10989762_a_timing_past_the_largest_float_is_a_bad_response():
+    """Seed 10989762 of the million-case run (chat): llama.cpp's ``timings.prompt_ms`` as an integer of hundreds of
+    digits passed the check (< inf) and ``prompt_ms / 1000`` raised OverflowError out of ``feed``."""
+    assert check_case(case(10989762)) is None
+    last = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}],' \
+           b'"timings":{"prompt_ms":1' + b"0" * 400 + b"}}\n\n"
+    reader = ResponseReader(START)
+    reader.feed(SSE_HEAD + chunked(last), START + 0.01)
+    assert reader.record.error == "bad_response" and "timings.prompt_ms" in reader.record.error_detail
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages", "embeddings"])
+def test_a_token_count_of_400_digits_is_a_bad_response_not_a_crash_of_the_metrics(api):
+    """An ok record with 10**400 output tokens made ``tpot_s`` and ``tokens_per_s`` raise OverflowError (in the
+    worker's metrics, after the reader). Counts past 18 digits (``stream.MAX_COUNT``) are now a bad_response."""
+    huge = int("1" + "0" * 400)
+    usage = {"chat": {"prompt_tokens": 1, "completion_tokens": huge},
+             "responses": {"input_tokens": 1, "output_tokens": huge}, "messages": {"output_tokens": huge},
+             "embeddings": {"prompt_tokens": huge}}[api]
+    obj = {"chat": {"id": "c", "choices": [{"message": {"content": "a"}, "finish_reason": "stop"}]},
+           "responses": {"id": "r", "status": "completed"}, "messages": {"id": "m", "stop_reason": "end_turn"},
+           "embeddings": {"data": [[0.1]]}}[api]
+    body = json.dumps({**obj, "usage": usage}).encode()
+    raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+    reader = _read({"chat": 0, "responses": 1, "messages": 2, "embeddings": 3}[api], raw, [])
+    assert record_problem(reader) is None
+    assert reader.record.error == "bad_response" and reader.record.output_tokens is None

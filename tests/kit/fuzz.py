@@ -354,6 +354,10 @@ def record_problem(reader: ResponseReader) -> str | None:
         return f"chunk_tokens holds a non-integer: {rec.chunk_tokens[:5]!r}"
     if reader.reusable and not reader.complete:
         return "reusable before the message ended"
+    try:  # what the metrics derive from a record must not raise either
+        rec.tpot_s, rec.tokens_per_s, rec.tpot_content_s, rec.reasoning_s, rec.itl_chunks()
+    except Exception as exc:
+        return f"a derived metric raised {type(exc).__name__}: {exc}"
     return None
 
 
