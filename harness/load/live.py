@@ -1,8 +1,8 @@
 """Master side, while the run goes: the live window, to InfluxDB and to the web UI's live dashboard (``/kneecap/``).
 
 One greenlet: every ``window_s`` the fleet's window (everything merged since the last one) becomes
-points. It only queues — the InfluxDB write is the sink's ``flush``, which never raises and spools on
-failure. The master hands each merged report to ``observe``; the server's last scrape comes from the
+points. It only queues — the InfluxDB write is the sink's ``flush``, on a second greenlet, which never raises
+and spools on failure: a database that answers late delays the writes, not the windows. The master hands each merged report to ``observe``; the server's last scrape comes from the
 ``load/scraper.py`` input (``last_sample``); nothing else reaches into this object's state.
 """
 
@@ -55,7 +55,7 @@ class Live:
 
             self.window_s = cfg.window_s
             self.sink = InfluxSink(url=cfg.url, token=cfg.token, org=cfg.org, bucket=cfg.bucket,
-                                   spool_path=os.path.join(out_dir, "influx-spool.lp"))
+                                   spool_path=os.path.join(out_dir, "influx-spool.lp"), slow_s=cfg.window_s)
         elif cfg:
             log.warning("kneecap: sinks.influxdb has no URL (url_env unset?); not writing to InfluxDB")
         self.tags = {"run": run_id, "scenario": scenario.name, "model": scenario.endpoint.model}
@@ -74,6 +74,8 @@ class Live:
     def start(self) -> None:
         self.event("run_start", f"run {self.run_id}: scenario {self.scenario.name}", None)
         self._greenlets.append(gevent.spawn(self._window_loop))
+        if self.sink is not None:  # its own greenlet: a slow database delays the writes, never the windows
+            self._greenlets.append(gevent.spawn(self._write_loop))
 
     def observe(self, worker: str, report: Report) -> None:
         """A merged worker report: its deltas join the window, its health replaces the worker's last one."""
@@ -90,6 +92,12 @@ class Live:
         while True:
             gevent.sleep(self.window_s)
             self.write_window()
+
+    def _write_loop(self) -> None:
+        assert self.sink is not None
+        while True:
+            gevent.sleep(self.window_s)
+            self.sink.flush()
 
     def write_window(self) -> None:
         """Close a window: keep it for the live dashboard and, with a sink, write it."""
@@ -122,7 +130,6 @@ class Live:
             lines.append(server_point(sample, tags=self.tags, ts_ms=ts, window=self.window, step=step.index))
         self.window += 1
         sink.add(lines)
-        sink.flush()
 
     def event(self, kind: str, text: str, load: float | None) -> None:
         if self.sink is not None:
@@ -130,8 +137,8 @@ class Live:
 
     def close(self, steps: list[StepResult], knee: Knee, knee_reason: str, stop_reason: str | None) -> dict | None:
         """Stop the greenlets; with a sink, write the last window, the judged steps and the end events."""
-        for g in self._greenlets:
-            g.kill(block=False)
+        for g in self._greenlets:  # a write cut short keeps its lines queued (``InfluxSink.flush``)
+            g.kill(block=True)
         if self.sink is None:
             return None
         self.write_window()

@@ -1,0 +1,111 @@
+"""A database that is slow, not down: an InfluxDB write endpoint on loopback (a stand-in: only the write API is
+needed, and a real database cannot be made to hang on cue) that first accepts writes and never answers, then
+answers each after 3 s, then at once. The run's windows keep their rhythm (writes never hold the master's window
+loop), the console says the sink is down, behind, back and caught up, and every point arrives once it recovers."""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.kit.run import start_kneecap_run
+from tests.kit.scenarios import STAIRS
+from tests.sinks.test_influx import scenario, summary_of
+
+pytestmark = pytest.mark.integration
+HANG_S, SLOW_S, SLOW_WRITE_S = 7.0, 10.0, 3.0
+"""Phases from the first write: no answer at all, then each write answered after SLOW_WRITE_S, then at once."""
+
+
+class _Db(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Write)
+        self.lines: list[str] = []
+        self.first: float | None = None
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+
+    def phase(self) -> str:
+        since = time.monotonic() - (self.first or time.monotonic())
+        return "hang" if since < HANG_S else "slow" if since < HANG_S + SLOW_S else "fast"
+
+
+class _Write(http.server.BaseHTTPRequestHandler):
+    server: _Db
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        db = self.server
+        with db.lock:
+            db.first = db.first or time.monotonic()
+        phase = db.phase()
+        if phase == "hang":  # take the request, never answer: the client's timeout must end it
+            db.closing.wait(30)
+            return
+        if phase == "slow":
+            time.sleep(SLOW_WRITE_S)
+        with db.lock:
+            db.lines += body.decode().splitlines()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@contextmanager
+def slow_db() -> Iterator[_Db]:
+    db = _Db()
+    thread = threading.Thread(target=db.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield db
+    finally:
+        db.closing.set()
+        db.shutdown()
+        db.server_close()
+
+
+def test_a_slow_then_hung_database_delays_no_window_and_loses_no_point(tmp_path):
+    load = STAIRS.replace("max: 16", "max: 8").replace("max_duration_s: 5", "max_duration_s: 8") \
+        .replace("min_duration_s: 2", "min_duration_s: 7")
+    with slow_db() as db:
+        url = f"http://127.0.0.1:{db.server_address[1]}"
+        path = scenario(tmp_path, load, url, window_s=1.0)
+        proc = start_kneecap_run(path, workers=2, out=tmp_path / "out")
+        output, _ = proc.communicate(timeout=120)
+        assert db.phase() == "fast", output  # the run outlived the hang and the slow phase
+        received = list(db.lines)
+    assert proc.returncode == 0, output
+    summary = summary_of(tmp_path, output)
+    influx = summary["influx"]
+    assert influx["unwritten"] == 0 and influx["spool_file"] is None, influx
+    assert not (tmp_path / "out" / "influx-spool.lp").exists()
+    # the hung writes stored nothing and the slow ones were answered within the client's 5 s: every point once
+    assert influx["written"] == len(received) == len(set(received)), (influx, len(received), len(set(received)))
+    windows = _windows(received)
+    assert [w for w, _ in windows] == list(range(len(windows))), "a window is missing"
+    gaps = [(b - a) / 1000 for (_, a), (_, b) in itertools.pairwise(windows)]
+    assert max(gaps) < 1.5 and min(gaps) > 0.5, gaps  # one per second, through the hang and the slow writes
+    for said in ("not writable", "is behind", "is back", "has caught up"):
+        assert said in output, (said, output)
+
+
+def _windows(lines: list[str]) -> list[tuple[int, int]]:
+    """(window, timestamp ms) of each throughput point."""
+    out = set()
+    for line in lines:
+        if line.startswith("kneecap_throughput"):
+            w = re.search(r"window=(\d+)i", line)
+            assert w, line
+            out.add((int(w.group(1)), int(line.rsplit(" ", 1)[1])))
+    return sorted(out)
