@@ -30,6 +30,8 @@ class _Db(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Write)
         self.lines: list[str] = []
+        self.sizes: list[int] = []
+        """Lines per write stored."""
         self.first: float | None = None
         self.lock = threading.Lock()
         self.closing = threading.Event()
@@ -55,6 +57,7 @@ class _Write(http.server.BaseHTTPRequestHandler):
             time.sleep(SLOW_WRITE_S)
         with db.lock:
             db.lines += body.decode().splitlines()
+            db.sizes.append(len(body.decode().splitlines()))
         self.send_response(204)
         self.end_headers()
 
@@ -109,3 +112,23 @@ def _windows(lines: list[str]) -> list[tuple[int, int]]:
             assert w, line
             out.add((int(w.group(1)), int(line.rsplit(" ", 1)[1])))
     return sorted(out)
+
+
+def test_the_queue_spills_to_disk_past_its_bound_and_the_backlog_comes_back_in_batches(tmp_path):
+    from harness.sinks.influx import BATCH, MAX_PENDING, InfluxSink
+
+    with slow_db() as db:
+        db.first = time.monotonic() - HANG_S - SLOW_S  # answers at once
+        sink = InfluxSink(url=f"http://127.0.0.1:{db.server_address[1]}", token=None, org="o", bucket="b",
+                          spool_path=str(tmp_path / "spool.lp"))
+        lines = [f"m,k=v f={i}i {1_700_000_000_000 + i}" for i in range(MAX_PENDING + 2 * BATCH + 7)]
+        sink.add(lines[:MAX_PENDING])
+        assert sink.spooled == 0 and len(sink.pending) == MAX_PENDING
+        sink.add(lines[MAX_PENDING:])  # past the bound: all of it to disk, none kept in memory
+        assert sink.pending == [] and sink.spooled == len(lines)
+        sink.flush()
+        assert sink.spooled == 0 and sink.written == len(lines)
+        assert db.lines == lines  # every line once, in order, in batches of at most BATCH
+        assert max(db.sizes) == BATCH and len(db.sizes) == -(-len(lines) // BATCH), db.sizes
+        counts = sink.close()
+    assert counts["unwritten"] == 0 and not (tmp_path / "spool.lp").exists()
