@@ -2,8 +2,9 @@
 
 One greenlet: every ``window_s`` the fleet's window (everything merged since the last one) becomes
 points. It only queues — the InfluxDB write is the sink's ``flush``, on a second greenlet, which never raises
-and spools on failure: a database that answers late delays the writes, not the windows. The master hands each merged report to ``observe``; the server's last scrape comes from the
-``load/scraper.py`` input (``last_sample``); nothing else reaches into this object's state.
+and spools on failure: a database that answers late delays the writes, not the windows. The master hands each
+merged report to ``observe``; the server's last scrape comes from the ``load/scraper.py`` input
+(``last_sample``); nothing else reaches into this object's state.
 """
 
 from __future__ import annotations
