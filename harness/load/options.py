@@ -10,18 +10,36 @@ message, so workers read them at test start. ``--overrides`` and ``--run-id`` ar
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.sinks.config import DEFAULT_BUCKET, DEFAULT_ORG, DEFAULT_TOKEN_ENV
 
-__all__ = ["WEB_HOST", "KneecapOptions", "add_arguments"]
+__all__ = ["WEB_HOST", "KneecapOptions", "add_arguments", "web_bind_problem"]
 
 
 WEB_HOST = "127.0.0.1"
 """Where kneecap's web UI listens unless told otherwise (``--web-host 0.0.0.0`` or ``LOCUST_WEB_HOST``): Locust
 listens on every interface without authentication, and the UI can start and stop load and shows the results."""
+
+
+def web_bind_problem(web_host: str | None, *, web_login: bool, web_insecure: bool) -> str | None:
+    """Why the web UI must not listen on ``web_host`` as asked, or None: beyond loopback it needs a login
+    (Locust's ``--web-login``) or an explicit ``--web-insecure``; the UI can start and stop load."""
+    host = (web_host or "*").strip("[]")
+    if web_login or web_insecure or host == "localhost":
+        return None
+    try:
+        if host != "*" and ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve anywhere
+        pass
+    where = "every interface" if host in ("*", "0.0.0.0", "::") else host
+    return (f"--web-host {web_host or '*'}: the web UI would listen on {where} without a login, and it can start and "
+            "stop load; add --web-login (with Locust's authentication set up), or --web-insecure to accept that "
+            "behind your own access control, or drop --web-host (127.0.0.1)")
 
 
 def _opt(default: Any, help: str, *, web_ui: bool = True) -> Any:
@@ -43,6 +61,8 @@ class KneecapOptions:
     influx_token_env: str = _opt(DEFAULT_TOKEN_ENV, "Name of the environment variable holding the InfluxDB token.")
     run_id: str = _opt("", "Run identifier [timestamp-based].", web_ui=False)
     insecure: bool = _opt(False, "Accept any TLS certificate from the endpoint (overrides endpoint.tls.verify).")
+    web_insecure: bool = _opt(False, "Let the web UI listen beyond loopback without a login (--web-host 0.0.0.0 "
+                              "behind your own access control).", web_ui=False)
 
     @staticmethod
     def flag(name: str) -> str:

@@ -29,7 +29,7 @@ from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
 from harness.load.master_watch import watch_master
-from harness.load.options import add_arguments
+from harness.load.options import add_arguments, web_bind_problem
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, REPORT_MESSAGE, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError, url_problem
@@ -82,6 +82,10 @@ def _on_init(environment: Any, **_: Any) -> None:
         source.scenario  # noqa: B018 - validate now: a bad scenario must stop the run before any load
         if environment.host and (problem := url_problem(environment.host)):
             raise ScenarioError("--host", [problem])
+        opts = environment.parsed_options
+        if getattr(environment, "web_ui", None) is not None and opts is not None and (problem := web_bind_problem(
+                opts.web_host, web_login=opts.web_login, web_insecure=opts.web_insecure)):
+            raise ScenarioError("--web-host", [problem])
     except ScenarioError as exc:
         log.error("%s", exc)
         if runner is not None:
