@@ -148,7 +148,8 @@ def test_command_is_a_valid_invocation(config: dict, name: str) -> None:
     scenario = load_scenario(str(ROOT / options.scenario), json.loads(options.overrides))
     influx = scenario.influxdb
     assert influx, "the master does not configure the InfluxDB sink (sinks.influxdb)"
-    assert influx["url_env"] in services[name]["environment"] and influx["token_env"] in services[name]["environment"]
+    assert influx["url_env"] in services[name]["environment"]
+    assert f"{influx['token_env']}_FILE" in services[name]["environment"], "the master's token comes from a file"
     assert services[name]["environment"][influx["url_env"]] == "http://influxdb:8086"
     assert (influx["org"], influx["bucket"]) == tuple(
         services["influxdb"]["environment"][f"DOCKER_INFLUXDB_INIT_{k}"] for k in ("ORG", "BUCKET"))
@@ -219,11 +220,11 @@ def test_grafana_provisioning_matches_the_dashboard(config: dict) -> None:
         "datasources"]
     assert datasource["type"] == "influxdb" and datasource["jsonData"]["version"] == "Flux"
     assert datasource["url"] == "http://influxdb:8086"
-    # Grafana expands $VARS from its own environment, which compose fills from .env.
+    # Grafana expands $VARS from its own environment, which compose fills from .env; its token is a file's.
     grafana_env = config["services"]["grafana"]["environment"]
-    for value in (datasource["jsonData"]["organization"], datasource["jsonData"]["defaultBucket"],
-                  datasource["secureJsonData"]["token"]):
+    for value in (datasource["jsonData"]["organization"], datasource["jsonData"]["defaultBucket"]):
         assert value.startswith("$") and value.strip("${}") in grafana_env, value
+    assert re.fullmatch(r"\$__file\{/[\w/.-]+\}", datasource["secureJsonData"]["token"])
     dashboard = json.loads(DASHBOARD.read_text())
     uids = {p["datasource"]["uid"] for p in dashboard["panels"]} | {v["datasource"]["uid"]
                                                                     for v in dashboard["templating"]["list"]}
@@ -255,7 +256,9 @@ def test_no_secret_is_committed() -> None:
     raw = yaml.safe_load(COMPOSE.read_text())
     for name, service in raw["services"].items():
         for key, value in (service.get("environment") or {}).items():
-            if SECRET_KEY.search(key):
+            if SECRET_KEY.search(key) and key.endswith("_FILE"):  # a path to a secret, not one
+                assert str(value).startswith("/"), f"{name} {key}: a secret's file is an absolute path in a volume"
+            elif SECRET_KEY.search(key):
                 assert re.fullmatch(r"\$\{\w+\}", str(value)), f"{name} {key}: take secrets from .env, as ${{VAR}}"
 
 
@@ -269,3 +272,56 @@ def test_web_ui_is_loopback_only(config: dict) -> None:
     opts = _locust(_command(master)[1:])
     assert opts.web_host == "0.0.0.0" and opts.web_insecure  # said on purpose: kneecap refuses it otherwise
     assert all(str(p).startswith("127.0.0.1:") for s in config["services"].values() for p in s.get("ports", ()))
+
+
+# -- InfluxDB's tokens: write-only for the master, read-only for Grafana, the admin's in InfluxDB alone ---------------
+
+TOKENS_SCRIPT = ROOT / "deploy" / "influxdb" / "init" / "kneecap-tokens.sh"
+
+
+def _mounts(service: dict) -> dict[str, tuple[str, str]]:
+    """{target: (source, mode)} of a resolved service's volumes (short syntax, as docker-compose config writes)."""
+    out = {}
+    for v in service.get("volumes", []):
+        source, target, *mode = str(v).split(":")
+        out[target] = (source, mode[0] if mode else "rw")
+    return out
+
+
+def _auth_creates() -> list[str]:
+    """Each ``influx auth create`` of the script, its continuation lines joined."""
+    text = TOKENS_SCRIPT.read_text().replace("\\\n", " ")
+    return [line for line in text.splitlines() if "$(influx auth create" in line]
+
+
+@pytest.mark.integration
+def test_the_master_writes_and_grafana_reads_with_their_own_tokens(config: dict) -> None:
+    """As far as there is no Docker engine here: the wiring, and the script's permissions. The script itself runs
+    only in the influxdb image (its influx CLI), which this machine cannot start."""
+    services = config["services"]
+    influxdb, master, grafana = services["influxdb"], services["master"], services["grafana"]
+    assert "DOCKER_INFLUXDB_INIT_ADMIN_TOKEN" not in influxdb["environment"]  # generated, kept in influxdb-config
+    assert not [k for s in services.values() for k in (s.get("environment") or {})
+                if SECRET_KEY.search(k) and "TOKEN" in k and not k.endswith("_FILE")], "a token from .env"
+    mounted = _mounts(influxdb)
+    assert mounted["/docker-entrypoint-initdb.d"][0] == str(TOKENS_SCRIPT.parent)
+    assert mounted["/etc/influxdb2"][0] == "influxdb-config"
+    readers = {"master": (master, master["environment"]["INFLUX_TOKEN_FILE"], "kneecap-master", "--write-bucket"),
+               "grafana": (grafana, yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "influxdb.yaml")
+                                                   .read_text())["datasources"][0]["secureJsonData"]["token"]
+                           .removeprefix("$__file{").removesuffix("}"), "kneecap-grafana", "--read-bucket")}
+    creates = _auth_creates()
+    assert len(creates) == 2, creates
+    for name, (service, path, folder, permission) in readers.items():
+        volume, mode = _mounts(service)[os.path.dirname(path)]
+        assert mode == "ro", f"{name} mounts its token read-only"
+        assert mounted[f"/etc/influxdb2/{folder}"][0] == volume, f"influxdb writes {name}'s token into its volume"
+        users = [n for n, s in services.items() if volume in {src for src, _ in _mounts(s).values()}]
+        assert sorted(users) == sorted(["influxdb", name]), f"{volume} is mounted by {users}"
+        (create,) = [c for c in creates if permission in c]
+        assert f"/etc/influxdb2/{folder}/token" in TOKENS_SCRIPT.read_text()
+        flags = set(re.findall(r"--[\w-]+", create))
+        assert flags == {"--org-id", permission, "--description", "--json"}, flags  # that one permission only
+    assert os.access(TOKENS_SCRIPT, os.X_OK), "run-parts runs executable scripts only"
+    check = subprocess.run(["bash", "-n", str(TOKENS_SCRIPT)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr

@@ -55,7 +55,12 @@ class Live:
             from harness.sinks.influx import InfluxSink  # here: influxdb_client only when a sink is configured
 
             self.window_s = cfg.window_s
-            self.sink = InfluxSink(url=cfg.url, token=cfg.token, org=cfg.org, bucket=cfg.bucket,
+            try:
+                token = cfg.token
+            except ValueError as exc:  # the database will refuse us: every point goes to the spool, said at the end
+                log.error("kneecap: %s", exc)
+                token = None
+            self.sink = InfluxSink(url=cfg.url, token=token, org=cfg.org, bucket=cfg.bucket,
                                    spool_path=os.path.join(out_dir, "influx-spool.lp"), slow_s=cfg.window_s)
         elif cfg:
             log.warning("kneecap: sinks.influxdb has no URL (url_env unset?); not writing to InfluxDB")

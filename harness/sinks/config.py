@@ -1,8 +1,9 @@
 """Where the InfluxDB sink writes: one typed setting, with its defaults defined once. Pure (no client import).
 
 ``--influx-url`` (with ``--influx-org``/``--influx-bucket``/``--influx-token-env``, on ``kneecap run``
-and on Locust's command line) wins over the scenario's ``sinks.influxdb``; tokens come from environment
-variables only, never from a file or a flag.
+and on Locust's command line) wins over the scenario's ``sinks.influxdb``; tokens come from the environment only,
+never from a flag or a scenario: the variable ``token_env`` names, or the file its ``NAME_FILE`` variable names
+(Docker's secrets convention: compose hands the master a write-only token that way).
 """
 
 from __future__ import annotations
@@ -32,7 +33,19 @@ class InfluxConfig:
 
     @property
     def token(self) -> str | None:
-        return os.environ.get(self.token_env) if self.token_env else None
+        """``$token_env``, else the contents of the file ``$token_env_FILE`` names (whitespace around it dropped);
+        an unreadable file: ValueError naming it."""
+        if not self.token_env:
+            return None
+        value = os.environ.get(self.token_env)
+        path = os.environ.get(f"{self.token_env}_FILE")
+        if value or not path:
+            return value
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise ValueError(f"{self.token_env}_FILE={path}: cannot read the InfluxDB token ({exc.strerror})") from None
 
     @classmethod
     def resolve(cls, options: Any, scenario_influx: Mapping[str, Any] | None) -> InfluxConfig | None:
