@@ -32,6 +32,8 @@ class _Db(http.server.ThreadingHTTPServer):
         self.lines: list[str] = []
         self.sizes: list[int] = []
         """Lines per write stored."""
+        self.tokens: set[str] = set()
+        """The Authorization headers the writes came with."""
         self.first: float | None = None
         self.lock = threading.Lock()
         self.closing = threading.Event()
@@ -49,6 +51,7 @@ class _Write(http.server.BaseHTTPRequestHandler):
         db = self.server
         with db.lock:
             db.first = db.first or time.monotonic()
+            db.tokens.add(self.headers.get("Authorization", ""))
         phase = db.phase()
         if phase == "hang":  # take the request, never answer: the client's timeout must end it
             db.closing.wait(30)
