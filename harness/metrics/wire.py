@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from itertools import accumulate, islice
+from operator import itemgetter
 from typing import Any
 
 from harness.metrics.sketch import Sketch, SketchMismatch
@@ -73,7 +74,7 @@ def _is_real(x: object) -> bool:
     return isinstance(x, float) or _is_int(x)
 
 
-_FIELD_SET = frozenset(_FIELDS)
+_GET_FIELDS = itemgetter(*_FIELDS)
 _REAL = (float, int)
 _INT = frozenset((int,))
 
@@ -81,18 +82,19 @@ _INT = frozenset((int,))
 def _decode_well_formed(payload: object) -> Sketch | None:
     """The common case (a master decodes thousands of sketches per round): the checks of ``decode_sketch`` in
     few steps; None when any fails, and ``decode_sketch`` then finds and names the problems."""
-    if type(payload) is not dict or payload.keys() != _FIELD_SET or payload["v"] != WIRE_VERSION:
+    if type(payload) is not dict or len(payload) != len(_FIELDS):
         return None
-    alpha, n, zero, overflow = payload["alpha"], payload["n"], payload["zero"], payload["overflow"]
-    total, lo, hi = payload["sum"], payload["min"], payload["max"]
-    if not (type(alpha) is float and 0.0 < alpha < 1.0 and type(n) is int and type(zero) is int
-            and type(overflow) is int and n >= 0 and zero >= 0 and overflow >= 0):
+    try:  # ten fields, all present: exactly _FIELDS (one C-level lookup of them all, no set built)
+        v, alpha, n, total, lo, hi, zero, overflow, keys, counts = _GET_FIELDS(payload)
+    except KeyError:
+        return None
+    if not (v == WIRE_VERSION and type(alpha) is float and 0.0 < alpha < 1.0 and type(n) is int
+            and type(zero) is int and type(overflow) is int and n >= 0 and zero >= 0 and overflow >= 0):
         return None
     # NaN fails >= 0, inf fails < inf
     if not (type(total) in _REAL and type(lo) in _REAL and type(hi) in _REAL and 0 <= total < math.inf
             and 0 <= lo < math.inf and 0 <= hi < math.inf):
         return None
-    keys, counts = payload["keys"], payload["counts"]
     if type(keys) is not list or type(counts) is not list or len(keys) != len(counts):
         return None
     bins = _well_formed_bins(keys, counts)

@@ -90,6 +90,10 @@ def test_rows_off_the_wire_are_tuples_with_the_same_values_and_bytes():
     frozen = frozen_rows(msgpack.unpackb(packed))
     assert all(type(r) is tuple for r in frozen) and frozen[1][ROW_FIELDS.index("gaps")] == (120, 200)
     assert msgpack.packb(frozen) == packed and decode_row(frozen[0])["t_in_step_s"] == 1.5
+    older = [row[:15] for row in msgpack.unpackb(packed)]  # an older kneecap's rows, and a bool flag: check_rows' way
+    older[2][7] = True
+    assert frozen_rows(older) == [(*row[:15], None, None, None) for row in frozen[:2]] + [
+        (*frozen[2][:7], True, *frozen[2][8:15], None, None, None)]
     gc.collect()
     gc.collect()  # a row is untracked once its gaps tuple is (CPython checks each tuple's items as it collects)
     assert not any(map(gc.is_tracked, frozen))  # what they are for
