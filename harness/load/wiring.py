@@ -30,6 +30,7 @@ from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
+from harness.load.soak import start_soak_sampler
 from harness.load.worker import WorkerSide
 from harness.metrics.protocol import FLUSH_MESSAGE, HELLO_MESSAGE, REPORT_KEY, REPORT_MESSAGE, STEP_MESSAGE, StepMessage
 from harness.scenario import ScenarioError, url_problem
@@ -134,6 +135,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
 
     runner.register_message(STEP_MESSAGE, on_step)
     watch_master(environment, runner)
+    start_soak_sampler("worker")
     runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 
@@ -156,6 +158,8 @@ def _master(environment: Any, k: Kneecap) -> None:
                               rebalance=rebalance)
 
     probe = ClockProbe(runner, m.clock_measured)
+    start_soak_sampler("master", lambda: {"steps": len(m.ledger.states), "buckets": len(m.ledger.fleet.steps),
+                                          "rows": sum(len(b.rows) for b in m.ledger.fleet.steps.values())})
 
     def on_test_start(**_: Any) -> None:
         _start_run(environment, m)
@@ -169,10 +173,17 @@ def _master(environment: Any, k: Kneecap) -> None:
 
     ev.test_start.add_listener(on_test_start)
     runner.register_message(HELLO_MESSAGE, on_hello)
-    ev.worker_report.add_listener(lambda client_id, data, **kw: m.merge(client_id, data[REPORT_KEY])
+    def merged(merge: Any, worker: str, payload: Any) -> None:
+        merge(worker, payload)
+        # Locust's client_listener takes queued messages without yielding: let the loop run after each report, so
+        # the burst at a step boundary (every worker at once) holds it one report at a time (~0.3 ms at 1,000
+        # workers), not the whole round (~0.3 s; benchmarks/fleet_merge.py).
+        gevent.sleep(0)
+
+    ev.worker_report.add_listener(lambda client_id, data, **kw: merged(m.merge, client_id, data[REPORT_KEY])
                                   if REPORT_KEY in data else None)
-    runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: m.flush(msg.node_id, msg.data))
-    runner.register_message(REPORT_MESSAGE, lambda environment, msg, **kw: m.merge(msg.node_id, msg.data))
+    runner.register_message(FLUSH_MESSAGE, lambda environment, msg, **kw: merged(m.flush, msg.node_id, msg.data))
+    runner.register_message(REPORT_MESSAGE, lambda environment, msg, **kw: merged(m.merge, msg.node_id, msg.data))
 
 
 def _local(environment: Any, k: Kneecap) -> None:
