@@ -1,10 +1,11 @@
 """A process's own health over a long run, for soaks: off unless ``KNEECAP_SOAK_FILE`` names a file.
 
 Every ``KNEECAP_SOAK_EVERY_S`` seconds (30 by default) each kneecap process (master, workers) appends one JSON line
-to that file: its role and pid, resident memory, open file descriptors, live greenlets and tracked Python objects,
-and its role's own sizes (the master: steps held, request rows held; ``benchmarks/soak.py`` reads them). Counting
-greenlets and objects walks the garbage collector's lists (~10-50 ms in a worker): one short stall per interval,
-which is why it is off outside soaks.
+to that file: its role and pid, resident memory, open file descriptors, live greenlets (those made since the master
+froze its start-up heap: growth is what counts), tracked Python objects, and its role's own sizes (the master:
+steps, buckets and request rows held; ``benchmarks/soak.py`` reads them). Counting greenlets and objects walks the
+garbage collector's lists (~10-50 ms in a worker): one short stall per interval, which is why it is off outside
+soaks.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
             objects = gc.get_objects()
             line = {"role": role, "pid": me.pid, "t": round(time.time(), 3),
                     "rss_mb": round(me.memory_info().rss / 2**20, 2), "fds": me.num_fds(),
-                    "greenlets": sum(isinstance(o, greenlet.greenlet) for o in objects), "objects": len(objects),
+                    "greenlets": sum(isinstance(o, greenlet.greenlet) for o in objects),
+                    "objects": len(objects) + gc.get_freeze_count(),
                     **sizes()}
             del objects
             with open(path, "a", encoding="utf-8") as f:  # one short line per write: appends do not interleave
