@@ -162,19 +162,25 @@ def _binomial_sf(k: int, n: int, p: float) -> float:
 def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequence, worker: Sequence, *,
                 min_ms: float = 5.0) -> StepPauses:
     """The step's pauses from its rows' columns (``metrics.rows``: send ms, TTFT and E2E in tenths of a ms, gaps)."""
-    rows = list(compress(range(len(gaps)), map(is_not, gaps, repeat(None))))
-    g = list(map(gaps.__getitem__, rows))
+    n = len(gaps)
+    nones = gaps.count(None) if isinstance(gaps, list) else sum(g is None for g in gaps)
+    rows = None if nones == 0 else list(compress(range(n), map(is_not, gaps, repeat(None))))
+
+    def column(c: Sequence) -> list:  # the rows with silences: every row, most steps (no copy then)
+        return list(c) if rows is None else list(map(c.__getitem__, rows))
+
+    g = column(gaps)
     pairs = np.array(list(chain.from_iterable(g)), np.int64)  # (offset, length) per silence, ms since the send
     workers = len(set(worker))
     if len(pairs) < 2 * MIN_STREAMS:
         return StepPauses([], workers=workers, min_ms=min_ms)
-    names, code = np.unique(np.array(list(map(worker.__getitem__, rows))), return_inverse=True)
+    names, code = np.unique(np.array(column(worker)), return_inverse=True)
     # each worker's events on its own stretch of one time line: one sort for the fleet, and since every start has its
     # end, the running counts are back to 0 between two workers' stretches
-    sent = np.array(list(map(t_ms.__getitem__, rows)), np.int64) * _TENTHS_PER_MS + code.astype(np.int64) * _WORKER
-    silent_start = np.repeat(sent, np.array(list(map(len, g)), np.int64) // 2) + pairs[0::2] * _TENTHS_PER_MS
-    first = np.array(list(map(ttft.__getitem__, rows)), dtype=float)  # None: nan (a failure decodes nothing)
-    last = np.array(list(map(e2e.__getitem__, rows)), dtype=float)
+    sent = np.array(column(t_ms), np.int64) * _TENTHS_PER_MS + code.astype(np.int64) * _WORKER
+    silent_start = np.repeat(sent, np.fromiter(map(len, g), np.int64, len(g)) // 2) + pairs[0::2] * _TENTHS_PER_MS
+    first = np.array(column(ttft), dtype=float)  # None: nan (a failure decodes nothing)
+    last = np.array(column(e2e), dtype=float)
     known = ~(np.isnan(first) | np.isnan(last))
     found = _runs(np.sort(np.concatenate([
         (silent_start + pairs[1::2] * _TENTHS_PER_MS) * 4 + _SILENT_END, silent_start * 4 + _SILENT_START,

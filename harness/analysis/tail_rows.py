@@ -3,8 +3,8 @@
 The rows become columns (one list per field, one flat copy) straight away: no object per request. The latencies
 stay in tenths of a millisecond (compared int to int) and the flags, send times and server queue are derived only
 for the rows tested (``tail.explain_columns``). A judged step of 100k requests, columns + tails + TTFT split, costs
-~0.27 s of CPU on a 2-CPU EPYC VM, ~13× a ``sorted()`` of its TTFTs in the same run; when every stream went through
-two of 29 server-wide pauses, ~0.5 s, ~24× (``python -m benchmarks.tail_attribution``: ``master_step``,
+~0.26 s of CPU on a 2-CPU EPYC VM, ~12× a ``sorted()`` of its TTFTs in the same run; when every stream went through
+two of 29 server-wide pauses, ~0.4 s, ~21× (``python -m benchmarks.tail_attribution``: ``master_step``,
 ``master_step_pauses``; the figures vary ±30% from run to run there). The goal is 0.2 s: not met.
 """
 
