@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from math import ceil as _ceil
 from math import log as _log
@@ -98,7 +98,9 @@ class Sketch:
         # 1/ln γ: multiply on the hot path instead of dividing; the read factor: bin estimate = γ^key · 2/(γ+1)
         self._gamma, self._inv_log_gamma, self._read_factor = _constants(self.relative_accuracy)
         self._bins: dict[int, int] = {}
-        self._sorted_keys: list[int] = []
+        # () until first read: an empty tuple is no object for the garbage collector to walk (a master holds thousands
+        # of sketches, most never read one by one); a list per sketch was one more on every full collection
+        self._sorted_keys: Sequence[int] = ()
         self._zero = 0
         self._count = 0
         self._overflow = 0
@@ -259,7 +261,7 @@ class Sketch:
     def clear(self) -> None:
         """Forget every sample (and the overflow count); keep the accuracy."""
         self._bins = {}
-        self._sorted_keys = []
+        self._sorted_keys = ()
         self._zero = self._count = self._overflow = 0
         self._sum = 0.0
         self._min = _INF
@@ -274,7 +276,7 @@ class Sketch:
         s.relative_accuracy = relative_accuracy
         s._gamma, s._inv_log_gamma, s._read_factor = _constants(relative_accuracy)
         s._bins = bins
-        s._sorted_keys = []
+        s._sorted_keys = ()
         s._zero = zero
         s._count = count
         s._overflow = overflow
