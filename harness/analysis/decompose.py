@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import sub
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from harness.analysis.tail_rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
@@ -39,6 +41,8 @@ _TENTHS_PER_MS = 10  # the rows' latencies are in tenths of a millisecond
 def _stat(tenths: Sequence[int] | np.ndarray) -> dict | None:
     """n, mean and nearest-rank quantiles (as the sketches) in ms of values in the rows' tenths of a ms: ints in an
     array, partitioned, not sorted (a 100k-request step's sorts were most of the split's cost)."""
+    import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
+
     n = len(tenths)
     if not n:
         return None
@@ -78,6 +82,8 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
         new = sum(1 for f in flags if f & FLAG_NEW_CONNECTION)
         connect = [k for k, f in zip(c["connect"], flags, strict=True) if k is not None and f & FLAG_NEW_CONNECTION]
     prefill = _both(ttft_all, c["server_prefill"]) if c["server_prefill"].count(None) < len(ttft_all) else ([], [])
+    import numpy as np
+
     with_t, headers = np.fromiter(with_t, np.int64, len(with_t)), np.fromiter(headers, np.int64, len(headers))
     client = {"ttft": _stat(ttft), "headers": _stat(headers), "headers_to_first_token": _stat(with_t - headers),
               "connect": _stat(connect),

@@ -30,8 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import is_not
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MERGE_MS", "MIN_STREAMS", "PERIODIC_CV", "SILENT_SHARE", "Pause", "StepPauses", "find_pauses",
            "in_pause_ms"]
@@ -162,6 +164,8 @@ def _binomial_sf(k: int, n: int, p: float) -> float:
 def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequence, worker: Sequence, *,
                 min_ms: float = 5.0) -> StepPauses:
     """The step's pauses from its rows' columns (``metrics.rows``: send ms, TTFT and E2E in tenths of a ms, gaps)."""
+    import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
+
     n = len(gaps)
     nones = gaps.count(None) if isinstance(gaps, list) else sum(g is None for g in gaps)
     rows = None if nones == 0 else list(compress(range(n), map(is_not, gaps, repeat(None))))
@@ -193,7 +197,7 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
 # Events are ints: (the worker × _WORKER + the time in tenths of a ms) × 4 + a code, so one sort orders them by
 # worker, then time, with ends before starts at a tie (a stream that resumes as another goes silent is not two at once).
 _SILENT_END, _DECODE_END, _SILENT_START, _DECODE_START = 0, 1, 2, 3
-_STEP = np.array([-1, 0, 1, 0]), np.array([0, -1, 0, 1])  # silent streams and decoding streams: change per code
+_STEP = [-1, 0, 1, 0], [0, -1, 0, 1]  # silent streams and decoding streams: change per code
 _WORKER = 1 << 40
 """A worker's stretch of the time line, in tenths of a ms: ~3.5 years of step."""
 
@@ -201,8 +205,10 @@ _WORKER = 1 << 40
 def _runs(keys: np.ndarray, min_ms: float) -> list[tuple[int, int, int, int, int]]:
     """(worker, start, length in tenths of a ms, peak silent, peak decoding) of every run of held intervals in which
     enough streams were silent, from the sorted events."""
+    import numpy as np
+
     t, code = keys >> 2, keys & 3
-    silent, decoding = np.cumsum(_STEP[0][code]), np.cumsum(_STEP[1][code])  # after each event
+    silent, decoding = np.cumsum(np.array(_STEP[0])[code]), np.cumsum(np.array(_STEP[1])[code])  # after each event
     # the state after the last event at a time holds until the next time: only those intervals count
     held = np.flatnonzero(t[1:] > t[:-1])
     on = (silent[held] >= MIN_STREAMS) & (silent[held] >= SILENT_SHARE * decoding[held])
@@ -239,6 +245,8 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
                 pauses: Sequence[Pause]) -> list:
     """For rows ``idx``: ms in flight (send to end) through one of ``pauses`` (sorted, disjoint: a ``StepPauses``'
     list) seen on the row's worker or on ≥ 2 workers; None for a row without an end (a failure)."""
+    import numpy as np
+
     out: list = [None] * len(idx)
     by_worker: dict = {}
     for j, i in enumerate(idx):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 __all__ = ["LONG_FACTOR", "LongPrefills", "long_prompt_threshold"]
 
 LONG_FACTOR = 4.0
@@ -44,6 +42,8 @@ class LongPrefills:
     """Usage: ``LongPrefills(t_ms, ttft, prompt, threshold).behind(indices)`` (the rows' columns, ``metrics.rows``)."""
 
     def __init__(self, t_ms: Sequence[int], ttft: Sequence, prompt: Sequence, threshold: int) -> None:
+        import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
+
         self.t_ms, self.ttft, self.prompt, self.threshold = t_ms, ttft, prompt, threshold
         prompts = np.array(prompt, dtype=float)  # None: nan, never long
         long = np.flatnonzero(prompts >= threshold).tolist()
@@ -61,6 +61,8 @@ class LongPrefills:
     def behind(self, idx: Sequence[int]) -> list:
         """For rows ``idx``: True when the row's wait for its first token overlapped a long prompt's; None for a long
         prompt itself and a row without TTFT or prompt."""
+        import numpy as np
+
         prompt, ttft, t_ms, threshold = self.prompt, self.ttft, self.t_ms, self.threshold
         asked = [j for j, i in enumerate(idx)
                  if prompt[i] is not None and ttft[i] is not None and prompt[i] < threshold]

@@ -21,7 +21,7 @@ import pytest
 
 from tests.kit.dashboard import BASE, LINE, mid_search, serve
 from tests.kit.procs import Lines, free_port
-from tests.kit.run import kneecap_run, write_scenario
+from tests.kit.run import LANE_LAG_MS, kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]  # one shared run per module
@@ -78,15 +78,16 @@ def get_json(url: str) -> dict:
 
 
 def scenario(tmp_path) -> str:
-    return str(write_scenario(tmp_path, """
+    # max_lag_ms: the lanes' limit (tests/kit/run.py), as kneecap_run passes it: this run is a plain locust one
+    return str(write_scenario(tmp_path, f"""
         name: ui-test
-        endpoint: {api: chat, model: sim-tiny}
-        workload: {input_tokens: 100, output_tokens: 20}
+        endpoint: {{api: chat, model: sim-tiny}}
+        workload: {{input_tokens: 100, output_tokens: 20}}
         load:
-          users: {start: 2, step: 2, max: 16}
-          step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5}
-        slo: {ttft: "p(95)<100"}
-        cost: {per_hour: 2.5, currency: EUR, input_per_mtok: 0.2, output_per_mtok: 0.8}
+          users: {{start: 2, step: 2, max: 16}}
+          step: {{warmup_s: 0.5, min_duration_s: 2, min_requests: 60, max_duration_s: 5, max_lag_ms: {LANE_LAG_MS:g}}}
+        slo: {{ttft: "p(95)<100"}}
+        cost: {{per_hour: 2.5, currency: EUR, input_per_mtok: 0.2, output_per_mtok: 0.8}}
     """))
 
 
