@@ -1,34 +1,52 @@
-"""No secret in any file kneecap writes: one run with an API key, a secret gateway header and an InfluxDB token
-set, every request saved, the report built; then every byte of every file of the run, the run store's index and
-what reached the database is searched for each secret (plain, and as the base64 of ``user:secret`` a Basic
-header would carry). The secrets are first shown to have been used (the target and the database received them),
-so the search cannot pass for want of them."""
+"""One real run, two questions about it (a fast canned target, 16 s of constant load, two workers; the API key, a
+secret gateway header and an InfluxDB token set; every request saved, the report built; every kneecap process
+sampling its own health every 1.5 s, ``harness/load/soak.py``):
+
+- no secret in any file kneecap writes: every byte of every file of the run, the run store's index, what reached
+  the database and the console are searched for each secret (plain, and as the base64 of ``user:secret`` a Basic
+  header would carry), once each secret is shown to have been used (the target and the database received them);
+- the soak's short form (``benchmarks/soak.py`` is the hour): thousands of requests on the same kept connections,
+  and from the 6th second to the end no process gains a descriptor or a greenlet, or grows its memory by more than
+  10% (the master holds the step's request rows, bounded by ``ROWS_CAP``).
+"""
 
 from __future__ import annotations
 
 import base64
+import json
 import pathlib
 import textwrap
+from dataclasses import dataclass
 
 import pytest
 
-from tests.kit.run import kneecap_run, write_scenario
+from harness.metrics.aggregate import ROWS_CAP
+from tests.kit.run import RunResult, kneecap_run, write_scenario
 from tests.kit.servers import CannedServer, sse_reply
 from tests.sinks.test_slow_influx import slow_db
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("secrets")]  # one shared run per module
 SECRETS = {"KNEECAP_TEST_API_KEY": "sk-kneecap-test-4f1c9e2a", "KNEECAP_TEST_GATEWAY": "gw-kneecap-test-7d3b0a61",
            "KNEECAP_TEST_INFLUX": "influx-kneecap-test-90e2c5f4"}
+SECONDS, EVERY_S, FROM_S = 16, 1.5, 6.0
 
 
-def _forms(secret: str) -> list[bytes]:
-    return [secret.encode(), base64.b64encode(f"user:{secret}".encode()), base64.b64encode(secret.encode())]
+@dataclass
+class Run:
+    result: RunResult
+    folder: pathlib.Path
+    heads: bytes
+    """Every request head the target received."""
+    db_lines: list[str]
+    db_tokens: set[str]
 
 
-def test_no_file_of_a_run_holds_its_key_headers_or_database_token(tmp_path):
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp = tmp_path_factory.mktemp("secrets")
     with CannedServer(sse_reply()) as target, slow_db() as db:
         db.first = -1e9  # every write answered at once
-        path = write_scenario(tmp_path, textwrap.dedent(f"""
+        path = write_scenario(tmp, textwrap.dedent(f"""
             name: secrets
             endpoint:
               host: "{target.url}"
@@ -38,26 +56,55 @@ def test_no_file_of_a_run_holds_its_key_headers_or_database_token(tmp_path):
               api_key_env: KNEECAP_TEST_API_KEY
               headers: {{X-Gateway-Key: {{env: KNEECAP_TEST_GATEWAY}}}}
             workload: {{input_tokens: 20, output_tokens: 3}}
-            load: {{mode: constant, users: 2, duration_s: 3, step: {{warmup_s: 0.5}}}}
+            load: {{mode: constant, users: 8, duration_s: {SECONDS}, step: {{warmup_s: 0.5}}}}
             sinks:
-              results_dir: "{tmp_path}"
+              results_dir: "{tmp}"
               influxdb: {{url: "http://127.0.0.1:{db.server_address[1]}", token_env: KNEECAP_TEST_INFLUX,
                           org: o, bucket: b, window_s: 1}}
         """))
-        r = kneecap_run(path, "--save-requests", out=tmp_path / "out", workers=2, env=SECRETS, report=True)
+        env = {**SECRETS, "KNEECAP_SOAK_FILE": str(tmp / "soak.jsonl"), "KNEECAP_SOAK_EVERY_S": str(EVERY_S)}
+        r = kneecap_run(path, "--save-requests", out=tmp / "out", workers=2, env=env, report=True)
         heads = b"\n".join(head for head, _ in target.received)
-        assert db.phase() == "fast"
     assert r.code == 0, r.output
-    assert f"Bearer {SECRETS['KNEECAP_TEST_API_KEY']}".encode() in heads  # the key and the header were sent...
-    assert SECRETS["KNEECAP_TEST_GATEWAY"].encode() in heads
-    assert db.tokens == {f"Token {SECRETS['KNEECAP_TEST_INFLUX']}"}, db.tokens  # ...and the token used
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]  # the scenario too: it names the variables only
+    return Run(r, tmp, heads, list(db.lines), set(db.tokens))
+
+
+def _forms(secret: str) -> list[bytes]:
+    return [secret.encode(), base64.b64encode(f"user:{secret}".encode()), base64.b64encode(secret.encode())]
+
+
+def test_no_file_of_a_run_holds_its_key_headers_or_database_token(run: Run):
+    assert f"Bearer {SECRETS['KNEECAP_TEST_API_KEY']}".encode() in run.heads  # the key and the header were sent...
+    assert SECRETS["KNEECAP_TEST_GATEWAY"].encode() in run.heads
+    assert run.db_tokens == {f"Token {SECRETS['KNEECAP_TEST_INFLUX']}"}, run.db_tokens  # ...and the token used
+    files = [p for p in run.folder.rglob("*") if p.is_file()]  # the scenario too: it names the variables only
     names = {p.name for p in files}
     assert {"summary.json", "requests.jsonl", "report.html", "processes.json", "master.log", "index.jsonl",
-            "run.json"} <= names, names
-    found = [(str(p.relative_to(tmp_path)), name) for p in files for name, secret in SECRETS.items()
-             for form in _forms(secret) if form in pathlib.Path(p).read_bytes()]
+            "run.json", "soak.jsonl"} <= names, names
+    found = [(str(p.relative_to(run.folder)), name) for p in files for name, secret in SECRETS.items()
+             for form in _forms(secret) if form in p.read_bytes()]
     found += [("the database", name) for name, secret in SECRETS.items() for form in _forms(secret)
-              if form.decode() in "\n".join(db.lines)]
-    found += [("the console", name) for name, secret in SECRETS.items() if secret in r.output]
+              if form.decode() in "\n".join(run.db_lines)]
+    found += [("the console", name) for name, secret in SECRETS.items() if secret in run.result.output]
     assert found == [], found
+
+
+def test_a_steady_load_grows_no_descriptor_greenlet_or_memory(run: Run):
+    summary = run.result.summary
+    assert summary["steps"][0]["requests"] > 2000, summary["steps"][0]["requests"]
+    by_process: dict[str, list[dict]] = {}
+    for line in (run.folder / "soak.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        by_process.setdefault(f"{d['role']} {d['pid']}", []).append(d)
+    assert sorted(name.split()[0] for name in by_process) == ["master", "worker", "worker"], list(by_process)
+    step_end = summary["started_at"] + summary["steps"][0]["warmup_s"] + summary["steps"][0]["duration_s"]
+    for name, samples in by_process.items():
+        start = samples[0]["t"]
+        later = [s for s in samples if s["t"] - start >= FROM_S - EVERY_S and s["t"] <= step_end]  # load on
+        assert len(later) >= 5, (name, len(samples))
+        first, last = later[0], later[-1]
+        assert last["fds"] <= first["fds"], (name, [s["fds"] for s in samples])
+        assert last["greenlets"] <= first["greenlets"], (name, [s["greenlets"] for s in samples])
+        assert last["rss_mb"] < 1.10 * first["rss_mb"], (name, [s["rss_mb"] for s in samples])
+        if name.startswith("master"):
+            assert 0 < last["rows"] <= ROWS_CAP
