@@ -175,7 +175,9 @@ def test_open_loop_rate_is_new_sessions_per_second(tmp_path):
     """, name="open.yaml")
     r = kneecap_run(path, "--sim-arg=--preset=tiny", workers=2, out=tmp_path / "out")
     step = r.summary["steps"][0]
-    assert step["arrivals_per_s"] == pytest.approx(4, rel=0.02), r.output
+    # A constant schedule dispatches 4 a second, each of the 2 workers every 0.5 s: over the step's measured time
+    # (which the master ends on its own tick, a little past 5 s under load) each worker is at most one arrival off
+    assert step["arrivals_per_s"] == pytest.approx(4, abs=2 / step["duration_s"]), r.output
     s = step["sessions"]
     assert s["calls_mean"] == 5  # turn 1, then two turns of two parallel calls
     assert s["ended"] == pytest.approx(4 * step["duration_s"], abs=3)  # each arrival is a session
