@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
+from harness.analysis.halves import Halves
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
@@ -42,7 +43,6 @@ from harness.analysis.tail_rows import columns, explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
-from harness.metrics.sketch import Sketch
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -75,8 +75,8 @@ class StepState:
     """The server's /metrics scrapes in the step's measured part (None: not scraped)."""
     waiting: list[tuple[float, float]] = field(default_factory=list)
     """The server's waiting queue at every scrape: (time on the step clock, requests waiting)."""
-    halves: list[tuple[float, Sketch]] = field(default_factory=list)
-    """The knee metric's deltas as they arrived (time, sketch): the stationarity check splits them in two."""
+    halves: Halves = field(default_factory=Halves)
+    """The knee metric's deltas by time (``analysis/halves.py``): the stationarity check splits them in two."""
     judgement: Judgement | None = None
     tails: StepTails | None = None
     """Tail attribution of the step's request rows, worked out once when it is judged."""
@@ -171,7 +171,7 @@ class Ledger:
         metric = self.scenario.load.knee_metric
         for index, phase, delta in report.buckets:
             if phase == "measure" and metric in delta.sketches and (st := self.state(index)) is not None:
-                st.halves.append((now, delta.sketches[metric]))  # for the step's stationarity check
+                st.halves.add(now, delta.sketches[metric])  # for the step's stationarity check
         gen = report.gen
         if gen is not None:
             if (st := self.state(report.step)) is not None:
@@ -273,10 +273,8 @@ class Ledger:
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
         reliable = (st.generator or self.generator()).health().reliable
         mid = info.started + info.warmup_s + duration / 2
-        first, second = Sketch(), Sketch()
-        for t, sk in st.halves:
-            (first if t < mid else second).merge(sk)
-        st.halves = []
+        first, second = st.halves.split(mid)
+        st.halves = Halves()
         st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration),
                                  evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
                                  sum(bucket.failures.values()) / bucket.requests)
