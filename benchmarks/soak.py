@@ -33,6 +33,7 @@ import urllib.request
 import psutil
 
 from benchmarks.common import ROOT, git_rev, stop_procs
+from harness.procs import free_port
 
 SCENARIO = """name: soak
 endpoint: {{api: chat, model: sim-small}}
@@ -47,7 +48,7 @@ def _victoria(data: str) -> tuple[subprocess.Popen, str]:
     binary = shutil.which("victoria-metrics")
     if binary is None:
         sys.exit("benchmarks.soak: victoria-metrics is not installed (apt-get install victoria-metrics)")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}",
                              "-retentionPeriod=100y"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -59,14 +60,6 @@ def _victoria(data: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.1)
     stop_procs(proc)
     sys.exit("benchmarks.soak: victoria-metrics did not start")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _series(url: str, metric: str) -> dict[str, list[tuple[float, float]]]:
