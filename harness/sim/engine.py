@@ -42,6 +42,11 @@ at ``epoch + k × S`` (k ≥ 1), whatever it is serving (a GC pause, a noisy nei
 inside a stall starts when it ends; one a stall begins during ends D later. Requests see it as queue, prefill
 or decode time, wherever it falls.
 
+LoRA (``lora.py``): a sequence with an ``adapter`` joins the batch only while the batch mixes fewer than
+``max_loras`` adapters or already has its own (else it is skipped and keeps its place, as vLLM v1); admitting it
+when its adapter is not resident loads it (least recently used idle one out) and adds ``lora_load_ms`` to that
+iteration, so the whole batch pays; ``Sequence.lora_loaded`` records it.
+
 Stage times (vLLM v1's ``FinishedRequestStats``, ``vllm/v1/metrics/stats.py``): each sequence records
 ``admitted_at`` (first scheduled; a preemption does not move it), ``first_token_at`` and ``last_token_at``
 (the end of the iteration that emitted them); ``Sequence.stages()`` turns them into queue, prefill,
@@ -61,6 +66,7 @@ from dataclasses import dataclass, field
 
 from harness.sim.engine_config import EngineConfig
 from harness.sim.kv import BlockPool
+from harness.sim.lora import LoraSlots
 
 __all__ = ["Emission", "Engine", "EngineConfig", "Iteration", "Sequence", "StageTimes"]
 
@@ -96,6 +102,10 @@ class Sequence:
     preemptions: int = 0
     running: bool = False
     """In the batch (holds a slot); False while waiting, after preemption and when done."""
+    adapter: str | None = None
+    """The LoRA adapter it runs with (None: the base model)."""
+    lora_loaded: bool = False
+    """An admission of it had to load its adapter (paid ``lora_load_ms``)."""
 
     @property
     def context(self) -> int:
@@ -163,6 +173,7 @@ class Engine:
         self.config = config
         self.total_blocks = config.kv_cache_tokens // config.block_size
         self.kv = BlockPool(self.total_blocks, config.block_size, config.prefix_cache == "on")
+        self.loras = LoraSlots(config.max_loras)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._rng = random.Random(config.seed)
@@ -217,9 +228,9 @@ class Engine:
         preempted: list[Sequence] = []
         budget, decode_seqs, decode_context = self._decode(self.config.max_num_batched_tokens, emissions, preempted)
         budget, prefill_tokens = self._prefill(budget, emissions)
-        admitted, admitted_tokens = self._admit(start, budget, emissions)
+        admitted, admitted_tokens, load_ms = self._admit(start, budget, emissions)
         prefill_tokens += admitted_tokens
-        ms = self._duration_ms(decode_seqs, decode_context, prefill_tokens)
+        ms = self._duration_ms(decode_seqs, decode_context, prefill_tokens) + load_ms
         end = self._stalled_end(start, start + ms / 1000) if stalls else now + ms / 1000
         self._deliver(emissions, end)
         return Iteration(end - now if stalls else ms / 1000, emissions, decode_seqs, prefill_tokens, admitted,
@@ -264,14 +275,19 @@ class Engine:
                     self._prefill_done(seq, emissions)
         return budget, prefill_tokens
 
-    def _admit(self, start: float, budget: int, emissions: list[Emission]) -> tuple[list[Sequence], int]:
+    def _admit(self, start: float, budget: int, emissions: list[Emission]) -> tuple[list[Sequence], int, float]:
         """3. Admit FCFS while a slot, KV room for the whole prompt, and budget remain; prefix-cache hits are not
-        prefilled. The sequences admitted and the tokens of their first prefill chunks."""
+        prefilled; a sequence whose adapter does not fit the batch is skipped. The sequences admitted, the tokens of
+        their first prefill chunks, and the milliseconds of adapter loads."""
         cfg = self.config
         admitted: list[Sequence] = []
-        prefill_tokens = 0
+        skipped: list[Sequence] = []
+        prefill_tokens, load_ms = 0, 0.0
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
+            if seq.adapter is not None and not self.loras.fits(seq.adapter):
+                skipped.append(self.waiting.popleft())
+                continue
             hits = self.kv.hits(seq, seq.context)
             if not self.kv.allocate(seq, seq.context + 1, hits):
                 break
@@ -284,6 +300,9 @@ class Engine:
                     self.prefix_cache_queries_total += seq.prompt_tokens
                     self.prefix_cache_hits_total += cached
             self.waiting.popleft()
+            if seq.adapter is not None and self.loras.acquire(seq.adapter):
+                seq.lora_loaded = True
+                load_ms += cfg.lora_load_ms
             seq.running = True
             if seq.admitted_at is None:
                 seq.admitted_at = start
@@ -295,7 +314,8 @@ class Engine:
             seq.prefilled = chunk
             if seq.prefilled == seq.prefill_target:
                 self._prefill_done(seq, emissions)
-        return admitted, prefill_tokens
+        self.waiting.extendleft(reversed(skipped))
+        return admitted, prefill_tokens, load_ms
 
     def _duration_ms(self, decode_seqs: int, decode_context: int, prefill_tokens: int) -> float:
         """The iteration's cost in milliseconds, before stalls (the one draw of the jitter's RNG per iteration)."""
@@ -363,6 +383,8 @@ class Engine:
             computed = seq.context - seq.prefill_target + seq.prefilled
         self.kv.cache(seq, computed)
         self.kv.release(seq)
+        if seq.adapter is not None:
+            self.loras.release(seq.adapter)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -1,5 +1,5 @@
 """The simulator engine's deployment shape (``EngineConfig``): slots, KV cache, token budget, iteration costs,
-jitter, prefix cache and stalls, with the checks that reject a shape the engine cannot run. Pure.
+jitter, prefix cache, stalls and LoRA slots, with the checks that reject a shape the engine cannot run. Pure.
 
 Every field is a ``kneecap sim`` flag of the same name (``cli.py`` reads the ``help`` metadata); ``engine.py`` has the
 model these numbers drive and re-exports the class.
@@ -39,16 +39,20 @@ class EngineConfig:
     engine_stall_every_s: float = _opt(0.0, "Stop the whole engine every this many seconds (a GC pause or noisy "
                                             "neighbour; 0 = never).")
     engine_stall_s: float = _opt(0.0, "How long each engine stall lasts.")
+    max_loras: int = _opt(1, "LoRA adapters in one batch at once (vLLM's --max-loras; resident on the GPU, least "
+                             "recently used evicted).")
+    lora_load_ms: float = _opt(25.0, "Cost of loading a LoRA adapter that is not resident, paid by the iteration "
+                                     "that admits its request.")
 
     def problems(self) -> list[str]:
         """Everything wrong with this configuration, as readable sentences (empty when valid)."""
         out = []
         for name in ("max_num_seqs", "kv_cache_tokens", "block_size", "max_num_batched_tokens",
-                     "max_model_len", "tokens_per_chunk"):
+                     "max_model_len", "tokens_per_chunk", "max_loras"):
             if getattr(self, name) < 1:
                 out.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter",
-                     "engine_stall_every_s", "engine_stall_s"):
+                     "engine_stall_every_s", "engine_stall_s", "lora_load_ms"):
             if getattr(self, name) < 0:
                 out.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.iter_base_ms + self.iter_per_seq_ms <= 0:

@@ -92,7 +92,8 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     engine = {"max_num_seqs": 3, "kv_cache_tokens": 9000, "block_size": 8, "max_num_batched_tokens": 512,
               "max_model_len": 4096, "iter_base_ms": 1.5, "iter_per_seq_ms": 0.25, "iter_per_kv_ktoken_ms": 0.5,
               "prefill_per_ktoken_ms": 20.0, "tokens_per_chunk": 2, "jitter": 0.1,
-              "prefix_cache": "off", "engine_stall_every_s": 2.0, "engine_stall_s": 0.25}
+              "prefix_cache": "off", "engine_stall_every_s": 2.0, "engine_stall_s": 0.25, "max_loras": 2,
+              "lora_load_ms": 40.0}
     assert set(engine) == {f.name for f in dataclasses.fields(EngineConfig)} - {"seed"}
     args = [f"--{k.replace('_', '-')}={v}" for k, v in engine.items()]
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
