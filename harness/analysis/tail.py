@@ -36,11 +36,11 @@ import math
 import random
 import re
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, gt, le, not_
+from typing import TYPE_CHECKING
 
 from harness.analysis.pauses import StepPauses
 from harness.analysis.rank_tests import holm
@@ -49,11 +49,16 @@ from harness.analysis.tail_features import (
     FEATURES,
     MISSING,
     TailParams,
+    code_features,
     connect_cost,
     explains,
     feature_test,
     share_phrase,
+    time_test,
 )
+
+if TYPE_CHECKING:
+    from harness.analysis.tail_counts import Coded
 
 __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "TailParams", "TailRow",
            "explain_columns", "explain_tail", "pause_words"]
@@ -176,14 +181,19 @@ def _plain(x: object) -> object:
 
 
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
-               uniform: list[int], cols: dict[str, list], base: dict[str, Counter], seconds: list, params: TailParams,
+               uniform: list[int], cols: dict[str, list], coded: dict[str, Coded], seconds: list, params: TailParams,
                sampled: str | None, words: Mapping[str, str]) -> TailAttribution:
     label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
     head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
     if len(tail) < params.min_tail:
         line = f"{ql} {label}: too few tail requests to attribute ({len(tail)} above {ql} of {n})"
         return TailAttribution(**head, verdict="too_few", causes=[], line=line)
-    found = (feature_test(f, cols[f], tail, rest, excluded, base.get(f), params) for f in FEATURES)
+    import numpy as np
+
+    at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
+    times = cols["t_in_step_s"]
+    found = (time_test(list(map(times.__getitem__, tail)), list(map(times.__getitem__, rest)), params)
+             if f == "t_in_step_s" else feature_test(f, coded[f], at, ex, params) for f in FEATURES)
     raw = [r for r in found if r is not None]
     adjusted = holm([r["p"] for r in raw])
     tests = []
@@ -341,7 +351,9 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
             else [None] * len(needed) for f in FEATURES}
     words = {**(words or {}), **({"pauses": pause_words(pauses)} if pauses is not None and pauses.pauses else {})}
     uni = list(map(pos.__getitem__, uniform))
-    base = {f: Counter(map(cols[f].__getitem__, uni)) for f in FEATURES if f != "t_in_step_s"}
+    import numpy as np  # here, not at import: workers and masters start without it
+
+    coded = code_features(cols, np.array(uni, dtype=np.int64))
     out = []
     for m, col, known, per_q in found:
         values = list(map(col.__getitem__, uniform))
@@ -354,7 +366,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
                 sampled = (f"every tail request and a uniform sample of {len(rest)} of the {known - len(tail)} others "
                            f"(seed {params.seed})")
             out.append(_attribute(m, q, float(thr) / per_s, known, list(map(pos.__getitem__, tail)), rest, excluded,
-                                  uni, cols, base, seconds, params, sampled, words))
+                                  uni, cols, coded, seconds, params, sampled, words))
     return StepTails(out, pauses)
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate
+from typing import TYPE_CHECKING
 
-from harness.analysis.rank_tests import chi2_independence, fisher_exact, mann_whitney_counts
+from harness.analysis.rank_tests import chi2_independence, fisher_exact
+
+if TYPE_CHECKING:  # numpy is imported when a tail is first explained, not when a worker or master starts
+    import numpy as np
+
+    from harness.analysis.tail_counts import Coded
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ class TailParams:
         if problems:
             raise ValueError("TailParams: " + "; ".join(problems))
 
-__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "connect_cost", "explains", "feature_test", "share_phrase"]
+__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "code_features", "connect_cost", "explains", "feature_test",
+           "share_phrase", "time_test"]
 
 CAUSES = {
     "prefill": "the tail is prefill-bound",
@@ -143,58 +147,15 @@ def _pct(v: float) -> str:
     return f"{100 * v:.0f}%"
 
 
-def _counts(vals: list) -> Counter:
-    c = Counter(vals)
-    c.pop(None, None)  # missing
-    return c
-
-
-def _ranks(c: Counter) -> tuple[list, list[int]]:
-    """The counted values in order and their running counts (sorted once, read by median and quantile)."""
-    keys = sorted(c)
-    return keys, list(accumulate(map(c.__getitem__, keys)))
-
-
-def _median(c: Counter, ranks: tuple[list, list[int]] | None = None) -> float:
-    keys, seen = ranks or _ranks(c)
-    if not keys:
-        raise ValueError("median of no values")
-    half = seen[-1] / 2
-    i = bisect_left(seen, half)  # the first value whose running count reaches half
-    # an even count splitting exactly here: the mean of the two middle values
-    return (keys[i] + keys[i + 1]) / 2 if seen[i] == half else keys[i]
-
-
-def _quantile(c: Counter, q: float, ranks: tuple[list, list[int]] | None = None) -> float:
-    """The value at nearest rank ``q`` of the counted values."""
-    keys, seen = ranks or _ranks(c)
-    i = bisect_right(seen, q * (seen[-1] - 1))  # the first whose running count exceeds the rank
-    return keys[i] if i < len(keys) else max(c)
-
-
-def _floored(c: Counter, floor: float) -> Counter:
-    out: Counter = Counter()
-    for k, v in c.items():
-        out[k if k > floor else 0] += v
-    return out
-
-
-def _rest_counts(uniform: Counter, excluded: Iterable) -> Counter:
-    """The rest's value counts: the uniform sample's (counted once per step) minus its tail and missing rows."""
-    c = uniform.copy()
-    c.subtract(excluded)
-    return Counter({k: v for k, v in c.items() if v > 0 and k is not None})
-
-
-def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
-    if spec.floor:
-        ct, cr = _floored(ct, spec.floor), _floored(cr, spec.floor)
-    nt, nr = sum(ct.values()), sum(cr.values())
-    if nt < params.min_tail or nr < params.min_tail or len(ct.keys() | cr.keys()) < 2:
+def _numeric(spec: _Numeric, coded: Coded, ct: np.ndarray, cr: np.ndarray, params: TailParams) -> dict | None:
+    nt, nr = int(ct.sum()), int(cr.sum())
+    if nt < params.min_tail or nr < params.min_tail or int(((ct + cr) > 0).sum()) < 2:
         return None  # too few known values, or a constant: nothing to test
-    u = mann_whitney_counts(ct, cr)
-    ranks = _ranks(cr)
-    mt, mr = _median(ct), _median(cr, ranks)
+    from harness.analysis.tail_counts import mann_whitney_arrays, median, quantile, separation, share_above
+
+    u = mann_whitney_arrays(ct, cr)
+    keys, values = coded.keys, coded.values
+    mt, mr = median(keys, ct), median(keys, cr)
     if mr > 0:
         ratio = mt / mr
         more = u.rank_biserial > 0
@@ -204,14 +165,12 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
         if more and not material and spec.above:
             # A minority far above the rest (3% of prompts 10× longer, half the tail): the medians hide it, the
             # share above the rest's 95th percentile does not.
-            v = _quantile(cr, 0.95, ranks)
-            st = sum(c for k, c in ct.items() if k > v) / nt
-            sr = sum(c for k, c in cr.items() if k > v) / nr
+            v = quantile(keys, cr, 0.95)
+            st, sr = share_above(values, ct, v, nt), share_above(values, cr, v, nr)
             if st - sr >= params.min_share_points:
                 material, phrase = True, spec.above.format(v=_num(v), t=_pct(st), r=_pct(sr))
     else:  # the rest is mostly zeros (an idle queue, no cache hits): compare how often it is above zero
-        st = sum(c for v, c in ct.items() if v > 0) / nt
-        sr = sum(c for v, c in cr.items() if v > 0) / nr
+        st, sr = share_above(values, ct, 0, nt), share_above(values, cr, 0, nr)
         more = st > sr
         material = abs(st - sr) >= params.min_share_points and (u.rank_biserial > 0) == more
         if more and mt > 0:
@@ -219,21 +178,9 @@ def _numeric(spec: _Numeric, ct: Counter, cr: Counter, params: TailParams) -> di
         else:
             phrase = (spec.nonzero_more if more else spec.nonzero_less).format(t=_pct(st), r=_pct(sr))
     cause = spec.more_cause if more else spec.less_cause
-    over = _separation(ct, cr) if more and spec.above else None  # what "explains" a tail request (shares)
+    over = separation(keys, ct, cr) if more and spec.above else None  # what "explains" a tail request (shares)
     return dict(feature=spec.name, test="mann-whitney-u", n_tail=nt, n_rest=nr, p=u.p, effect=u.rank_biserial,
                 tail_value=mt, rest_value=mr, material=material, phrase=phrase, cause=cause, over=over)
-
-
-def _separation(ct: Counter, cr: Counter) -> float:
-    """The value v where "above v" separates tail from rest most (share of the tail above v minus the rest's: the
-    Kolmogorov–Smirnov point); the lowest such v."""
-    nt, nr = sum(ct.values()), sum(cr.values())
-    above_t, above_r, best, at = nt, nr, -1.0, min(ct.keys() | cr.keys())
-    for v in sorted(ct.keys() | cr.keys()):
-        above_t, above_r = above_t - ct[v], above_r - cr[v]
-        if above_t / nt - above_r / nr > best:
-            best, at = above_t / nt - above_r / nr, v
-    return at
 
 
 def share_phrase(name: str, over: float | None) -> str | None:
@@ -254,8 +201,8 @@ def explains(name: str, value: object, over: float | None) -> bool:
     return over is not None and value is not None and value > over  # type: ignore[operator]
 
 
-def _flag(name: str, ct: Counter, cr: Counter, params: TailParams) -> dict | None:
-    a, b, c, d = ct[True], ct[False], cr[True], cr[False]
+def _flag(name: str, ct: dict, cr: dict, params: TailParams) -> dict | None:
+    a, b, c, d = ct.get(True, 0), ct.get(False, 0), cr.get(True, 0), cr.get(False, 0)
     if a + b < params.min_tail or c + d < params.min_tail or a + c == 0 or b + d == 0:
         return None
     st, sr = a / (a + b), c / (c + d)
@@ -266,13 +213,13 @@ def _flag(name: str, ct: Counter, cr: Counter, params: TailParams) -> dict | Non
                 phrase=phrase, cause=cause if st > sr else None)
 
 
-def _worker(ct: Counter, cr: Counter, params: TailParams) -> dict | None:
+def _worker(ct: dict, cr: dict, params: TailParams) -> dict | None:
     nt, nr = sum(ct.values()), sum(cr.values())
     workers = sorted(ct.keys() | cr.keys(), key=str)
     if nt < params.min_tail or nr < params.min_tail or len(workers) < 2:
         return None
-    w = max(workers, key=lambda k: ct[k] / nt - cr[k] / nr)
-    a, c = ct[w], cr[w]
+    w = max(workers, key=lambda k: ct.get(k, 0) / nt - cr.get(k, 0) / nr)
+    a, c = ct.get(w, 0), cr.get(w, 0)
     p = min(1.0, len(workers) * fisher_exact(a, nt - a, c, nr - c, alternative="greater"))
     st, sr = a / nt, c / nr
     return dict(feature="worker", test=f"fisher-exact (one-sided, ×{len(workers)} workers)", n_tail=nt, n_rest=nr,
@@ -287,7 +234,8 @@ def _bins(vals: list[float], k: int, per_s: float) -> list[int]:
     return counts
 
 
-def _time(tail: list, rest: list, params: TailParams) -> dict | None:
+def time_test(tail: list, rest: list, params: TailParams) -> dict | None:
+    """Time (``t_in_step_s``): are the tail's send times clustered in windows the rest's are not (χ²)?"""
     t, r = [v for v in tail if v is not None], [v for v in rest if v is not None]
     if len(t) < params.min_tail or len(r) < params.min_tail:
         return None
@@ -317,15 +265,24 @@ def connect_cost(label: str, metric: list, flags: list) -> str:
     return f"{CAUSES['connect']}, {1000 * (statistics.median(new) - statistics.median(old)):+.0f} ms {label}"
 
 
-def feature_test(name: str, col: list, tail: list[int], rest: list[int], excluded: list[int], uniform: Counter | None,
-                 params: TailParams) -> dict | None:
-    """Test feature ``name`` (its column ``col``) on the tail's rows against the rest's; the rest's value counts are
-    ``uniform`` (the whole uniform sample's) minus the ``excluded`` rows' (time uses ``rest`` itself)."""
-    tv = list(map(col.__getitem__, tail))
-    if uniform is None:
-        return _time(tv, list(map(col.__getitem__, rest)), params)
-    ct, cr = _counts(tv), _rest_counts(uniform, map(col.__getitem__, excluded))
+def code_features(cols: dict[str, list], uniform: np.ndarray) -> dict[str, Coded]:
+    """Every feature but time coded once per step (``tail_counts``): ``cols`` over the rows tested, ``uniform`` the
+    rest's sample among them."""
+    from harness.analysis.tail_counts import code_column
+
+    floors = {s.name: s.floor for s in NUMERIC}
+    return {f: code_column(cols[f], uniform, floors.get(f, 0.0), numeric=f in floors) for f in FEATURES
+            if f != "t_in_step_s"}
+
+
+def feature_test(name: str, coded: Coded, tail: np.ndarray, excluded: np.ndarray, params: TailParams) -> dict | None:
+    """Test feature ``name`` on the tail's rows against the rest's: the uniform sample's rows but ``excluded``
+    (positions in the coded columns). Time is ``time_test``."""
+    from harness.analysis.tail_counts import as_counter, counts
+
+    ct, cr = counts(coded, tail, excluded)
     spec = next((s for s in NUMERIC if s.name == name), None)
     if spec is not None:
-        return _numeric(spec, ct, cr, params)
-    return _flag(name, ct, cr, params) if name in FLAGS else _worker(ct, cr, params)
+        return _numeric(spec, coded, ct, cr, params)
+    ctd, crd = as_counter(coded, ct), as_counter(coded, cr)
+    return _flag(name, ctd, crd, params) if name in FLAGS else _worker(ctd, crd, params)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections import Counter
 
 import numpy as np
 import pytest
 
 from harness.analysis.tail import StepTails, TailParams, TailRow, explain_tail
-from harness.analysis.tail_features import _median, _quantile
 
 
 def step(seed: int, cause: str | None = None, n: int = 10_000, duration_s: float = 60.0) -> list[TailRow]:
@@ -177,19 +174,6 @@ def test_bad_parameters_are_named_all_at_once():
         TailParams(quantiles=(99,), min_tail=1)
     with pytest.raises(ValueError, match=r"unknown metrics \['ttft'\]; choose from \['ttft_s'"):
         explain_tail([], metrics=("ttft",))
-
-
-def test_median_and_quantile_of_counts_by_running_counts():
-    """``_median``/``_quantile`` bisect the running counts; the same values as expanding the counts and walking them."""
-    rng = np.random.default_rng(12)
-    for size, levels in [(1, 1), (2, 2), (4, 2), (9, 3), (1000, 40), (5001, 5000)]:
-        values = sorted(rng.integers(0, levels, size).tolist())
-        c = Counter(values)
-        assert _median(c) == statistics.median(values)
-        for q in (0.0, 0.5, 0.95, 1.0):
-            assert _quantile(c, q) == values[math.floor(q * (size - 1))] if q < 1 else _quantile(c, q) == values[-1]
-    with pytest.raises(ValueError, match="median of no values"):
-        _median(Counter())
 
 
 def test_rows_and_their_columns_give_the_same_answer():
