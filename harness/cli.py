@@ -17,6 +17,8 @@ from harness.cli_kit import InputError, read_run
 from harness.sim import SimConfig, run_sim
 from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
+from harness.sim.models import Adapter, ServedModel, lora_count
+from harness.sim.models import problems as model_problems
 from harness.sim.openai import OutputPolicy
 from harness.sim.plan import Behavior
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
@@ -73,6 +75,13 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), default=DEFAULT_PRESET, show_default=True,
               help="Deployment shape; see the README's simulator section.")
 @click.option("--model", default=None, help="Served model name [sim-PRESET].")
+@click.option("--serve-model", "serve_models", multiple=True, metavar="NAME[:ITER_BASE_MS]",
+              help="Serve NAME on an engine of its own (own slots, KV cache, queue), optionally with its own "
+                   "--iter-base-ms. Repeatable; replaces --model.")
+@click.option("--lora", "loras", multiple=True, metavar="NAME[@BASE]",
+              help="Serve a LoRA adapter on BASE's engine [the first model] (vLLM's --lora-modules). Repeatable.")
+@click.option("--lora-count", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Serve LoRA adapters lora-0 ... lora-<N-1> on the first model.")
 @_engine_options
 @_field_options(OutputPolicy)  # --eos-median --eos-sigma --tokens-per-word
 @_field_options(Behavior)  # --reasoning-tokens ... (routed out of **engine below)
@@ -81,7 +90,8 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
 @_field_options(FaultConfig)  # --stall-s --long-line-bytes --retry-after-s
 @_field_options(SimConfig, units={"max_body_bytes": ("max_body_mb", _MIB)},  # --max-waiting --max-body-mb
                 types={"trace_file": click.Path(dir_okay=False)})  # --trace-file --seed --close-after-p ...
-def sim(host: str, port: int, preset: str, model: str | None, eos_median: float, eos_sigma: float,
+def sim(host: str, port: int, preset: str, model: str | None, serve_models: tuple[str, ...], loras: tuple[str, ...],
+        lora_count: int, eos_median: float, eos_sigma: float,
         tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
         max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, close_after_p: float,
         accept_delay_ms: float, **engine: int | float | None) -> None:
@@ -104,10 +114,13 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         probabilities = parse_fault_spec(list(faults))
     except ValueError as exc:
         problems.append(str(exc))
+    served, adapters = _served(serve_models, loras, lora_count, problems)
+    problems += model_problems(served, adapters, model=model or f"sim-{preset}", model_flag=model is not None,
+                                 engine=engine_cfg)
     if problems:
         raise click.UsageError("; ".join(problems))
     config = SimConfig(
-        engine=engine_cfg, model=model or f"sim-{preset}", behavior=behavior,
+        engine=engine_cfg, model=model or f"sim-{preset}", served=served, loras=adapters, behavior=behavior,
         policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
         faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
                            retry_after_s=retry_after_s),
@@ -117,6 +130,19 @@ def sim(host: str, port: int, preset: str, model: str | None, eos_median: float,
         run_sim(config, host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _served(serve_models: tuple[str, ...], loras: tuple[str, ...], count: int,
+            problems: list[str]) -> tuple[tuple[ServedModel, ...], tuple[Adapter, ...]]:
+    """``--serve-model``, ``--lora`` and ``--lora-count`` as the simulator's types; a bad spec joins ``problems``."""
+    served, adapters = [], []
+    for spec, parse, out in [*((s, ServedModel.parse, served) for s in serve_models),
+                             *((s, Adapter.parse, adapters) for s in loras)]:
+        try:
+            out.append(parse(spec))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return tuple(served), (*adapters, *lora_count(count))
 
 
 def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

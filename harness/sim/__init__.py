@@ -4,9 +4,11 @@ Layers, bottom up: ``kv`` (KV blocks and the prefix cache over them), ``engine``
 model), ``prefix`` (prompt units and block hashes), ``text`` (the words the model writes), ``plan``
 (reasoning, answer and tool call of each request); the APIs: ``openai`` (chat/completions request
 validation) and ``chat_stream`` (their vLLM-exact bytes), ``responses`` (OpenAI's Responses API),
-``anthropic`` (Messages), ``embeddings``; then ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
+``anthropic`` (Messages), ``embeddings``, ``images`` (image parts); ``lora`` (adapter slots) and
+``models`` (what is served, routing); then ``faults`` (what breaks), ``http`` (a minimal streaming HTTP/1.1
 server), ``metrics`` (Prometheus, vLLM names), ``job`` (one request's state),
-``server`` (the real-time loop tying them together).
+``trace`` (the ground-truth line), ``loop_stats`` (``/sim/stats``),
+``server`` (the real-time loops tying them together).
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ __all__ = ["DEFAULT_PRESET", "PRESETS", "Behavior", "Engine", "EngineConfig", "F
 
 def _describe(config: SimConfig) -> str:
     e = config.engine
-    return (f"{config.model}: {e.max_num_seqs} slots, KV {e.kv_cache_tokens} tokens, context {e.max_model_len}, "
+    if config.served:
+        names = ", ".join(m.name if m.iter_base_ms is None else f"{m.name} (iteration {m.iter_base_ms} ms)"
+                          for m in config.served)
+    else:
+        names = config.model
+    if config.loras:
+        names += f" + {len(config.loras)} LoRA adapter{'s' * (len(config.loras) > 1)} (max {e.max_loras} resident)"
+    return (f"{names}: {e.max_num_seqs} slots, KV {e.kv_cache_tokens} tokens, context {e.max_model_len}, "
             f"iteration {e.iter_base_ms} ms + {e.iter_per_seq_ms} ms/seq, "
             f"prefill {e.prefill_per_ktoken_ms} ms/1k tokens, prefix cache {e.prefix_cache}")
 

@@ -9,8 +9,9 @@ import uuid
 from harness.sim.anthropic import MessagesWriter
 from harness.sim.chat_stream import ChatWriter
 from harness.sim.embeddings import EmbeddingsWriter
-from harness.sim.engine import Sequence
+from harness.sim.engine import Engine, Sequence
 from harness.sim.http import Connection
+from harness.sim.metrics import ModelMetrics
 from harness.sim.openai import GenRequest
 from harness.sim.responses import ResponsesWriter
 
@@ -20,12 +21,15 @@ __all__ = ["Job"]
 class Job:
     """A request from arrival to its last byte."""
 
-    __slots__ = ("arrival", "conn", "emitted", "fault", "fault_at", "first", "first_content", "first_reasoning",
-                 "first_tool_call", "gen", "held", "id", "last", "pending", "plain", "seq", "seqs", "status", "times",
-                 "writer")
+    __slots__ = ("arrival", "conn", "emitted", "engine", "fault", "fault_at", "first", "first_content",
+                 "first_reasoning", "first_tool_call", "gen", "held", "id", "last", "metrics", "pending", "plain",
+                 "seq", "seqs", "status", "times", "writer")
 
-    def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None) -> None:
+    def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None, *,
+                 engine: Engine, metrics: ModelMetrics) -> None:
         self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
+        # the engine of the model it runs on (its base model's, for a LoRA adapter) and that model's histograms
+        self.engine, self.metrics = engine, metrics
         self.seqs = [seq]
         """Every engine sequence of the request: one, or one per input of an embeddings request."""
         self.pending = 1

@@ -14,18 +14,22 @@ help texts and buckets (``request_latency_buckets``, the e2e histogram's) follow
 0.9-era: ``vllm:gpu_cache_usage_perc`` still there, deprecated). ``vllm:time_to_first_token_seconds`` is
 arrival (first request bytes) → first token sent, as vLLM's; it is measured on the real clock, so it exceeds
 queue + prefill (the engine's planned times) by how late the first token went out.
+
+Several served models (``--serve-model``, ``models.py``): every family has one sample (or histogram child) per
+model, labelled ``model_name`` as vLLM labels its served model; a LoRA adapter's requests count under its base
+model (vLLM's ``model_name`` is the served model, never the adapter).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from harness.sim.engine import Engine, Sequence
 
-__all__ = ["SimMetrics"]
+__all__ = ["ModelMetrics", "SimMetrics"]
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -36,59 +40,47 @@ _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 
 
 
 class _EngineCollector:
-    def __init__(self, engine: Engine, model: str) -> None:
-        self._engine = engine
-        self._model = model
+    """Every engine's gauges and counters, one sample per model in each family."""
+
+    def __init__(self, engines: dict[str, Engine]) -> None:
+        self._engines = engines
+
+    def _family(self, cls: type, name: str, doc: str, value: Callable[[Engine], float]) -> Metric:
+        family = cls(name, doc, labels=["model_name"])
+        for model, engine in self._engines.items():
+            family.add_metric([model], value(engine))
+        return family
 
     def collect(self) -> Iterator[Metric]:
-        e, labels = self._engine, [self._model]
         for name, doc, value in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches.", len(e.running)),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(e.waiting)),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage),
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", lambda e: len(e.running)),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda e: len(e.waiting)),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lambda e: e.kv_usage),
         ):
-            g = GaugeMetricFamily(name, doc, labels=["model_name"])
-            g.add_metric(labels, value)
-            yield g
+            yield self._family(GaugeMetricFamily, name, doc, value)
         for name, doc, value in (
-            ("vllm:num_preemptions", "Cumulative number of preemptions from the engine.", e.preemptions_total),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.", e.prompt_tokens_total),
-            ("vllm:generation_tokens", "Number of generation tokens processed.", e.generation_tokens_total),
+            ("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
+             lambda e: e.preemptions_total),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda e: e.prompt_tokens_total),
+            ("vllm:generation_tokens", "Number of generation tokens processed.", lambda e: e.generation_tokens_total),
         ):
-            c = CounterMetricFamily(name, doc, labels=["model_name"])
-            c.add_metric(labels, value)
-            yield c
-        if e.prefix_caching:
+            yield self._family(CounterMetricFamily, name, doc, value)
+        if next(iter(self._engines.values())).prefix_caching:
             for name, doc, value in (
                 ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                 e.prefix_cache_queries_total),
+                 lambda e: e.prefix_cache_queries_total),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                 e.prefix_cache_hits_total),
+                 lambda e: e.prefix_cache_hits_total),
             ):
-                c = CounterMetricFamily(name, doc, labels=["model_name"])
-                c.add_metric(labels, value)
-                yield c
+                yield self._family(CounterMetricFamily, name, doc, value)
 
 
-class SimMetrics:
-    def __init__(self, engine: Engine, model: str) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_EngineCollector(engine, model))  # type: ignore[arg-type]
+class ModelMetrics:
+    """One model's latency histograms (its ``model_name`` label's children)."""
 
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry).labels(model)
-
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                         _TTFT_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                        _ITL_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
-                        _E2E_BUCKETS)
-
-        stage = {"queue": "WAITING", "prefill": "PREFILL", "decode": "DECODE", "inference": "RUNNING"}
-        self.stages = {name: hist(f"vllm:request_{name}_time_seconds",
-                                  f"Histogram of time spent in {phase} phase for request.", _E2E_BUCKETS)
-                       for name, phase in stage.items()}
+    def __init__(self, families: dict[str, Histogram], model: str) -> None:
+        self.ttft, self.itl, self.e2e = (families[k].labels(model) for k in ("ttft", "itl", "e2e"))
+        self.stages = {k: families[k].labels(model) for k in _STAGES}
 
     def finished(self, seq: Sequence) -> None:
         """Observe the stage times of a request that finished (nothing for one that never had a token)."""
@@ -100,6 +92,34 @@ class SimMetrics:
         h["prefill"].observe(times.prefill_s)
         h["decode"].observe(times.decode_s)
         h["inference"].observe(times.inference_s)
+
+
+_STAGES = {"queue": "WAITING", "prefill": "PREFILL", "decode": "DECODE", "inference": "RUNNING"}
+
+
+class SimMetrics:
+    """The registry over every served model's engine; ``model(name)`` is one model's histograms."""
+
+    def __init__(self, engines: dict[str, Engine]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_EngineCollector(engines))  # type: ignore[arg-type]
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)
+
+        families = {
+            "ttft": hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                         _TTFT_BUCKETS),
+            "itl": hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                        _ITL_BUCKETS),
+            "e2e": hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                        _E2E_BUCKETS),
+            **{name: hist(f"vllm:request_{name}_time_seconds", f"Histogram of time spent in {phase} phase for "
+                          f"request.", _E2E_BUCKETS) for name, phase in _STAGES.items()}}
+        self.models = {name: ModelMetrics(families, name) for name in engines}
+
+    def model(self, name: str) -> ModelMetrics:
+        return self.models[name]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

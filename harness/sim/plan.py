@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from harness.sim.images import DEFAULT_PATCH_PX, ImageInfo
+
 __all__ = ["Behavior", "CountSpec", "GenRequest", "Plan", "Segment", "pick_tool", "plan_output"]
 
 
@@ -94,11 +96,16 @@ class Behavior:
     timings: str = field(default="off", metadata={
         "help": "Chat and completions end with llama.cpp server's per-request timings object (prompt_ms = prefill, "
                 "predicted_ms = decode, cache_n = cached prompt tokens).", "choices": ("on", "off")})
+    image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
+        "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
+                "(Qwen2-VL-like)."})
 
     def problems(self) -> list[str]:
         out = []
         if self.embedding_dim < 1:
             out.append(f"--embedding-dim must be >= 1, got {self.embedding_dim}")
+        if self.image_patch_px < 1:
+            out.append(f"--image-patch-px must be >= 1, got {self.image_patch_px}")
         if not 0.0 <= self.tool_call_p <= 1.0:
             out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:
@@ -213,3 +220,6 @@ class GenRequest:
     """Usage carries ``completion_tokens_details.reasoning_tokens``."""
     options: dict = field(default_factory=dict)
     """Framing-specific request fields a writer echoes or obeys (Responses, Messages)."""
+    images: list[ImageInfo] = field(default_factory=list)
+    """The prompt's images (chat image_url parts, Messages image blocks), in order; their tokens are in
+    ``prompt_tokens``."""

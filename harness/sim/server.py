@@ -17,7 +17,11 @@ that turns emissions into bytes — ``opening()`` when the stream starts, ``head
 first emission's tokens, ``emit(index, count, finished, cached)`` per emission, ``body(created, cached)``
 for a non-streaming answer, and ``malformed()``, ``long_line(size)``, ``failure(message)`` for faults.
 The trace's phase times (``first_reasoning``, ``first_content``, ``first_tool_call``) come from the
-request's plan (``plan.py``), whatever the framing.
+request's plan (``plan.py``), whatever the framing; ``trace.py`` writes the line.
+
+Each served model (``models.py``: ``--serve-model``, ``--lora``) has its own engine and its own engine loop, so
+models do not share slots, KV cache or iterations; a request runs on the engine its ``model`` routes to, with its
+adapter when it names one (whose prefix-cache keys are its own, as vLLM keys blocks by LoRA too).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import asyncio
 import json
 import random
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -37,11 +40,13 @@ from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.http import Connection, Request
 from harness.sim.job import Job as _Job
+from harness.sim.loop_stats import LoopStats
 from harness.sim.metrics import SimMetrics
+from harness.sim.models import Adapter, ServedModel, deployments, model_cards, routes
 from harness.sim.openai import ApiError, OutputPolicy, parse_request
 from harness.sim.plan import Behavior
-from harness.sim.prefix import message_hash
 from harness.sim.responses import parse_responses
+from harness.sim.trace import trace_line
 
 __all__ = ["BODY_BYTES_PER_TOKEN", "SimConfig", "SimServer", "body_limit"]
 
@@ -53,11 +58,15 @@ _RESYNC_S = 0.05
 class SimConfig:
     """The whole simulator. ``max_waiting``, ``max_body_bytes`` (as ``--max-body-mb``), ``trace_file``, ``seed``,
     ``close_after_p`` and ``accept_delay_ms`` are ``kneecap sim`` flags, documented in their ``help`` metadata;
-    ``behavior`` holds the served model's reasoning, tool-call, stream-option, embedding and timings flags
-    (``plan.Behavior``)."""
+    ``behavior`` holds the served model's reasoning, tool-call, stream-option, embedding, timings and image flags
+    (``plan.Behavior``); ``served`` and ``loras`` are ``--serve-model`` and ``--lora`` (``models.py``)."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: str = "sim-small"
+    served: tuple[ServedModel, ...] = ()
+    """Base models, each on an engine of its own; empty: ``model`` alone, on ``engine``."""
+    loras: tuple[Adapter, ...] = ()
+    """LoRA adapters served on top of the base models."""
     policy: OutputPolicy = field(default_factory=OutputPolicy)
     faults: FaultConfig = field(default_factory=FaultConfig)
     behavior: Behavior = field(default_factory=Behavior)
@@ -99,31 +108,34 @@ class SimServer:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.engine = Engine(config.engine, epoch=time.monotonic())
-        self.metrics = SimMetrics(self.engine, config.model)
+        epoch = time.monotonic()
+        self.engines = {name: Engine(cfg, epoch=epoch)
+                        for name, cfg in deployments(config.model, config.engine, config.served).items()}
+        """Each base model's engine, in flag order."""
+        self.routes = routes(list(self.engines), config.loras)
+        self.metrics = SimMetrics(self.engines)
+        self.loop_stats = LoopStats()
         self._rng = random.Random(config.seed)
         self._close_rng = random.Random(f"{config.seed}/close-after")
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
-        self._wake = asyncio.Event()
+        self._wakes = {name: asyncio.Event() for name in self.engines}
         self._trace = open(config.trace_file, "w", buffering=1 << 16) if config.trace_file else None  # noqa: SIM115
         self._wall_offset = time.time() - time.monotonic()
-        self._started = time.monotonic()
-        self._reset_stats()
         self._server: asyncio.base_events.Server | None = None
-        self._loop_task: asyncio.Task | None = None
+        self._loop_tasks: list[asyncio.Task] = []
 
     async def serve(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self.handle, max_body_bytes=body_limit(self.config),
                                accept_delay_s=self.config.accept_delay_ms / 1000), host, port, backlog=2048)
-        self._loop_task = loop.create_task(self._engine_loop())
+        self._loop_tasks = [loop.create_task(self._engine_loop(name)) for name in self.engines]
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+        for task in self._loop_tasks:
+            task.cancel()
         if self._server is not None:
             self._server.close()
         if self._trace is not None:
@@ -149,43 +161,17 @@ class SimServer:
         conn.respond(200, b"", "text/plain")
 
     def _models(self, req: Request, conn: Connection) -> None:
-        m = self.config.model
-        conn.respond(200, json.dumps({"object": "list", "data": [
-            {"id": m, "object": "model", "created": int(self._started + self._wall_offset), "owned_by": "kneecap",
-             "root": m, "parent": None, "max_model_len": self.config.engine.max_model_len}]}).encode())
+        created = int(self.loop_stats.started + self._wall_offset)
+        cards = model_cards({name: e.config for name, e in self.engines.items()}, self.config.loras, created)
+        conn.respond(200, json.dumps({"object": "list", "data": cards}).encode())
 
     def _metrics(self, req: Request, conn: Connection) -> None:
         conn.respond(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _stats(self, req: Request, conn: Connection) -> None:
-        conn.respond(200, json.dumps(self.stats()).encode())
+        conn.respond(200, json.dumps(self.loop_stats.snapshot(self.engines)).encode())
         if "reset=1" in req.query.split("&"):
-            self._reset_stats()
-
-    def _reset_stats(self) -> None:
-        self.lateness: deque[float] = deque(maxlen=100_000)
-        self.iterations = 0
-        self.tokens_sent = 0
-        self.busy_s = 0.0
-        self._since = time.monotonic()
-        self._cpu0 = time.process_time()
-
-    def stats(self) -> dict:
-        """Self-measurement since start or the last ``GET /sim/stats?reset=1``: how late deliveries were
-        against the engine's schedule, the share of wall time the schedule was busy, and CPU per token."""
-        late = sorted(self.lateness)
-
-        def q(p: float) -> float:
-            return round(late[min(len(late) - 1, int(p * len(late)))] * 1000, 3) if late else 0.0
-
-        cpu = time.process_time() - self._cpu0
-        wall = time.monotonic() - self._since
-        return {"iterations": self.iterations, "tokens_sent": self.tokens_sent, "wall_s": round(wall, 3),
-                "busy_s": round(self.busy_s, 3), "tokens_per_s": round(self.tokens_sent / wall, 1) if wall else 0.0,
-                "uptime_s": round(time.monotonic() - self._started, 3), "cpu_s": round(cpu, 3),
-                "cpu_us_per_token": round(cpu / self.tokens_sent * 1e6, 2) if self.tokens_sent else None,
-                "lateness_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0) if late else 0.0, "count": len(late)},
-                "running": len(self.engine.running), "waiting": len(self.engine.waiting)}
+            self.loop_stats.reset()
 
     # -- generation -------------------------------------------------------------------------
     def _generate(self, req: Request, conn: Connection) -> None:
@@ -195,10 +181,12 @@ class SimServer:
             conn.close_after = True  # drawn first, so a refused request's answer closes too
         error = _ERRORS.get(kind, ApiError)
         extra = {"headers": req.headers} if kind == "messages" else {}
-        gen = _PARSERS[kind](req.body, models=[cfg.model], max_model_len=cfg.engine.max_model_len,
+        gen = _PARSERS[kind](req.body, models=list(self.routes), max_model_len=cfg.engine.max_model_len,
                              policy=cfg.policy, rng=self._rng,
-                             block_size=cfg.engine.block_size if self.engine.prefix_caching else None,
+                             block_size=cfg.engine.block_size if self._caching else None,
                              behavior=cfg.behavior, **extra)
+        route = self.routes[gen.model]
+        engine = self.engines[route.base]
         try:
             fault = cfg.faults.pick(self._rng, req.headers.get("x-kneecap-fault"))
         except ValueError as exc:
@@ -207,15 +195,17 @@ class SimServer:
             status = HTTP_FAULTS[fault]
             raise error(status, f"injected fault {fault}", headers={"retry-after": str(cfg.faults.retry_after_s)}
                         if status == 429 else None)
-        if cfg.max_waiting is not None and len(self.engine.waiting) >= cfg.max_waiting:
-            raise error(429, f"server busy: {len(self.engine.waiting)} requests waiting (limit {cfg.max_waiting})",
+        if cfg.max_waiting is not None and len(engine.waiting) >= cfg.max_waiting:
+            raise error(429, f"server busy: {len(engine.waiting)} requests waiting (limit {cfg.max_waiting})",
                         headers={"retry-after": str(cfg.faults.retry_after_s)})
         now = req.received_at or time.monotonic()  # arrival = first bytes, not when we got to parse them
+        keys = gen.block_keys if route.adapter is None else [hash((route.adapter, k)) for k in gen.block_keys]
         seqs = []
         for tokens in gen.options["inputs"] if kind == "embeddings" else [gen.prompt_tokens]:
             self._next_id += 1
-            seqs.append(Sequence(self._next_id, tokens, gen.output_tokens, now, block_hashes=gen.block_keys))
-        job = _Job(gen, conn, seqs[0], now, fault)
+            seqs.append(Sequence(self._next_id, tokens, gen.output_tokens, now, block_hashes=keys,
+                                 adapter=route.adapter))
+        job = _Job(gen, conn, seqs[0], now, fault, engine=engine, metrics=self.metrics.model(route.base))
         job.seqs, job.pending = seqs, len(seqs)
         for seq in seqs:
             self._jobs[seq.id] = job
@@ -225,17 +215,22 @@ class SimServer:
             for chunk in job.writer.opening():
                 conn.send_chunk(chunk)
         for seq in seqs:
-            self.engine.add(seq)
-        self._wake.set()
+            engine.add(seq)
+        self._wakes[route.base].set()
+
+    @property
+    def _caching(self) -> bool:
+        """The prefix cache is on (every engine shares the flag)."""
+        return next(iter(self.engines.values())).prefix_caching
 
     def _abort(self, job: _Job, status: str) -> None:
         for seq in job.seqs:
-            self.engine.abort(seq)
+            job.engine.abort(seq)
         self._finish(job, status)
 
     def _cached_tokens(self, job: _Job) -> int | None:
         """What ``usage.prompt_tokens_details.cached_tokens`` says; None (left out) with the prefix cache off."""
-        return job.seq.cached_tokens if self.engine.prefix_caching else None
+        return job.seq.cached_tokens if job.engine.prefix_caching else None
 
     def _finish(self, job: _Job, status: str) -> None:
         if self._jobs.pop(job.seq.id, None) is None:
@@ -245,50 +240,34 @@ class SimServer:
         job.status = status
         now = time.monotonic()
         if status == "ok":
-            self.metrics.e2e.observe(now - job.arrival)
+            job.metrics.e2e.observe(now - job.arrival)
             if job.gen.kind != "embeddings":
-                self.metrics.finished(job.seq)
+                job.metrics.finished(job.seq)
         if self._trace is not None:
-            w = self._wall_offset
-            self._trace.write(json.dumps({
-                "id": job.id, "status": status, "fault": job.fault, "kind": job.gen.kind, "stream": job.gen.stream,
-                "prompt_tokens": job.gen.prompt_tokens, "cached_tokens": self._cached_tokens(job),
-                "output_tokens": job.emitted,
-                "finish_reason": job.gen.finish_reason if status == "ok" else None,
-                "preemptions": sum(seq.preemptions for seq in job.seqs),
-                "reasoning_tokens": min(job.emitted, job.gen.plan.reasoning_tokens),
-                "tool_call": job.gen.plan.tool is not None and job.first_tool_call is not None,
-                "arrival": job.arrival, "admitted": job.seq.admitted_at, "first_token": job.first,
-                "first_reasoning": job.first_reasoning, "first_content": job.first_content,
-                "first_tool_call": job.first_tool_call,
-                "finished": now, "token_times": job.times, "arrival_wall": job.arrival + w,
-                "finished_wall": now + w,
-                "message_hashes": None if job.gen.messages is None else
-                [message_hash(role, text) for role, text in job.gen.messages]}) + "\n")
+            self._trace.write(trace_line(job, now, self._wall_offset, self._cached_tokens(job)))
 
-    async def _engine_loop(self) -> None:
+    async def _engine_loop(self, model: str) -> None:
+        engine, wake, stats = self.engines[model], self._wakes[model], self.loop_stats
         planned = time.monotonic()
         while True:
-            if self.engine.idle:
-                self._wake.clear()
-                await self._wake.wait()
+            if engine.idle:
+                wake.clear()
+                await wake.wait()
                 planned = time.monotonic()
             elif time.monotonic() - planned > _RESYNC_S:
                 planned = time.monotonic()
-            it = self.engine.step(planned)
+            it = engine.step(planned)
             planned += it.duration_s
             delay = planned - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
                 await asyncio.sleep(0)  # let connections in even when behind
-            self.lateness.append(time.monotonic() - planned)
-            self.iterations += 1
-            self.busy_s += it.duration_s
+            stats.iteration(time.monotonic() - planned, it.duration_s)
             self._deliver(it)
 
     def _deliver(self, it: Iteration) -> None:
-        jobs, metrics = self._jobs, self.metrics
+        jobs, stats = self._jobs, self.loop_stats
         for e in it.emissions:
             job = jobs.get(e.seq.id)
             if job is None:
@@ -311,9 +290,9 @@ class SimServer:
             t = time.monotonic()
             if job.first is None:
                 job.first = t
-                metrics.ttft.observe(t - job.arrival)
+                job.metrics.ttft.observe(t - job.arrival)
             else:
-                metrics.itl.observe(t - job.last)
+                job.metrics.itl.observe(t - job.last)
             job.last = t
             if not job.plain:
                 job.phases(index, e.tokens, t)
@@ -322,7 +301,7 @@ class SimServer:
             if self._trace is not None:
                 job.times.append(t)
             job.emitted += e.tokens
-            self.tokens_sent += e.tokens
+            stats.tokens_sent += e.tokens
             if e.finished and self.config.behavior.timings == "on" and job.gen.kind in ("chat", "completions"):
                 self._set_timings(job)
             if not stream:
