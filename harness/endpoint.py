@@ -15,7 +15,7 @@ from harness.checker import Checker
 from harness.client.timeouts import Timeouts
 
 __all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "USAGE_PER_CHUNK", "Endpoint", "Tls", "header_values",
-           "parse_endpoint", "url_problem"]
+           "parse_endpoint", "parse_headers", "url_problem"]
 
 APIS = ("chat", "completions", "responses", "messages", "embeddings")
 """chat (/v1/chat/completions), completions (/v1/completions), responses (OpenAI Responses, /v1/responses),
@@ -132,23 +132,23 @@ def parse_endpoint(node: Any, check: Checker) -> Endpoint:
                     stream=check.boolean(node, "stream", "endpoint", d.stream),
                     continuous_usage=check.string(node, "continuous_usage", "endpoint", d.continuous_usage,
                                                   choices=USAGE_PER_CHUNK),
-                    headers=_headers(node.get("headers", {}), check),
+                    headers=parse_headers(node.get("headers", {}), check),
                     anthropic_version=check.string(node, "anthropic_version", "endpoint", d.anthropic_version))
 
 
 _TOKEN = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-def _headers(node: Any, check: Checker) -> dict[str, str | dict]:
+def parse_headers(node: Any, check: Checker, path: str = "endpoint.headers") -> dict[str, str | dict]:
     """``{Name: value}`` or ``{Name: {env: VAR}}`` (a secret: read from the environment when the run starts)."""
     if not isinstance(node, dict):
-        check.fail("endpoint.headers", "expected a mapping of header names to values or {env: VARIABLE}")
+        check.fail(path, "expected a mapping of header names to values or {env: VARIABLE}")
         return {}
     out: dict[str, str | dict] = {}
     for name, value in node.items():
-        where = f"endpoint.headers.{name}"
+        where = f"{path}.{name}"
         if not isinstance(name, str) or not name or not set(name) <= _TOKEN:
-            check.fail("endpoint.headers", f"{name!r} is not an HTTP header name (letters, digits, - and _)")
+            check.fail(path, f"{name!r} is not an HTTP header name (letters, digits, - and _)")
             continue
         if name.lower() in ("host", "content-length", "content-type", "transfer-encoding", "connection"):
             check.fail(where, "kneecap sets this header itself; remove it")

@@ -23,7 +23,7 @@ import yaml
 
 from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, OPEN_MODES, SEARCH_MODES, LoadPlan, StepSpec, level_count
 from harness.analysis.pricing import CostSpec, cost_from_spec
-from harness.analysis.slo import SLO_METRICS, Threshold, parse_threshold
+from harness.analysis.slo import Threshold, slo_from_spec
 from harness.capacity.thresholds import GateSpec, gate_from_spec
 from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
@@ -32,14 +32,12 @@ from harness.errors import KneecapError
 from harness.metrics.vocabulary import KNEE_METRICS
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
-from harness.workload.lengths import JointEmpirical, Length
-from harness.workload.sessions import SessionSpec, sessions_from_spec
-from harness.workload.spec import joint_from_spec, length_from_spec
+from harness.workload.mix import TrafficClass, Workload, workload_from_spec
 from harness.workload.traces import TraceError, read_timestamps
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_SCENARIO", "LOAD_MODES", "RETRY_AFTER", "Endpoint", "LoadPlan", "Scenario",
-           "ScenarioError", "StepSpec", "Timeouts", "Tls", "Workload", "apply_overrides", "default_scenario",
-           "load_scenario", "parse_scenario", "url_problem"]
+           "ScenarioError", "StepSpec", "Timeouts", "Tls", "TrafficClass", "Workload", "apply_overrides",
+           "default_scenario", "load_scenario", "parse_scenario", "url_problem"]
 
 LOAD_MODES = ("staircase", "constant", "open_staircase", "search", "open_search")
 
@@ -51,20 +49,6 @@ class ScenarioError(KneecapError):
         self.source, self.problems = source, problems
         head = f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"
         super().__init__(head + "".join(f"\n  - {p}" for p in problems))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Workload:
-    input_tokens: Length | None
-    output_tokens: Length | None
-    joint: JointEmpirical | None
-    shared_prefix_tokens: int = 0
-    unique_prompts: bool = True
-    seed: int = 0
-    sessions: SessionSpec | None = None
-    """Multi-turn sessions instead of independent requests (``harness.workload.sessions``)."""
-    batch: Length | None = None
-    """``api: embeddings``: inputs per request (each of ``input_tokens``); None: one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +66,15 @@ class Scenario:
     """The ``cost:`` block (``analysis.pricing``); None: no cost view."""
     gate: GateSpec | None = None
     """The ``gate:`` block over the defaults (``capacity.thresholds``, ``kneecap compare --gate``); None: not given."""
+
+    def class_endpoint(self, cls: TrafficClass) -> Endpoint:
+        """The endpoint as ``cls`` sends to it: its model, ignore_eos, and extra_body and headers merged over the
+        scenario's."""
+        o = cls.endpoint
+        return dataclasses.replace(self.endpoint, model=o.get("model", self.endpoint.model),
+                                   ignore_eos=o.get("ignore_eos", self.endpoint.ignore_eos),
+                                   extra_body={**self.endpoint.extra_body, **o.get("extra_body", {})},
+                                   headers={**self.endpoint.headers, **o.get("headers", {})})
 
 
 DEFAULT_SCENARIO: dict = {
@@ -151,9 +144,9 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     if not isinstance(description, str):
         check.fail("description", "expected a string")
     endpoint = parse_endpoint(top.get("endpoint", {}), check)
-    workload = _workload(top.get("workload"), check)
+    workload = workload_from_spec(top.get("workload"), check, slo_from_spec)
     load = _load(top.get("load", {}), check)
-    slo = _slo(top.get("slo", {}), check)
+    slo = slo_from_spec(top.get("slo", {}), "slo", check)
     results_dir, influx = _sinks(top.get("sinks", {}), check)
     cost = cost_from_spec(top["cost"], "cost", check) if "cost" in top else None
     gate = gate_from_spec(top["gate"], "gate", check) if "gate" in top else None
@@ -181,6 +174,8 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
         for t in slo:
             if t.metric.startswith("session_"):
                 check.fail(f"slo.{t.metric}", "session metrics need workload.sessions")
+    if workload is not None and workload.mix:
+        _check_classes(workload, streams, check)
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
@@ -188,39 +183,20 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                     cost=cost, gate=gate)
 
 
-def _workload(node: Any, check: Checker) -> Workload | None:
-    keys = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed", "sessions",
-            "batch")
-    if check.mapping(node, "workload", keys) is None:
-        return None
-    joint = sessions = None
-    inp = out = None
-    if "sessions" in node:
-        given = [k for k in ("input_tokens", "output_tokens", "joint") if k in node]
-        if given:
-            check.fail("workload", f"sessions set their own lengths (first_input_tokens, turn_input_tokens, "
-                                   f"output_tokens): remove {', '.join(given)}")
-        if node.get("unique_prompts") is False:
-            check.fail("workload.unique_prompts", "sessions need unique first prompts (the nonce keeps sessions "
-                                                  "apart); remove unique_prompts: false")
-        sessions = sessions_from_spec(node["sessions"], "workload.sessions", check)
-    elif "joint" in node:
-        if "input_tokens" in node or "output_tokens" in node:
-            check.fail("workload", "give either joint or input_tokens + output_tokens, not both")
-        joint = joint_from_spec(node["joint"], "workload.joint", check)
-    else:
-        for key in ("input_tokens", "output_tokens"):
-            if key not in node:
-                check.fail("workload", f"missing required key '{key}' (or give one joint distribution, or sessions)")
-        inp = length_from_spec(node["input_tokens"], "workload.input_tokens", check) if "input_tokens" in node else None
-        out = length_from_spec(node["output_tokens"], "workload.output_tokens", check) \
-            if "output_tokens" in node else None
-    batch = length_from_spec(node["batch"], "workload.batch", check) if "batch" in node else None
-    return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions, batch=batch,
-                    shared_prefix_tokens=check.number(node, "shared_prefix_tokens", "workload", 0, integer=True,
-                                                      minimum=0),
-                    unique_prompts=check.boolean(node, "unique_prompts", "workload", True),
-                    seed=check.number(node, "seed", "workload", 0, integer=True))
+CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
+"""What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
+
+
+def _check_classes(workload: Workload, streams: bool, check: Checker) -> None:
+    for c in workload.mix:
+        for t in c.slo:
+            where = f"workload.mix.{c.name}.slo.{t.metric}"
+            if t.metric not in CLASS_SLO_METRICS:
+                check.fail(where, f"not judged per class; a class's slo takes {', '.join(CLASS_SLO_METRICS)} (put "
+                                  f"{t.metric} in the scenario's own slo)")
+            elif not streams and t.metric not in ("e2e", "error_rate"):
+                check.fail(where, "needs a streamed answer; without streaming (stream: false, embeddings) use e2e "
+                                  "and error_rate")
 
 
 def _load(node: Any, check: Checker) -> LoadPlan:
@@ -337,28 +313,6 @@ def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:
     except (TraceError, ValueError) as exc:
         check.fail("load.arrival.file", str(exc))
         return None
-
-
-def _slo(node: Any, check: Checker) -> tuple[Threshold, ...]:
-    if check.mapping(node, "slo", SLO_METRICS) is None:
-        return ()
-    out = []
-    for metric, items in node.items():
-        if metric not in SLO_METRICS:
-            continue
-        for i, item in enumerate(items if isinstance(items, list) else [items]):
-            where = f"slo.{metric}" + (f"[{i}]" if isinstance(items, list) else "")
-            abort = False
-            if isinstance(item, dict):
-                if check.mapping(item, where, ("threshold", "abort_on_fail"), required=("threshold",)) is None:
-                    continue
-                abort = check.boolean(item, "abort_on_fail", where, False)
-                item = item.get("threshold")
-            try:
-                out.append(parse_threshold(metric, item, abort))
-            except ValueError as exc:
-                check.fail(where, str(exc))
-    return tuple(out)
 
 
 def _sinks(node: Any, check: Checker) -> tuple[str, dict | None]:

@@ -20,11 +20,14 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from harness.checker import Checker
 from harness.metrics.record import RequestRecord
 from harness.metrics.vocabulary import METRIC, SLO_METRICS
 
-__all__ = ["LATENCY_METRICS", "SESSION_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets"]
+__all__ = ["LATENCY_METRICS", "SESSION_METRICS", "SLO_METRICS", "Threshold", "parse_threshold", "request_meets",
+           "slo_from_spec"]
 
 LATENCY_METRICS = tuple(m for m in SLO_METRICS if METRIC[m].kind == "latency" and METRIC[m].of != "session")
 """The request latencies a threshold may use (ms); the registry (``metrics.vocabulary``) marks them."""
@@ -97,3 +100,26 @@ def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callab
         return True
 
     return meets
+
+
+def slo_from_spec(node: Any, path: str, check: Checker) -> tuple[Threshold, ...]:
+    """An ``slo`` block (the scenario's, or a traffic class's at ``path``); every problem goes to ``check``."""
+    if check.mapping(node, path, SLO_METRICS) is None:
+        return ()
+    out = []
+    for metric, items in node.items():
+        if metric not in SLO_METRICS:
+            continue
+        for i, item in enumerate(items if isinstance(items, list) else [items]):
+            where = f"{path}.{metric}" + (f"[{i}]" if isinstance(items, list) else "")
+            abort = False
+            if isinstance(item, dict):
+                if check.mapping(item, where, ("threshold", "abort_on_fail"), required=("threshold",)) is None:
+                    continue
+                abort = check.boolean(item, "abort_on_fail", where, False)
+                item = item.get("threshold")
+            try:
+                out.append(parse_threshold(metric, item, abort))
+            except ValueError as exc:
+                check.fail(where, str(exc))
+    return tuple(out)

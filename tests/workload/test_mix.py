@@ -1,0 +1,99 @@
+"""Weighted mixes of request classes (``workload/mix.py``): the scenario block and the picker. Pure."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import yaml
+
+from harness.scenario import ScenarioError, parse_scenario
+from harness.workload.mix import ClassPicker
+
+MIX = """
+name: mixed
+endpoint: {api: chat, model: base, extra_body: {temperature: 0}, headers: {X-Team: infra}}
+workload:
+  seed: 4
+  mix:
+    - {name: chat, weight: 3, input_tokens: 500, output_tokens: 200}
+    - name: rag
+      weight: 1
+      input_tokens: {dist: lognormal, median: 6000, sigma: 0.3}
+      output_tokens: 100
+      shared_prefix_tokens: 1000
+      endpoint: {model: rag-lora, extra_body: {top_p: 0.9}, headers: {X-Class: rag}, ignore_eos: false}
+      slo: {ttft: ["p(95)<3000"], error_rate: "rate<0.01"}
+"""
+
+
+def _parse(text: str):
+    return parse_scenario(yaml.safe_load(text))
+
+
+def test_a_mix_gives_each_class_its_lengths_endpoint_and_slo():
+    s = _parse(MIX)
+    chat, rag = s.workload.mix
+    assert s.workload.class_names == ("chat", "rag") and (chat.weight, rag.weight) == (3.0, 1.0)
+    assert chat.workload.input_tokens is not None and chat.workload.joint is None and chat.workload.seed == 4
+    assert rag.workload.input_tokens is not None and rag.workload.shared_prefix_tokens == 1000
+    assert [t.text for t in rag.slo] == ["ttft: p(95)<3000", "error_rate: rate<0.01"] and chat.slo == ()
+    ep = s.class_endpoint(rag)
+    assert (ep.model, ep.ignore_eos) == ("rag-lora", False)
+    assert ep.extra_body == {"temperature": 0, "top_p": 0.9} and ep.headers == {"X-Team": "infra", "X-Class": "rag"}
+    assert s.class_endpoint(chat) == s.endpoint  # no overrides: the scenario's endpoint as it is
+
+
+@pytest.mark.parametrize("mix, message", [
+    ("[]", "workload.mix: expected a list of classes"),
+    ("[{name: a, input_tokens: 5, output_tokens: 5}]", "workload.mix.a: missing required key 'weight'"),
+    ("[{weight: 1, input_tokens: 5, output_tokens: 5}]", "workload.mix[0]: missing required key 'name'"),
+    ("[7]", "workload.mix[0]: expected a mapping, got an integer"),
+    ("[{name: a, weight: 0, input_tokens: 5, output_tokens: 5}]", "workload.mix.a.weight: must be > 0, got 0"),
+    ("[{name: a, weight: 1, input_tokens: 5}]", "workload.mix.a: missing required key 'output_tokens'"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5}, {name: a, weight: 1, input_tokens: 5, "
+     "output_tokens: 5}]", "workload.mix.a: a second class named 'a'"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, endpoint: {api: completions}}]",
+     "workload.mix.a.endpoint: unknown key 'api'"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, endpoint: {headers: {Host: x}}}]",
+     "workload.mix.a.endpoint.headers.Host: kneecap sets this header itself"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, slo: {itl: ['p(99)<50']}}]",
+     "workload.mix.a.slo.itl: not judged per class"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, slo: {ttft: 'p(95)<x'}}]", "workload.mix.a.slo.ttft"),
+    ("[{name: a, weight: 1, sessions: {turns: 2}}]", "workload.mix.a.sessions: sessions within a mix class is not "
+                                                      "supported yet"),
+    ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, wieght: 2}]",
+     "workload.mix.a: unknown key 'wieght'; did you mean 'weight'?"),
+])
+def test_a_malformed_mix_names_the_key(mix, message):
+    with pytest.raises(ScenarioError) as err:
+        _parse(f"name: x\nworkload: {{mix: {mix}}}\n")
+    assert message in str(err.value), str(err.value)
+
+
+def test_lengths_beside_a_mix_are_refused():
+    with pytest.raises(ScenarioError, match="with mix, each class sets its own lengths: move input_tokens"):
+        _parse("name: x\nworkload: {input_tokens: 5, mix: [{name: a, weight: 1, input_tokens: 5, output_tokens: 5}]}")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_picker_keeps_every_class_within_two_picks_of_its_share(seed):
+    rng = random.Random(seed)
+    weights = [rng.choice([0.05, 0.3, 1, 2.5, 7]) for _ in range(rng.randint(1, 5))]
+    picker, counts, total = ClassPicker(weights, start=seed), Counter(), sum(weights)
+    for n in range(1, 2001):
+        counts[picker.pick()] += 1
+        for i, w in enumerate(weights):
+            assert abs(counts[i] - n * w / total) < 2, (n, i, counts, weights)
+    for i, w in enumerate(weights):  # at 2,000 picks: within one of the share
+        assert abs(counts[i] - 2000 * w / total) <= 1, (counts, weights)
+
+
+def test_the_picker_spreads_a_class_out_and_refuses_bad_weights():
+    p = ClassPicker([1, 1, 2])
+    picks = [p.pick() for _ in range(8)]
+    assert picks.count(2) == 4 and all(a != b or a == 2 for a, b in zip(picks, picks[1:]))
+    assert "2, 2, 2" not in ", ".join(map(str, picks))
+    with pytest.raises(ValueError, match="positive weights"):
+        ClassPicker([1, 0])
