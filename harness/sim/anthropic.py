@@ -2,7 +2,8 @@
 
 Request: the ``anthropic-version`` header (any value; missing → 400), ``x-api-key`` (accepted, not
 checked), ``model``, ``max_tokens`` (required), ``messages`` (roles user/assistant; content a
-string or blocks: ``text``, ``tool_use``, ``tool_result``; ``image``, ``document``, ``thinking`` and
+string or blocks: ``text``, ``tool_use``, ``tool_result``, ``image`` (base64 sources, counted as
+``images.py`` says; a ``url`` or ``file`` source or an unreadable image is a 400); ``document``, ``thinking`` and
 ``redacted_thinking`` blocks are accepted and not counted), ``system`` (string or text blocks),
 ``stream``, ``thinking: {type: "enabled", budget_tokens}`` (≥ 1024 and < ``max_tokens``, as the
 reference requires), ``tools`` (``{name, description, input_schema}``), ``tool_choice`` (``auto``,
@@ -37,6 +38,7 @@ import hashlib
 import json
 import random
 
+from harness.sim.images import DEFAULT_PATCH_PX, ImageError, ImageInfo, read_anthropic
 from harness.sim.openai import (
     ApiError,
     GenRequest,
@@ -72,7 +74,9 @@ class AnthropicError(ApiError):
                           separators=(",", ":")).encode()
 
 
-def _block_text(block: object, where: str) -> str:
+def _block_text(block: object, where: str, images: list[ImageInfo] | None = None,
+                patch_px: int = DEFAULT_PATCH_PX) -> str:
+    """A block's text; an image block (in ``content`` or a ``tool_result``'s), measured, goes to ``images``."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
         raise AnthropicError(400, f"{where} must be an object with a 'type'")
     kind = block["type"]
@@ -85,19 +89,25 @@ def _block_text(block: object, where: str) -> str:
     if kind == "tool_result":
         content = block.get("content", "")
         if isinstance(content, list):
-            return " ".join(_block_text(b, f"{where}.content[{i}]") for i, b in enumerate(content))
+            return " ".join(_block_text(b, f"{where}.content[{i}]", images, patch_px) for i, b in enumerate(content))
         return content if isinstance(content, str) else json.dumps(content)
+    if kind == "image" and images is not None:
+        try:
+            images.append(read_anthropic(block, patch_px))
+        except ImageError as exc:
+            raise AnthropicError(400, f"{where}: {exc}") from None
     if kind in ("image", "document", "thinking", "redacted_thinking"):
         return ""
     raise AnthropicError(400, f"{where}.type: {kind!r} is not served here; use text, tool_use, tool_result, image, "
                               f"document, thinking or redacted_thinking")
 
 
-def _text(content: object, where: str) -> str:
+def _text(content: object, where: str, images: list[ImageInfo] | None = None,
+          patch_px: int = DEFAULT_PATCH_PX) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(t for i, b in enumerate(content) if (t := _block_text(b, f"{where}[{i}]")))
+        return " ".join(t for i, b in enumerate(content) if (t := _block_text(b, f"{where}[{i}]", images, patch_px)))
     raise AnthropicError(400, f"{where}: Input should be a string or a list of content blocks")
 
 
@@ -173,16 +183,21 @@ def _parse(raw: bytes, headers: dict[str, str], models: list[str], max_model_len
     if not isinstance(messages, list) or not messages:
         raise AnthropicError(400, "messages: Field required (a non-empty list)")
     texts: list[tuple[str, str]] = []
+    images: list[list[ImageInfo]] = []  # one list per entry of texts
     system = body.get("system")
     if system is not None:
         texts.append(("system", _text(system, "system")))
+        images.append([])
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
             raise AnthropicError(400, f"messages.{i}.role: Input should be 'user' or 'assistant'")
-        texts.append((msg["role"], _text(msg.get("content"), f"messages.{i}.content")))
+        images.append([])
+        texts.append((msg["role"], _text(msg.get("content"), f"messages.{i}.content", images[-1],
+                                         behavior.image_patch_px)))
     tools = _tools(body)
+    pictures = ([[]] if tools.text else []) + images if any(images) else None
     prompt = chat_prompt([("tools", tools.text), *texts] if tools.text else texts, policy.tokens_per_word,
-                         block_size is not None)
+                         block_size is not None, pictures)
     prompt.messages = texts
     stream = opt_bool(body, "stream")
     ignore_eos = opt_bool(body, "ignore_eos")
@@ -194,7 +209,8 @@ def _parse(raw: bytes, headers: dict[str, str], models: list[str], max_model_len
         reasoning = budget if behavior.reasoning.off else min(budget, behavior.reasoning.draw(rng))
     tool = pick_tool(tools.names, tools.forced, tools.none, behavior.tool_call_p, rng)
     plan = plan_output(cap=cap, ignore_eos=ignore_eos, min_tokens=0, natural=natural, reasoning=reasoning, tool=tool)
-    gen = GenRequest("messages", body["model"], stream, False, prompt.tokens, 0, "", messages=texts, plan=plan)
+    gen = GenRequest("messages", body["model"], stream, False, prompt.tokens, 0, "", messages=texts, plan=plan,
+                     images=prompt.images)
     return finish_request(gen, prompt, block_size)
 
 

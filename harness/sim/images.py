@@ -10,6 +10,10 @@ Tokens, as Qwen2-VL-like models count them: ``ceil(width / patch) × ceil(height
 ``patch_px`` pixels (28 by default: Qwen2-VL's 14-pixel patches merged 2×2). A 1024×768 PNG is 37 × 28 = 1036
 tokens; a 28×28 one is 1.
 
+Request shapes: OpenAI's content part ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``
+(``read_openai``) and Anthropic's block ``{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+"data": "..."}}`` (``read_anthropic``; the media type must be one Anthropic takes: JPEG, PNG, GIF or WebP).
+
 Only data URLs (``data:image/png;base64,...``) are read: the simulator is offline, so an ``http(s)://`` URL is an
 ``ImageError`` too. The base64 text is decoded whole (strictly: a stray character is an error), which costs about
 1 ms per MB; ``bytes`` is the decoded size.
@@ -25,7 +29,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_PATCH_PX", "ImageError", "ImageInfo", "decode_data_url", "image_size", "image_tokens",
-           "measure", "read_image"]
+           "measure", "read_anthropic", "read_image", "read_openai"]
 
 DEFAULT_PATCH_PX = 28
 """Pixels per side of one image token (Qwen2-VL: 14-pixel patches, merged 2×2)."""
@@ -69,10 +73,14 @@ def decode_data_url(url: str) -> bytes:
         raise ImageError(f"data URL must be base64 (data:image/png;base64,...), got {head!r}")
     if params[0] and not params[0].startswith("image/"):
         raise ImageError(f"data URL media type must be image/*, got {params[0]!r}")
+    return _b64(data, "data URL")
+
+
+def _b64(text: str, what: str) -> bytes:
     try:
-        return base64.b64decode(data, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise ImageError(f"data URL is not valid base64: {exc}") from None
+        raise ImageError(f"{what} is not valid base64: {exc}") from None
 
 
 def _png(data: bytes) -> tuple[int, int]:
@@ -166,3 +174,28 @@ def measure(data: bytes, patch_px: int = DEFAULT_PATCH_PX) -> ImageInfo:
     name, width, height = image_size(data)
     key = hashlib.sha1(data, usedforsecurity=False).hexdigest()[:16]
     return ImageInfo(name, width, height, len(data), image_tokens(width, height, patch_px), key)
+
+
+def read_openai(part: dict, patch_px: int = DEFAULT_PATCH_PX) -> ImageInfo:
+    """An OpenAI ``image_url`` content part, measured."""
+    image_url = part.get("image_url")
+    if not isinstance(image_url, dict) or not isinstance(image_url.get("url"), str):
+        raise ImageError("image_url must be an object with a 'url' string (a data URL: data:image/png;base64,...)")
+    return read_image(image_url["url"], patch_px)
+
+
+_ANTHROPIC_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def read_anthropic(block: dict, patch_px: int = DEFAULT_PATCH_PX) -> ImageInfo:
+    """An Anthropic ``image`` block with a base64 source, measured."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind in ("url", "file"):
+        raise ImageError(f"source.type {kind!r}: the simulator reads only base64 sources; it is offline")
+    if kind != "base64" or not isinstance(source.get("data"), str):
+        raise ImageError('source must be {"type": "base64", "media_type": "image/png", "data": "..."}')
+    if source.get("media_type") not in _ANTHROPIC_TYPES:
+        raise ImageError(f"source.media_type must be one of {', '.join(_ANTHROPIC_TYPES)}, "
+                         f"got {source.get('media_type')!r}")
+    return measure(_b64(source["data"], "source.data"), patch_px)

@@ -6,7 +6,10 @@ Prompt token rule (documented so clients can calibrate against ``usage.prompt_to
   prompt; a prompt given as a list of token ids counts one token per id.
 - chat: the same per message content (text parts of a list content are joined; an assistant
   message's ``tool_calls`` add their names and arguments), plus 4 tokens per message and 3 for the
-  reply primer (the ChatML-style template overhead). ``tools`` count as one more, leading, message
+  reply primer (the ChatML-style template overhead). Each ``image_url`` part adds its image tokens
+  (``images.py``: ``ceil(w/P) × ceil(h/P)``, P = ``Behavior.image_patch_px``); a bad or remote image is a 400
+  naming the part. In the prefix cache an image is that many units keyed by its bytes' hash, before the
+  message's words, so the same image in the same place hits. ``tools`` count as one more, leading, message
   whose content is their JSON text (``json.dumps(tools)``, split at whitespace).
 
 Stream options: ``include_usage`` and vLLM's ``continuous_usage_stats`` (cumulative usage on every
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 
 from harness.sim import prefix
 from harness.sim.chat_stream import StreamFormat, full_response
+from harness.sim.images import DEFAULT_PATCH_PX, ImageError, ImageInfo, read_openai
 from harness.sim.plan import Behavior, GenRequest, Plan, pick_tool, plan_output
 from harness.sim.text import THINK_START, output_words, plain_text, token_text
 
@@ -92,7 +96,9 @@ def _count(words: int, per_word: float) -> int:
     return math.ceil(words * per_word)
 
 
-def _content_text(content: object, where: str, text_types: tuple[str, ...] = ("text",)) -> str:
+def _content_text(content: object, where: str, images: list[ImageInfo] | None = None,
+                  patch_px: int = DEFAULT_PATCH_PX) -> str:
+    """A message's text; its ``image_url`` parts, measured, go to ``images`` (when given)."""
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
@@ -100,10 +106,15 @@ def _content_text(content: object, where: str, text_types: tuple[str, ...] = ("t
         for i, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                 raise ApiError(400, f"{where}[{i}] must be an object with a 'type'", param=where)
-            if part["type"] in text_types:
+            if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
                     raise ApiError(400, f"{where}[{i}].text must be a string", param=where)
                 parts.append(part["text"])
+            elif part["type"] == "image_url" and images is not None:
+                try:
+                    images.append(read_openai(part, patch_px))
+                except ImageError as exc:
+                    raise ApiError(400, f"{where}[{i}]: {exc}", param=f"{where}[{i}]") from None
         return " ".join(parts)
     raise ApiError(400, f"{where} must be a string, a list of content parts, or null; got {type(content).__name__}",
                    param=where)
@@ -115,18 +126,25 @@ class Prompt:
     units: list | None
     """The prefix cache's units (``prefix.py``), when asked for."""
     messages: list[tuple[str, str]] | None = None
+    images: list[ImageInfo] = field(default_factory=list)
+    """Every image of the prompt, in order (their tokens are in ``tokens``)."""
 
 
-def chat_prompt(texts: list[tuple[str, str]], per_word: float, want_units: bool) -> Prompt:
-    """Count a chat-like prompt from (role, text) per message: words × per_word + 4 per message + 3."""
+def chat_prompt(texts: list[tuple[str, str]], per_word: float, want_units: bool,
+                images: list[list[ImageInfo]] | None = None) -> Prompt:
+    """Count a chat-like prompt from (role, text) per message: words × per_word + 4 per message + 3, plus the
+    tokens of each message's images (``images``, one list per message, when there are any)."""
     total = 3
     rendered: list[tuple[str, list[str]]] = []
-    for role, text in texts:
+    for k, (role, text) in enumerate(texts):
         words = text.split()
-        total += 4 + _count(len(words), per_word)
+        pictures = images[k] if images else ()
+        total += 4 + _count(len(words), per_word) + sum(p.tokens for p in pictures)
         if want_units:
-            rendered.append((role, words))
-    return Prompt(total, prefix.chat_units(rendered) if want_units else None, texts)
+            rendered.append((role, [f"<image:{p.key}>" for p in pictures for _ in range(p.tokens)] + words
+                             if pictures else words))
+    flat = [p for pictures in images or () for p in pictures]
+    return Prompt(total, prefix.chat_units(rendered) if want_units else None, texts, flat)
 
 
 @dataclass
@@ -201,12 +219,14 @@ def _call_text(msg: dict) -> str:
     return " ".join(parts)
 
 
-def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text: str = "") -> Prompt:
+def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text: str = "",
+            patch_px: int = DEFAULT_PATCH_PX) -> Prompt:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "'messages' is required and must be a non-empty list", param="messages")
         texts: list[tuple[str, str]] = []
+        images: list[list[ImageInfo]] = []
         for i, msg in enumerate(messages):
             if not isinstance(msg, dict):
                 raise ApiError(400, f"messages[{i}] must be an object", param="messages")
@@ -214,11 +234,14 @@ def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text
             if role not in _ROLES:
                 raise ApiError(400, f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}",
                                param="messages")
-            text = _content_text(msg.get("content"), f"messages[{i}].content")
+            images.append([])
+            text = _content_text(msg.get("content"), f"messages[{i}].content", images[-1], patch_px)
             texts.append((role, text + (" " + calls if role == "assistant" and (calls := _call_text(msg)) else "")))
+        if not any(images):
+            images = []
         if not tools_text:
-            return chat_prompt(texts, per_word, want_units)
-        counted = chat_prompt([("tools", tools_text), *texts], per_word, want_units)
+            return chat_prompt(texts, per_word, want_units, images)
+        counted = chat_prompt([("tools", tools_text), *texts], per_word, want_units, [[], *images] if images else None)
         counted.messages = texts
         return counted
     prompt = body.get("prompt")
@@ -334,7 +357,7 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
     continuous = opt_bool(options or {}, "continuous_usage_stats")
     ignore_eos = opt_bool(body, "ignore_eos")
     tools = chat_tools(body) if kind == "chat" else Tools([])
-    parsed = _prompt(kind, body, policy.tokens_per_word, block_size is not None, tools.text)
+    parsed = _prompt(kind, body, policy.tokens_per_word, block_size is not None, tools.text, behavior.image_patch_px)
 
     cap = opt_int(body, "max_completion_tokens", 1)
     if cap is None:
@@ -352,5 +375,6 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
     gen = GenRequest(kind, model=body["model"], stream=stream, include_usage=include_usage,
                      prompt_tokens=parsed.tokens, output_tokens=0, finish_reason="", messages=parsed.messages,
                      plan=plan, continuous_usage=include_usage and continuous,
-                     reasoning_field=behavior.reasoning_field, reasoning_usage=behavior.reasoning_usage == "on")
+                     reasoning_field=behavior.reasoning_field, reasoning_usage=behavior.reasoning_usage == "on",
+                     images=parsed.images)
     return finish_request(gen, parsed, block_size)

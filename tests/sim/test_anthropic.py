@@ -32,7 +32,7 @@ def stream(writer: MessagesWriter, sizes: list[int], cached: int = 0) -> list[di
 def test_prompt_tokens_count_like_chat():
     assert parse({}).prompt_tokens == 3 + 4 + 3
     body = {"system": [{"type": "text", "text": "be kind"}], "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "a b"}, {"type": "image", "source": {}}]},
+        {"role": "user", "content": [{"type": "text", "text": "a b"}, {"type": "document", "source": {}}]},
         {"role": "assistant", "content": [{"type": "thinking", "thinking": "hidden"},
                                           {"type": "tool_use", "id": "t", "name": "f", "input": {"q": 1}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x y"}]}]}

@@ -28,6 +28,7 @@ FIELD_FLAGS = {
     "--strict-stream-options": (Behavior, "strict_stream_options", 1, "off"),
     "--embedding-dim": (Behavior, "embedding_dim", 1, 16),
     "--timings": (Behavior, "timings", 1, "off"),
+    "--image-patch-px": (Behavior, "image_patch_px", 1, 28),
     "--stall-s": (FaultConfig, "stall_s", 1, 5.0),
     "--long-line-bytes": (FaultConfig, "long_line_bytes", 1, 1 << 20),
     "--retry-after-s": (FaultConfig, "retry_after_s", 1, 1),
@@ -101,13 +102,14 @@ def test_every_flag_reaches_its_field(served, tmp_path):
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
              "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
              "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4",
-             "--timings", "on", "--close-after-p", "0.3", "--accept-delay-ms", "40"]
+             "--timings", "on", "--image-patch-px", "14", "--close-after-p", "0.3", "--accept-delay-ms", "40"]
     config = served(*args)
     assert config == SimConfig(
         engine=EngineConfig(**engine, seed=42), model="m",
         policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, tokens_per_word=1.3),
         behavior=Behavior(reasoning_tokens="lognormal:300:0.5", reasoning_field="reasoning", reasoning_usage="on",
-                          tool_call_p=0.5, strict_stream_options="on", embedding_dim=4, timings="on"),
+                          tool_call_p=0.5, strict_stream_options="on", embedding_dim=4, timings="on",
+                          image_patch_px=14),
         faults=FaultConfig({"reset": 0.25, "429": 0.5}, stall_s=0.5, long_line_bytes=4096, retry_after_s=7),
         max_waiting=9, max_body_bytes=MIB // 2, trace_file=trace, seed=42, close_after_p=0.3, accept_delay_ms=40.0)
     assert set(FIELD_FLAGS) <= {a.split("=")[0] for a in args}  # the test really sets each derived flag

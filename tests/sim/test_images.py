@@ -1,26 +1,14 @@
 """Image headers, data URLs and image tokens (``harness/sim/images.py``), on plain bytes: Pillow writes real files
-(matplotlib, a dependency, brings it), hand-built headers cover the awkward cases."""
+(``image_data.py``), hand-built headers cover the awkward cases."""
 
 from __future__ import annotations
 
-import base64
-import io
 import struct
 
 import pytest
-from PIL import Image
 
 from harness.sim.images import ImageError, decode_data_url, image_size, image_tokens, measure, read_image
-
-
-def encoded(fmt: str, size: tuple[int, int], **save) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", size, (200, 30, 30)).save(out, fmt, **save)
-    return out.getvalue()
-
-
-def data_url(data: bytes, media: str = "image/png") -> str:
-    return f"data:{media};base64,{base64.b64encode(data).decode()}"
+from tests.sim.image_data import data_url, encoded
 
 
 @pytest.mark.parametrize("fmt,name,save", [
