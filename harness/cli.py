@@ -17,7 +17,7 @@ from harness.cli_kit import InputError, read_run
 from harness.sim import SimConfig, run_sim
 from harness.sim.engine import EngineConfig
 from harness.sim.faults import FAULT_KINDS, FaultConfig, parse_fault_spec
-from harness.sim.models import Adapter, ServedModel, lora_count
+from harness.sim.models import Adapter, ServedModel, lora_count, parse_lora
 from harness.sim.models import problems as model_problems
 from harness.sim.openai import OutputPolicy
 from harness.sim.plan import Behavior
@@ -137,7 +137,7 @@ def _served(serve_models: tuple[str, ...], loras: tuple[str, ...], count: int,
     """``--serve-model``, ``--lora`` and ``--lora-count`` as the simulator's types; a bad spec joins ``problems``."""
     served, adapters = [], []
     for spec, parse, out in [*((s, ServedModel.parse, served) for s in serve_models),
-                             *((s, Adapter.parse, adapters) for s in loras)]:
+                             *((s, parse_lora, adapters) for s in loras)]:
         try:
             out.append(parse(spec))
         except ValueError as exc:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from harness.sim.engine_config import EngineConfig
 
-__all__ = ["Adapter", "Route", "ServedModel", "deployments", "lora_count", "model_cards", "problems", "routes"]
+__all__ = ["Adapter", "Route", "ServedModel", "deployments", "lora_count", "model_cards", "parse_lora", "problems",
+           "routes"]
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,18 @@ class ServedModel:
 
 @dataclass(frozen=True)
 class Adapter:
-    """A LoRA adapter (``--lora NAME[@BASE]``)."""
+    """A LoRA adapter (``--lora NAME[@BASE]``: ``parse_lora``) and the base model it runs on (None: the first)."""
 
     name: str
     base: str | None = None
-    """The base model it runs on; None: the first served model."""
 
-    @classmethod
-    def parse(cls, spec: str) -> Adapter:
-        name, at, base = spec.partition("@")
-        if not name.strip() or (at and not base.strip()):
-            raise ValueError(f"--lora {spec!r}: expected NAME or NAME@BASE, e.g. sql-lora@fast")
-        return cls(name.strip(), base.strip() if at else None)
+
+def parse_lora(spec: str) -> Adapter:
+    """``--lora NAME[@BASE]``."""
+    name, at, base = spec.partition("@")
+    if not name.strip() or (at and not base.strip()):
+        raise ValueError(f"--lora {spec!r}: expected NAME or NAME@BASE, e.g. sql-lora@fast")
+    return Adapter(name.strip(), base.strip() if at else None)
 
 
 def lora_count(n: int) -> tuple[Adapter, ...]:

@@ -109,12 +109,18 @@ def test_skipped_sequences_keep_their_order():
     assert list(engine.waiting) == waiting
 
 
-def test_an_aborted_sequence_frees_its_adapter():
+def busy_with_a() -> tuple[Engine, Sequence, Sequence]:
+    """An engine running a long request of adapter a, with one of adapter b waiting for the only slot."""
     engine = Engine(CFG)
     a, b = seq(1, "a", out=100), seq(2, "b")
     engine.add(a)
     engine.step(0.0)
     engine.add(b)
+    return engine, a, b
+
+
+def test_an_aborted_sequence_frees_its_adapter():
+    engine, a, b = busy_with_a()
     assert b not in engine.step(0.5).admitted
     engine.abort(a)
     assert "a" not in engine.loras.active
@@ -123,11 +129,7 @@ def test_an_aborted_sequence_frees_its_adapter():
 
 
 def test_a_preempted_sequence_frees_its_adapter_and_comes_back_without_a_load():
-    engine = Engine(CFG)
-    a, b = seq(1, "a", out=100), seq(2, "b")
-    engine.add(a)
-    engine.step(0.0)
-    engine.add(b)
+    engine, a, b = busy_with_a()
     engine._preempt(a)
     assert "a" not in engine.loras.active and list(engine.waiting) == [a, b]
     it = engine.step(1.0)

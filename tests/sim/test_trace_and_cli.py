@@ -48,6 +48,15 @@ def test_trace_file_has_server_side_times_per_token(tmp_path):
     (["--embedding-dim", "0"], "--embedding-dim must be >= 1"),
     (["--tool-call-p", "2"], "--tool-call-p must be within [0, 1]"),
     (["--reasoning-field", "thoughts"], "'thoughts' is not one of 'reasoning_content', 'reasoning'"),
+    (["--model", "m", "--serve-model", "a"], "--model 'm' and --serve-model both name"),
+    (["--serve-model", "a:-3"], "--serve-model a:-3: iter_base_ms must be >= 0"),
+    (["--serve-model", ":3"], "--serve-model ':3': expected NAME[:ITER_BASE_MS]"),
+    (["--lora", "x@nope"], "--lora x@nope: no served model 'nope' (served: sim-small)"),
+    (["--lora", "@base"], "--lora '@base': expected NAME or NAME@BASE"),
+    (["--lora", "sim-small"], "repeated: sim-small"),
+    (["--lora-count", "-1"], "-1 is not in the range x>=0"),
+    (["--max-loras", "0"], "max_loras must be >= 1"),
+    (["--image-patch-px", "0"], "--image-patch-px must be >= 1"),
 ])
 def test_bad_flags_are_usage_errors_without_traceback(args, message):
     result = CliRunner().invoke(main, ["sim", *args], prog_name="kneecap")
