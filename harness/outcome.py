@@ -108,6 +108,24 @@ def keep_checkpoint(out: str, returncode: int | None, say: Callable[[str], None]
     return True
 
 
+def class_lines(summary: Summary) -> list[str]:
+    """``workload.mix``: one line per class, at the knee's step (else the last judged step with classes)."""
+    steps = [st for st in summary.steps if isinstance(st.classes, list) and st.classes]
+    if not steps:
+        return []
+    at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1])
+    out = []
+    for c in at.classes:  # type: ignore[union-attr]
+        lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in ("ttft", "tpot", "e2e")
+                        if (p := c.latency_ms.get(m)) is not None and p.p95 is not None)
+        failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
+        slo = "" if c.slo_passed is None else "; SLO passed" if c.slo_passed else f"; SLO FAILED: {', '.join(failed)}"
+        share = f"{100 * c.share:.0f}%" if c.share is not None else "-"
+        head = f"class {c.name} (step {at.index}): {c.requests} requests ({share}, weight {100 * c.weight_share:.0f}%)"
+        out.append(head + (f", {c.failed} failed" if c.failed else "") + (f", {lat}" if lat else "") + slo)
+    return out
+
+
 def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,
                 report: bool = True) -> int:
     """The run's last lines from its summary, and the report (unless ``report`` is False); ``report_cpu`` gets the
@@ -139,6 +157,8 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         verdict = "PASSED" if slo.passed else "FAILED"
         within = "None" if slo.max_load_within_slo is None else f"{slo.max_load_within_slo:g}"
         say(f"SLO {verdict} up to the knee; largest load within SLO: {within}")
+    for line in class_lines(summary):
+        say(line)
     if summary.cost_line:  # the master logged it mid-output; the verdict's lines are where a user looks
         say(summary.cost_line)
     if not report:

@@ -23,9 +23,11 @@ that figure ``p99_slo`` next to ``p99``, the successes' p99 (the two agree when 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from harness.analysis.classes import ClassStep, class_steps
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
@@ -82,6 +84,8 @@ class StepState:
     """Tail attribution of the step's request rows, worked out once when it is judged."""
     ttft_split: dict | None = None
     """Where the step's TTFT went (``analysis/decompose.py``), worked out once when it is judged."""
+    classes: list[ClassStep] | None = None
+    """``workload.mix``: each class's figures (``analysis/classes.py``), worked out once when it is judged."""
 
     @property
     def index(self) -> int:
@@ -280,7 +284,12 @@ class Ledger:
                                  sum(bucket.failures.values()) / bucket.requests)
         if bucket.rows:
             with gc_paused():
-                cols = columns(bucket.rows)  # once for both: ~50 ms at 100k requests
+                cols = columns(bucket.rows)  # once for all: ~50 ms at 100k requests
+                mix = self.scenario.workload.mix
+                if mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
+                    st.classes = class_steps(cols, mix, bucket.rows_seen)
+                    st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")
+                                            for k in st.classes for c in k.slo)
                 itl = bucket.sketches.get("itl")
                 st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
                                         itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)
@@ -333,5 +342,6 @@ class Ledger:
             r.tail = st.tails.to_dict() if st.tails is not None else None
             if j is not None:
                 r.ttft_split = st.ttft_split
+                r.classes = [c.to_json() for c in st.classes] if st.classes is not None else None
             out.append(r)
         return out

@@ -134,6 +134,9 @@ class StepResult:
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
     rest, in words (``analysis.tail``); judged steps with request rows only."""
+    classes: list[dict] | None = None
+    """``workload.mix``: each class's share, latencies, failures and SLO (``analysis.classes``); judged steps with
+    request rows only."""
     new_connections: int = 0
     """Measured requests that opened a connection (TCP, and TLS for https) inside their own time."""
     new_connection_share: float | None = None
@@ -174,6 +177,8 @@ class StepResult:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:
             out["tail"] = self.tail
+        if self.classes is not None:
+            out["classes"] = self.classes
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
         if self.started_at is not None:

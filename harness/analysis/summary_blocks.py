@@ -275,3 +275,27 @@ class TtftSplit(View, kw_only=True):
 
     client: TtftClient
     server: TtftServer
+
+
+class ClassSpeed(View, kw_only=True):
+    count: int
+    p50: float
+    p5: float
+    p1: float
+
+
+class TrafficClassStep(View, kw_only=True):
+    """One class of a mix in one step (``analysis.classes.ClassStep``)."""
+
+    name: str
+    weight_share: float
+    requests: int
+    share: float | None
+    failed: int
+    error_rate: float | None
+    latency_ms: dict[str, Percentiles] = {}
+    tokens_per_s_per_user: ClassSpeed | None = None
+    output_tokens: int = 0
+    slo: list[SloCheck] = []
+    slo_passed: bool | None = None
+    sampled: str | None = None

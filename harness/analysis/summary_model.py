@@ -41,6 +41,7 @@ from harness.analysis.summary_blocks import (
     Tail,
     Throughput,
     Tokens,
+    TrafficClassStep,
     TtftClient,
     TtftServer,
     TtftSplit,
@@ -97,6 +98,8 @@ class Step(_View, kw_only=True):
     """Absent from files older than it; None without requests."""
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
+    classes: list[TrafficClassStep] | UnsetType | None = UNSET
+    """``workload.mix``: each class in the step; absent without a mix (and from older files)."""
     cost: StepCost | UnsetType = UNSET
     started_at: float | UnsetType = UNSET
     """Wall clock (epoch s) when it began; absent from older files."""

@@ -82,6 +82,9 @@ class LLMUser(SessionTurns, FastHttpUser):
         self.path = f"{self.conn.base_path}{ep.path}"
         self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
         self.headers = header_values(ep.headers, os.environ)
+        classes = [scenario.class_endpoint(c) for c in scenario.workload.mix]
+        self.classes = [(e, header_values(e.headers, os.environ)) for e in classes]
+        """``workload.mix``: each class's endpoint and headers, by class index."""
         t = ep.timeouts
         # A non-streaming answer sends nothing until it is whole: only the connect and total deadlines apply.
         self.timeouts = t if ep.stream and ep.api != "embeddings" else \
@@ -175,9 +178,12 @@ class LLMUser(SessionTurns, FastHttpUser):
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
                   call: Call | None) -> RequestRecord:
+        headers, cls = self.headers, None
         if call is None:
             plan = self.sampler.next()  # type: ignore[union-attr]
-            prompts, max_tokens = [plan.prompt], plan.max_tokens
+            prompts, max_tokens, cls = [plan.prompt], plan.max_tokens, plan.class_index
+            if cls is not None:
+                ep, headers = self.classes[cls]
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
                 extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
@@ -190,12 +196,13 @@ class LLMUser(SessionTurns, FastHttpUser):
             ex = exchange(ep, prompts, max_tokens, continuous_usage=asked, keep_text=call is not None,
                           api_key=self.api_key)
             head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
-                                {**ex.headers, **self.headers}, bearer=ex.bearer)
+                                {**ex.headers, **headers}, bearer=ex.bearer)
             limits = self.timeouts.for_prompt(_prompt_tokens(prompts))
             lag = k.generator.last_lag_s
             rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
                                  tracker=ex.tracker, body_parser=ex.parser)
             rec.loop_lag_s = lag
+            rec.class_index = cls
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None
@@ -204,7 +211,7 @@ class LLMUser(SessionTurns, FastHttpUser):
             rec.inputs = len(prompts)
         if rec.prompt_tokens and call is None:
             words = sum(p.words for p in prompts)
-            self.sampler.prompts.observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
+            self.sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
         return rec
 
     def _client_error(self, exc: Exception, conn: Connection, start: float,

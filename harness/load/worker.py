@@ -24,9 +24,10 @@ from harness.metrics.aggregate import Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
-from harness.scenario import Scenario
+from harness.scenario import Scenario, Workload
+from harness.workload.mix import ClassPicker
 from harness.workload.prompts import PromptBuilder
-from harness.workload.sampler import RequestSampler
+from harness.workload.sampler import MixSampler, RequestSampler
 from harness.workload.sessions import SessionSampler
 
 log = logging.getLogger("kneecap")
@@ -64,6 +65,8 @@ class WorkerSide:
         self.logged_errors: set[type] = set()
         """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None
+        self._picker: ClassPicker | None = None
+        self._class_prompts: list[PromptBuilder] = []
         self._usage_refused = False
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._samplers = 0
@@ -86,7 +89,7 @@ class WorkerSide:
 
     def on_test_start(self) -> None:
         """The scenario is known now (workers: the master's options came with the spawn message)."""
-        self._prompts = None
+        self._prompts, self._picker = None, None
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
@@ -99,11 +102,13 @@ class WorkerSide:
         self.generator.stop()
 
     def _builder(self) -> PromptBuilder:
-        w = self.scenario.workload
         if self._prompts is None:
-            self._prompts = PromptBuilder(api=self.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
-                                          unique=w.unique_prompts, seed=w.seed)
+            self._prompts = self._new_builder(self.scenario.workload)
         return self._prompts
+
+    def _new_builder(self, w: Workload) -> PromptBuilder:
+        return PromptBuilder(api=self.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
+                             unique=w.unique_prompts, seed=w.seed)
 
     def session_sampler(self) -> SessionSampler | None:
         """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""
@@ -114,14 +119,25 @@ class WorkerSide:
         return SessionSampler(w.sessions, self._builder(), seed=w.seed,
                               stream=self.worker_index * 100_000 + self._samplers)
 
-    def sampler(self) -> RequestSampler:
-        """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration."""
+    def sampler(self) -> RequestSampler | MixSampler:
+        """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration; with a mix,
+        one per class (each its own stream and calibration) behind the worker's one class picker."""
         w = self.scenario.workload
-        api = self.scenario.endpoint.api
-        self._builder()
         self._samplers += 1
-        return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint, api=api,
-                              seed=w.seed, worker=self.worker_index * 100_000 + self._samplers, prompts=self._prompts)
+        stream = self.worker_index * 100_000 + self._samplers
+        if not w.mix:
+            return self._sampler(w, self._builder(), stream)
+        if self._picker is None:
+            self._picker = ClassPicker([c.weight for c in w.mix], start=self.worker_index)
+            self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
+        # a class's stream is apart from the others' and from the single-class streams (1000 classes at most)
+        return MixSampler([self._sampler(c.workload, b, stream * 1000 + i)
+                           for i, (c, b) in enumerate(zip(w.mix, self._class_prompts, strict=True))],
+                          self._picker.pick)
+
+    def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
+        return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,
+                              api=self.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts)
 
     @property
     def continuous_usage(self) -> bool:
@@ -156,6 +172,8 @@ class WorkerSide:
             d.pop("chunk_tokens")
             d.update(step=step, phase=phase, worker=self.worker_index, clock_offset_s=self.clock_offset,
                      wall_start=self.wall() - (time.perf_counter() - rec.start) - (self.clock_offset or 0.0))
+            if rec.class_index is not None:
+                d["class"] = self.scenario.workload.mix[rec.class_index].name
             self.records.append(d)
 
     def record_session(self, rec: SessionRecord, now: float) -> None:

@@ -111,6 +111,8 @@ class RequestRecord:
     shared_stamps: int = 0
     """Output chunks dated by a late receive (more than 1 ms) that also completed a later chunk: their times may be
     late by more than 1 ms (``client/inflight.py``). 0 when every chunk kept its own arrival time."""
+    class_index: int | None = None
+    """``workload.mix``: the index of the request's class among the scenario's; None without a mix."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 

@@ -15,10 +15,11 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
   ``[start, length, ...]`` in ms since the send; ``[]`` when it had none, None when the stream was too short to say
   (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. The master finds server-wide pauses in them (``analysis.pauses``);
 - ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
-  the client's own part, in tenths of a millisecond; None where not measured.
+  the client's own part, in tenths of a millisecond; None where not measured;
+- ``class``: the request's class in ``workload.mix`` (its index); None without a mix.
 
-Rows of an older kneecap (15 fields, before ``gaps``; 16, before ``send`` and ``lag``) are read with the missing
-fields None (``check_rows``).
+Rows of an older kneecap (15 fields, before ``gaps``; 16, before ``send`` and ``lag``; 18, before ``class``) are
+read with the missing fields None (``check_rows``).
 
 ``tests/metrics/test_rows.py`` keeps the golden bytes of one row.
 """
@@ -33,8 +34,8 @@ __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "GAP_FACTOR
            "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
-              "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag")
-_OLDER_LENGTHS = (15, 16)
+              "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
+_OLDER_LENGTHS = (15, 16, 18)
 _GAPS = ROW_FIELDS.index("gaps")
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
 _LATENCY = 10_000  # tenths of a millisecond per second
@@ -80,7 +81,8 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
             _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s),
             long_gaps(rec.chunk_times) if ok else None,
-            None if rec.sent_s is None else _tenths(rec.sent_s - (rec.connect_s or 0.0)), _tenths(rec.loop_lag_s)]
+            None if rec.sent_s is None else _tenths(rec.sent_s - (rec.connect_s or 0.0)), _tenths(rec.loop_lag_s),
+            rec.class_index]
 
 
 def decode_row(row: list) -> dict:
@@ -88,7 +90,7 @@ def decode_row(row: list) -> dict:
     if not isinstance(row, (list, tuple)) or len(row) != len(ROW_FIELDS):
         raise ValueError(f"a request row has {len(ROW_FIELDS)} fields, got {row!r:.80}")
     (ttft, tpot, e2e, ttfo, prompt, output, cached, flags, in_flight, t_ms, turn, worker, headers, connect, prefill,
-     gaps, send, lag) = row
+     gaps, send, lag, cls) = row
     flags = int(flags or 0)
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
@@ -96,7 +98,7 @@ def decode_row(row: list) -> dict:
             "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
             "server_prefill_s": _seconds(prefill), "gaps_ms": gaps, "send_s": _seconds(send),
-            "loop_lag_s": _seconds(lag)}
+            "loop_lag_s": _seconds(lag), "class_index": cls}
 
 
 def check_rows(rows: object) -> None:

@@ -8,12 +8,13 @@ PYTHONHASHSEED, and unrelated streams for different workers.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 
-__all__ = ["PlannedRequest", "RequestSampler", "worker_rng"]
+__all__ = ["MixSampler", "PlannedRequest", "RequestSampler", "worker_rng"]
 
 
 def worker_rng(seed: int, worker: int, purpose: str) -> random.Random:
@@ -25,6 +26,8 @@ class PlannedRequest:
     prompt: Prompt
     max_tokens: int
     """Output length asked for (exactly, when the endpoint honours ignore_eos/min_tokens)."""
+    class_index: int | None = None
+    """``workload.mix``: the class it was drawn from."""
 
 
 class RequestSampler:
@@ -53,6 +56,10 @@ class RequestSampler:
         """Inputs in the next embeddings request (from this user's own length stream)."""
         return max(1, size.sample(self._lengths))
 
+    def builder(self, class_index: int | None) -> PromptBuilder:
+        """The prompt builder whose calibration a request of this class updates (a mix has one per class)."""
+        return self.prompts
+
     def next(self) -> PlannedRequest:
         n_in, n_out = self.lengths()
         if self.max_context is not None and n_in + n_out > self.max_context:
@@ -60,3 +67,20 @@ class RequestSampler:
             n_out = min(n_out, self.max_context - 1)
             n_in = self.max_context - n_out
         return PlannedRequest(self.prompts.build(n_in, self._prompt_rng), max(1, n_out))
+
+
+class MixSampler:
+    """``workload.mix``: each ``next()`` is the next request of the class ``pick()`` deals (a worker's one
+    ``ClassPicker``, shared by its users so the worker's requests keep the weights), from that class's sampler."""
+
+    def __init__(self, samplers: list[RequestSampler], pick: Callable[[], int]) -> None:
+        self._samplers, self._pick = samplers, pick
+
+    def builder(self, class_index: int | None) -> PromptBuilder:
+        return self._samplers[class_index or 0].prompts
+
+    def next(self) -> PlannedRequest:
+        i = self._pick()
+        plan = self._samplers[i].next()
+        plan.class_index = i
+        return plan

@@ -107,7 +107,7 @@ def test_the_tail_names_the_pauses_with_their_figures():
     cols = _step(stops, users=8, seconds=10.0)
     n = len(cols["t_ms"])
     rows = [[cols["ttft"][i], None, cols["e2e"][i], cols["ttft"][i], 100, 60, None, 0, 4, cols["t_ms"][i], None,
-             cols["worker"][i], None, None, None, cols["gaps"][i], None, None] for i in range(n)]
+             cols["worker"][i], None, None, None, cols["gaps"][i], None, None, None] for i in range(n)]
     tails = explain_rows(rows, itl_p50_s=0.005)
     e2e = tails.get("e2e_s", 0.95)
     assert e2e.verdict == "cause" and e2e.causes[0] == "in_pause", e2e.line

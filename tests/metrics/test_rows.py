@@ -31,16 +31,18 @@ def test_a_row_round_trips_to_a_tenth_of_a_millisecond():
 
 def test_golden_bytes_and_size():
     row = encode_row(rec(), 7.5, worker=1)
-    assert msgpack.packb(row) == bytes.fromhex("dc0012cd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0c00a04")
-    assert len(msgpack.packb(row)) == 34  # the issue's budget: <= 40 bytes a request (18 fields: a 3-byte header)
+    assert msgpack.packb(row) == bytes.fromhex("dc0013cd0929ccc9cd3a98cd0929cd03b640cd0200010ccd1d4cc0016415c0c00a04c0")
+    assert len(msgpack.packb(row)) == 35  # the issue's budget: <= 40 bytes a request (19 fields: a 3-byte header)
+    assert msgpack.packb(encode_row(rec(class_index=2), 7.5, worker=1))[-1:] == b"\x02"  # a mix's class: 1 byte
 
 
 def test_a_row_of_the_previous_kneecap_is_read_with_no_gaps():
-    for fields in (15, 16):  # before ``gaps``; before ``send`` and ``lag``
-        rows = [encode_row(rec(), 7.5, worker=1)[:fields]]
+    for fields in (15, 16, 18):  # before ``gaps``; before ``send`` and ``lag``; before ``class``
+        rows = [encode_row(rec(class_index=1), 7.5, worker=1)[:fields]]
         check_rows(rows)
         d = decode_row(rows[0])
-        assert len(rows[0]) == len(ROW_FIELDS) and d["send_s"] is None and d["loop_lag_s"] is None
+        assert len(rows[0]) == len(ROW_FIELDS) and d["class_index"] is None
+        assert (d["send_s"] is None and d["loop_lag_s"] is None) == (fields < 18)
         assert d["ttft_s"] == pytest.approx(0.2345) and d["gaps_ms"] is None  # two chunks: too short either way
 
 
@@ -92,8 +94,8 @@ def test_rows_off_the_wire_are_tuples_with_the_same_values_and_bytes():
     assert msgpack.packb(frozen) == packed and decode_row(frozen[0])["t_in_step_s"] == 1.5
     older = [row[:15] for row in msgpack.unpackb(packed)]  # an older kneecap's rows, and a bool flag: check_rows' way
     older[2][7] = True
-    assert frozen_rows(older) == [(*row[:15], None, None, None) for row in frozen[:2]] + [
-        (*frozen[2][:7], True, *frozen[2][8:15], None, None, None)]
+    assert frozen_rows(older) == [(*row[:15], None, None, None, None) for row in frozen[:2]] + [
+        (*frozen[2][:7], True, *frozen[2][8:15], None, None, None, None)]
     gc.collect()
     gc.collect()  # a row is untracked once its gaps tuple is (CPython checks each tuple's items as it collects)
     assert not any(map(gc.is_tracked, frozen))  # what they are for

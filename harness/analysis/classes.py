@@ -1,0 +1,119 @@
+"""Each class of a mix measured apart (``workload.mix``): its share, latencies, failures and SLO verdict. Pure.
+
+From the step's request rows (``metrics.rows``, which the master keeps for tail attribution), so a class's
+quantiles are exact order statistics of its own requests — until a step passes ``ROWS_CAP`` requests, when the
+rows are a uniform sample of them and the block says so (``sampled``). Quantiles as everywhere in kneecap: the
+value at rank ⌊q·(n−1)⌋; for an SLO, failed requests rank as misses (above every latency, below every speed), as
+the step's own SLO does (``analysis/judge.py``). ITL is not in the rows (a request's chunks stay on its worker),
+so a class's SLO judges ``CLASS_SLO_METRICS``: TTFT, TPOT, E2E, TTFO, tokens/s per user and the error rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from harness.analysis.results import SloCheck
+from harness.analysis.slo import Threshold
+from harness.metrics.rows import FLAG_FAILED
+from harness.workload.mix import TrafficClass
+
+__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_steps"]
+
+CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
+"""The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+_TENTHS_PER_MS = 10
+
+
+@dataclass
+class ClassStep:
+    name: str
+    weight_share: float
+    """The share of requests the scenario asked of this class (its weight over all weights)."""
+    requests: int
+    share: float | None
+    """The share of the step's measured requests that were this class's (None: no requests)."""
+    failed: int
+    error_rate: float | None
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per latency: count and p50, p90, p95, p99 over the class's successful requests."""
+    tokens_per_s_per_user: dict[str, float] | None = None
+    """Each request's streaming speed, (output tokens − 1) / (E2E − TTFT): count, p50, p5, p1; None: no request
+    streamed two tokens."""
+    output_tokens: int = 0
+    slo: list[SloCheck] = field(default_factory=list)
+    slo_passed: bool | None = None
+    sampled: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def class_steps(cols: dict[str, list], classes: Sequence[TrafficClass], rows_seen: int) -> list[ClassStep]:
+    """Every class's figures from the step's row ``columns`` (``analysis.tail_rows.columns``); ``rows_seen``: the
+    measured requests the rows stand for (more than the rows past ``ROWS_CAP``)."""
+    n = len(cols["flags"])
+    by_class: list[list[int]] = [[] for _ in classes]
+    for i, c in enumerate(cols["class"]):
+        if c is not None and 0 <= c < len(classes):
+            by_class[c].append(i)
+    total_weight = sum(c.weight for c in classes)
+    sampled = (f"from a uniform sample of {n:,} of the step's {rows_seen:,} requests" if rows_seen > n else None)
+    return [_one(cols, c, idx, total_weight, n, sampled) for c, idx in zip(classes, by_class, strict=True)]
+
+
+def _one(cols: dict[str, list], cls: TrafficClass, idx: list[int], total_weight: float, n: int,
+         sampled: str | None) -> ClassStep:
+    flags = cols["flags"]
+    failed = sum(1 for i in idx if flags[i] & FLAG_FAILED)
+    ok = [i for i in idx if not flags[i] & FLAG_FAILED]
+    values = {m: sorted(v for i in ok if (v := cols[m][i]) is not None) for m in CLASS_LATENCIES}
+    speeds = sorted(s for i in ok if (s := _speed(cols, i)) is not None)
+    out = ClassStep(name=cls.name, weight_share=round(cls.weight / total_weight, 6), requests=len(idx),
+                    share=round(len(idx) / n, 6) if n else None, failed=failed,
+                    error_rate=round(failed / len(idx), 6) if idx else None,
+                    output_tokens=sum(cols["output"][i] or 0 for i in ok), sampled=sampled)
+    out.latency_ms = {m: _quantiles(v, 1 / _TENTHS_PER_MS) for m, v in values.items() if v}
+    if speeds:
+        out.tokens_per_s_per_user = {"count": len(speeds), "p50": _rank(speeds, 0.5), "p5": _rank(speeds, 0.05),
+                                     "p1": _rank(speeds, 0.01)}
+    out.slo = [_check(t, values, speeds, failed, len(idx)) for t in cls.slo]
+    out.slo_passed = all(c.passed for c in out.slo) if out.slo else None
+    return out
+
+
+def _speed(cols: dict[str, list], i: int) -> float | None:
+    out, ttft, e2e = cols["output"][i], cols["ttft"][i], cols["e2e"][i]
+    if out is None or out <= 1 or ttft is None or e2e is None or e2e <= ttft:
+        return None
+    return round((out - 1) / ((e2e - ttft) / (1000 * _TENTHS_PER_MS)), 3)
+
+
+def _rank(values: list, q: float) -> float:
+    return values[math.floor(q * (len(values) - 1))]
+
+
+def _quantiles(values: list[int], scale: float) -> dict[str, float]:
+    return {"count": len(values), **{f"p{100 * q:g}": round(_rank(values, q) * scale, 3) for q in QUANTILES}}
+
+
+def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: int, requests: int) -> SloCheck:
+    """A class's threshold; failures rank as misses (after every latency, before every speed)."""
+    if t.metric == "error_rate":
+        observed: float | str | None = failed / requests if requests else None
+    else:
+        q = t.percentile / 100  # type: ignore[operator]
+        ranked = speeds if t.metric == "tokens_per_s_per_user" else values.get(t.metric, [])
+        n = len(ranked) + failed
+        observed = None
+        if n:
+            r = math.floor(q * (n - 1))
+            if t.metric == "tokens_per_s_per_user":
+                observed = 0.0 if r < failed else ranked[r - failed]
+            else:
+                observed = "inf" if r >= len(ranked) else round(ranked[r] / _TENTHS_PER_MS, 3)
+    passed = observed is not None and (t.passes(math.inf) if observed == "inf" else t.passes(observed))  # type: ignore[arg-type]
+    return SloCheck(threshold=t.text, observed=round(observed, 6) if isinstance(observed, float) else observed,
+                    passed=passed, abort_on_fail=t.abort_on_fail)

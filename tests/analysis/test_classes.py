@@ -1,0 +1,61 @@
+"""Each class of a mix measured apart (``analysis/classes.py``): from row columns, by their definitions. Pure."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from harness.analysis.classes import class_steps
+from harness.analysis.slo import parse_threshold
+from harness.analysis.tail_rows import columns
+from harness.metrics.record import RequestRecord
+from harness.metrics.rows import encode_row
+from harness.workload.mix import TrafficClass, Workload
+
+W = Workload(input_tokens=None, output_tokens=None, joint=None)
+
+
+def _rows(seed: int = 1, n: int = 400):
+    rng, rows, truth = random.Random(seed), [], {0: [], 1: []}
+    for i in range(n):
+        cls = 0 if rng.random() < 0.7 else 1
+        ttft = rng.lognormvariate(math.log(0.05 if cls == 0 else 0.4), 0.3)
+        failed = rng.random() < (0.0 if cls == 0 else 0.05)
+        rec = RequestRecord(start=0.0, ttft_s=ttft, e2e_s=ttft + 1.0, ttfo_s=ttft, output_tokens=51,
+                            prompt_tokens=100, chunk_times=[ttft, ttft + 1.0], class_index=cls,
+                            error="reset" if failed else None)
+        rows.append(encode_row(rec, i / 100, worker=0))
+        truth[cls].append(None if failed else round(ttft * 1e4))
+    return rows, truth
+
+
+def test_each_class_gets_its_own_order_statistics_share_and_failures():
+    rows, truth = _rows()
+    chat = TrafficClass(name="chat", weight=7, workload=W)
+    rag = TrafficClass(name="rag", weight=3, workload=W, slo=(parse_threshold("ttft", "p(95)<1000"),
+                                                              parse_threshold("error_rate", "rate<0.01")))
+    a, b = class_steps(columns(rows), [chat, rag], rows_seen=len(rows))
+    for got, values in ((a, truth[0]), (b, truth[1])):
+        ok = sorted(v for v in values if v is not None)
+        assert got.requests == len(values) and got.failed == len(values) - len(ok)
+        assert got.share == round(len(values) / len(rows), 6) and got.sampled is None
+        for q, key in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+            assert got.latency_ms["ttft"][key] == round(ok[math.floor(q * (len(ok) - 1))] / 10, 3)
+        assert got.tokens_per_s_per_user["p50"] == 50.0  # 50 tokens after the first over exactly 1 s
+    assert (a.weight_share, b.weight_share) == (0.7, 0.3) and a.slo == [] and a.slo_passed is None
+    ttft, errors = b.slo
+    ranked = sorted(v for v in truth[1] if v is not None)
+    r = math.floor(0.95 * (len(truth[1]) - 1))  # failures rank above every latency
+    assert ttft.observed == ("inf" if r >= len(ranked) else round(ranked[r] / 10, 3))
+    assert errors.observed == round(b.failed / b.requests, 6) and errors.passed is (b.failed / b.requests < 0.01)
+    assert b.slo_passed is (ttft.passed and errors.passed)
+
+
+def test_sampled_rows_say_so_and_a_class_without_requests_is_empty():
+    rows, _ = _rows(n=50)
+    rows = [r for r in rows if r[-1] == 0]
+    a, b = class_steps(columns(rows), [TrafficClass(name="a", weight=1, workload=W),
+                                       TrafficClass(name="b", weight=1, workload=W)], rows_seen=1000)
+    assert a.sampled == f"from a uniform sample of {len(rows)} of the step's 1,000 requests"
+    assert b.requests == 0 and b.share == 0.0 and b.error_rate is None and b.latency_ms == {}
+    assert b.tokens_per_s_per_user is None
