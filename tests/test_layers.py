@@ -20,7 +20,8 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.client.apis", "harness.sim.engine", "harness.sim.engine_config", "harness.sim.kv",
         "harness.sim.prefix", "harness.sim.openai",
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
-        "harness.sim.anthropic", "harness.sim.embeddings", "harness.capacity.cells",
+        "harness.sim.anthropic", "harness.sim.embeddings", "harness.sim.images", "harness.sim.lora",
+        "harness.sim.models", "harness.capacity.cells",
         "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.capacity.store",
         "harness.capacity.thresholds", "harness.capacity.intervals", "harness.capacity.checks",
         "harness.capacity.knee_check", "harness.capacity.gate", "harness.capacity.gate_report")

@@ -47,11 +47,11 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
     if knee_index is not None:
         why = knee_why(steps, knee_index, sc.load.knee_metric)
         reason = f"{reason}; {why}" if why else reason
-    slo = slo_verdict(steps, sc.slo, knee.load if knee.found else None)
+    slo = slo_verdict(steps, sc.slo, knee.load if knee.found else None, sc.workload.mix)
     cost = None if sc.cost is None else run_cost(
         sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee_index,
         judged={s.index: s.slo_passed for s in steps if s.index in ledger.judged},
-        max_load_within_slo=slo.max_load_within_slo, slo_given=bool(sc.slo), unit=level_unit(ledger.mode))
+        max_load_within_slo=slo.max_load_within_slo, slo_given=bool(slo.thresholds), unit=level_unit(ledger.mode))
     code = run_exit_code(steps, slo, merge_errors=facts.merge_errors,
                          lost=any(e.kind == "lost" for e in ledger.fleet_events))
     return RunSummary(run_id=facts.run_id, scenario=sc.name, host=facts.host, model=sc.endpoint.model,

@@ -51,7 +51,7 @@ def test_counts_are_the_literal_counts_of_tail_and_rest(seed):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_u_test_on_arrays_is_the_counts_version_to_the_last_bit(seed):
-    coded, ct, cr, want_t, want_r = _samples(seed, levels=[2, 5, 50, 400][seed % 4])
+    _, ct, cr, want_t, want_r = _samples(seed, levels=[2, 5, 50, 400][seed % 4])
     assert mann_whitney_arrays(ct, cr) == mann_whitney_counts(want_t, want_r)
 
 

@@ -1,0 +1,65 @@
+"""A weighted mix of two classes end to end: each class its own model on the simulator (its own engine and speed),
+the simulator's trace as the truth. Two workers share 1,000+ requests 3:1; each class's TPOT is its model's; each
+class's SLO is judged on its requests alone, in the step's verdict and the exit code."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+
+import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
+from tests.kit.sim import start_sim
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = """
+    name: two-classes
+    endpoint: {api: chat, model: fast, headers: {X-Team: infra}}
+    workload:
+      seed: 7
+      mix:
+        - {name: chat, weight: 3, input_tokens: 40, output_tokens: 8, slo: {tpot: ["p(95)<15"]}}
+        - name: batch
+          weight: 1
+          input_tokens: 40
+          output_tokens: 8
+          endpoint: {model: slow}
+          slo: {tpot: ["p(95)<15"], error_rate: "rate<0.01"}
+    load: {mode: constant, users: 16, duration_s: 9, step: {warmup_s: 1}}
+"""
+
+
+def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with start_sim("--preset", "tiny", "--serve-model", "fast:3", "--serve-model", "slow:24",
+                   "--iter-per-seq-ms", "0", "--trace-file", str(trace)) as sim:
+        r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--save-requests", host=sim.url, workers=2,
+                        out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    chat, batch = step["classes"]
+    assert (chat["name"], batch["name"]) == ("chat", "batch")
+    assert step["requests"] >= 1000, step["requests"]
+    # Weights are shares of requests, dealt in turn on each worker: within 2 points, no sampling noise
+    assert chat["requests"] + batch["requests"] == step["requests"]
+    assert abs(chat["share"] - 0.75) <= 0.02 and chat["weight_share"] == 0.75, (chat["share"], step["requests"])
+
+    # Each class went to its own model: the simulator's trace, request by request
+    served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
+    measured = [rec for rec in r.records if rec["phase"] == "measure" and rec["ok"]]
+    assert {rec["class"]: served[rec["response_id"]]["model"] for rec in measured} == {"chat": "fast", "batch": "slow"}
+    assert len([rec for rec in measured if rec["class"] == "batch"]) == batch["requests"] - batch["failed"]
+    for cls, model in ((chat, "fast"), (batch, "slow")):
+        gaps = [b - a for row in served.values() if row["model"] == model and row["status"] == "ok"
+                for a, b in itertools.pairwise(row["token_times"])]
+        truth_ms = 1000 * statistics.median(gaps)
+        assert cls["latency_ms"]["tpot"]["p50"] == pytest.approx(truth_ms, rel=0.15, abs=1.0), (model, cls, truth_ms)
+
+    # Each class's SLO on its own requests: the fast model meets TPOT p95 < 15 ms, the slow one (24 ms) does not
+    assert chat["slo_passed"] is True and batch["slo_passed"] is False, (chat["slo"], batch["slo"])
+    failed = [c["threshold"] for c in step["slo"] if not c["passed"]]
+    assert failed == ["[batch] tpot: p(95)<15"], step["slo"]
+    assert r.summary["slo"]["passed"] is False and r.code == 3, r.output
+    assert "class batch (step 0):" in r.stdout and "SLO FAILED: tpot: p(95)<15" in r.stdout, r.stdout
