@@ -1,0 +1,101 @@
+"""A starved load generator, end to end: what kneecap says when its own client is the slow part.
+
+The simulator runs alone on core 0 with a fast, steady engine (2 ms iterations, no prefill cost, no jitter) and
+writes its trace (server-side times, the truth); the whole ``kneecap run`` shares core 1 with a process that never
+sleeps. The worker is descheduled for milliseconds at a time: the chunks that arrive meanwhile wait in its socket
+and one late receive brings several under one kernel time, so every stream of the worker seems to stop at once.
+
+Measured on this 2-core box (24 users, 4 s, 2026-12; ``--save-requests`` matched to the trace by response id):
+96-98% of requests had shared stamps (flagged, "TIMING: step 0"); loop lag p99 ~5 ms, under the 10 ms limit (the
+step judged, not UNRELIABLE); send p99 0.5 ms. The p95 TTFT tail (7.1 ms vs p50 4.0) was the client's: its server
+TTFT median 3.70 ms vs 3.50 for the rest, its client part (measured − server) 4.3 ms vs 0.2 ms overall; the tail
+named "a server-wide pause" ("5 pauses of ~14 ms") while the server's longest iteration was 9.1 ms. In another run
+the client saw a 46 ms "pause" of all 24 streams while the server's longest iteration was 12.8 ms. Not every run
+has a client-made tail (the hog's timeslices fall where they fall): the second test asserts only when one does.
+The run shared by both tests: ~14 s.
+
+- the client is named: the step's stamps are flagged in the summary and on the console;
+- the server is not blamed for what the client did: when the trace says the p95 TTFT tail's lead over the rest
+  was mostly made by the client (measured − server), its attribution names no server cause. Today it names "a
+  server-wide pause" ("the server stopped every stream at once"): ``analysis/pauses.py`` reads pauses from the
+  client's chunk times even when the step's stamps are flagged as late. xfail until it leaves a starved reader's
+  gaps to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from statistics import median
+
+import pytest
+
+from tests.kit.run import RunResult, kneecap_run, write_scenario
+from tests.kit.sim import start_sim
+
+pytestmark = [pytest.mark.integration, pytest.mark.timing,
+              pytest.mark.skipif((os.cpu_count() or 1) < 2 or not shutil.which("taskset") or sys.platform != "linux",
+                                 reason="needs two cores, taskset and Linux's kernel receive stamps")]
+
+SCENARIO = """
+    name: starved
+    endpoint: {api: chat, model: sim-small}
+    workload: {input_tokens: 32, output_tokens: 64}
+    load: {mode: constant, users: 24, duration_s: 4, step: {warmup_s: 1}}
+"""
+ITER_MS = 2.0
+SERVER_CAUSES = {"in_pause", "server_waiting", "in_flight", "prompt_tokens", "behind_long_prefill"}
+"""Features whose cause is the server (a pause, its queue, its prefill)."""
+
+
+@pytest.fixture(scope="module")
+def starved(tmp_path_factory) -> tuple[RunResult, dict[str, dict]]:
+    """The run with its generator starved (``--save-requests``), and the simulator's trace by response id."""
+    tmp = tmp_path_factory.mktemp("starved")
+    trace = tmp / "trace.jsonl"
+    with start_sim("--iter-base-ms", f"{ITER_MS:g}", "--iter-per-seq-ms", "0", "--iter-per-kv-ktoken-ms", "0",
+                   "--prefill-per-ktoken-ms", "0", "--jitter", "0", "--max-num-seqs", "64",
+                   "--trace-file", str(trace)) as sim:
+        os.sched_setaffinity(sim.proc.pid, {0})
+        hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
+        try:
+            r = kneecap_run(write_scenario(tmp, SCENARIO), "--save-requests", out=tmp / "out", host=sim.url,
+                            prefix=["taskset", "-c", "1"], lag_limit_ms=None)
+        finally:
+            hog.kill()
+            hog.wait()
+    jobs = {t["id"]: t for t in map(json.loads, trace.read_text().splitlines()) if t["status"] == "ok"}
+    assert jobs, r.output
+    return r, jobs
+
+
+def test_a_starved_generator_is_named(starved):
+    r, _ = starved
+    g = r.summary["steps"][0]["generator"]
+    assert g["stamps_flagged"] and g["shared_stamp_share"] > 0.01, (g, r.output)
+    assert "TIMING: step 0" in r.output and "the reader fell behind" in r.output, r.output
+    if not g["reliable"]:  # its loop lag broke the limit too: then said as such
+        assert "UNRELIABLE: step 0" in r.output and "the load generator added latency" in r.output, r.output
+
+
+@pytest.mark.xfail(reason="analysis/pauses.py puts a starved reader's merged chunks down to a server-wide pause "
+                          "even when the step's stamps are flagged as late (see the module docstring)", strict=False)
+def test_the_server_is_not_blamed_for_a_client_made_ttft_tail(starved):
+    r, jobs = starved
+    rows = [(rec["ttft_s"], jobs[rec["response_id"]]["first_token"] - jobs[rec["response_id"]]["arrival"])
+            for rec in r.records if rec["phase"] == "measure" and rec["ok"] and rec.get("response_id") in jobs]
+    assert len(rows) > 200, len(rows)
+    values = sorted(v for v, _ in rows)
+    bound = values[int(0.95 * (len(values) - 1))]  # the p95 tail as analysis/tail.py cuts it
+    tail, rest = [x for x in rows if x[0] > bound], [x for x in rows if x[0] <= bound]
+    measured_gap = median(v for v, _ in tail) - median(v for v, _ in rest)
+    server_gap = median(s for _, s in tail) - median(s for _, s in rest)
+    attribution = next(a for a in r.summary["steps"][0]["tail"]["attributions"]
+                       if (a["metric"], a["quantile"]) == ("ttft_s", 0.95))
+    if server_gap < measured_gap / 2:  # the truth: the client made most of the tail's lead over the rest
+        assert not set(attribution["causes"]) & SERVER_CAUSES, (
+            f"the p95 TTFT tail is {1000 * measured_gap:.1f} ms above the rest, {1000 * server_gap:.1f} ms of it at "
+            f"the server, yet: {attribution['line']}")
