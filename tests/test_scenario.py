@@ -25,8 +25,8 @@ workload:
 def test_shipped_scenarios_load(path):
     s = load_scenario(path)
     assert s.name and s.load.mode in ("staircase", "constant", "open_staircase")
-    assert s.workload.joint is not None or s.workload.sessions is not None or (
-        s.workload.input_tokens and s.workload.output_tokens)
+    for w in [c.workload for c in s.workload.mix] or [s.workload]:  # each class of a mix has its own lengths
+        assert w.joint is not None or w.sessions is not None or (w.input_tokens and w.output_tokens)
 
 
 def write(tmp_path, text: str) -> str:
