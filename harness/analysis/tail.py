@@ -93,6 +93,9 @@ class TailRow:
     """Writing the request (its connect left out), ms."""
     loop_lag_ms: float | None = None
     """The worker's event-loop lag just before the send, ms."""
+    late_stamps: bool | None = None
+    """Some of its chunk times came from a late receive of several chunks (``RequestRecord.late_chunks``): the
+    reader fell behind, so its TTFT (or a gap) may be the client's."""
     behind_long_prefill: bool | None = None
     """Waited for its first token while a long prompt was prefilled (``analysis/prefill_hol.py``); None for a long
     prompt itself."""

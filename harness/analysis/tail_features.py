@@ -131,6 +131,8 @@ FLAGS = {  # feature: (tail has it more often, less often, cause when more often
                     "less often followed a failed request ({t} vs {r})", "after_errors"),
     "in_pause": ("were in flight through a server-wide pause ({a} of {n}, vs {r} of the rest)",
                  "were less often in flight through a server-wide pause ({t} vs {r})", "pauses"),
+    "late_stamps": ("had chunk times from a late read: the load generator's reader fell behind ({t} vs {r})",
+                    "less often had chunk times from a late read ({t} vs {r})", "client"),
     "behind_long_prefill": ("were held up by a long prompt's prefill, waiting for their first token or mid-stream "
                             "({t} vs {r})", "were less often held up by a long prompt's prefill ({t} vs {r})", "hol"),
 }

@@ -19,7 +19,14 @@ from itertools import chain
 from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
 from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
 from harness.analysis.tail import StepTails, TailParams, explain_columns
-from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, GAP_FACTOR, GAP_MIN_S, ROW_FIELDS
+from harness.metrics.rows import (
+    FLAG_AFTER_ERROR,
+    FLAG_LATE_STAMPS,
+    FLAG_NEW_CONNECTION,
+    GAP_FACTOR,
+    GAP_MIN_S,
+    ROW_FIELDS,
+)
 
 __all__ = ["NEAREST_S", "columns", "explain_rows", "gc_paused"]
 
@@ -80,6 +87,7 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
             "worker": c["worker"], "in_flight": c["in_flight"], "turn": c["turn"]}
     derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
                "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
+               "late_stamps": lambda idx: [bool(flags[i] & FLAG_LATE_STAMPS) for i in idx],
                "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at,
                "send_ms": _ms(c["send"]), "loop_lag_ms": _ms(c["lag"])}
     pauses, words = _stream_features(c, itl_p50_s, derived)

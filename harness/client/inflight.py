@@ -95,7 +95,7 @@ class InFlight:
             if not over and not deadline.first:
                 deadline.first = bool(self.chunk_times)
         if len(self.chunk_times) - before > 1 and (behind or now - t > LATE_S):  # one late time for several
-            self.reader.shared_stamps(len(self.chunk_times) - before - 1)
+            self.reader.shared_stamps(len(self.chunk_times) - before - 1, before)
         return over
 
     def expire(self, kind: str, now: float) -> None:

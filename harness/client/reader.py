@@ -125,9 +125,13 @@ class ResponseReader:
 
     # -- the transport's calls ---------------------------------------------------------------------------
 
-    def shared_stamps(self, n: int) -> None:
-        """``n`` more output chunks shared a receive's stamp with a later one and may have arrived earlier."""
-        self.record.shared_stamps += n
+    def shared_stamps(self, n: int, first: int | None = None) -> None:
+        """``n`` more output chunks shared a receive's stamp with a later one and may have arrived earlier; ``first``:
+        the index of that receive's first chunk."""
+        rec = self.record
+        rec.shared_stamps += n
+        if first is not None:
+            rec.late_chunks = [*(rec.late_chunks or ()), first]
 
     def feed(self, data: bytes, t: float) -> bool:
         """One receive's bytes, arrived at ``t``; True once the response is over. The per-token hot path."""

@@ -111,6 +111,9 @@ class RequestRecord:
     shared_stamps: int = 0
     """Output chunks dated by a late receive (more than 1 ms) that also completed a later chunk: their times may be
     late by more than 1 ms (``client/inflight.py``). 0 when every chunk kept its own arrival time."""
+    late_chunks: list[int] | None = None
+    """The first chunk of each such late receive (indices into ``chunk_times``): the silence before it may be the
+    reader's, not the server's (``metrics.rows.long_gaps`` leaves it out). None when every receive came on time."""
     class_index: int | None = None
     """``workload.mix``: the index of the request's class among the scenario's; None without a mix."""
     content: str | None = None

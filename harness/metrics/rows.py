@@ -6,14 +6,17 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
 - ``ttft``, ``tpot``, ``e2e``, ``ttfo``: latencies in tenths of a millisecond (0.1 ms steps: finer than any tail
   that needs explaining, and a TPOT of 7.4 ms stays 7.4);
 - ``prompt``, ``output``, ``cached``: tokens (server usage); ``in_flight`` on the worker at send; ``turn`` (sessions);
-- ``flags``: 1 new connection, 2 after a failed request on the same connection, 4 failed;
+- ``flags``: 1 new connection, 2 after a failed request on the same connection, 4 failed, 8 some chunk times
+  came from a late receive that brought several chunks (the reader fell behind: ``RequestRecord.late_chunks``);
 - ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
 - ``worker``: the worker's index;
 - ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
   TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``);
 - ``gaps``: the stream's silences between output chunks far longer than its own usual gap (``long_gaps``), flat
   ``[start, length, ...]`` in ms since the send; ``[]`` when it had none, None when the stream was too short to say
-  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. The master finds server-wide pauses in them (``analysis.pauses``);
+  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. A silence that ended in a late receive of several chunks is left
+  out: the reader was behind and the kernel dated those chunks by the newest (a starved client would otherwise show
+  every stream silent at once). The master finds server-wide pauses in them (``analysis.pauses``);
 - ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
   the client's own part, in tenths of a millisecond; None where not measured;
 - ``class``: the request's class in ``workload.mix`` (its index); None without a mix.
@@ -30,14 +33,14 @@ from operator import sub
 
 from harness.metrics.record import RequestRecord
 
-__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS", "GAP_MIN_S",
-           "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows", "long_gaps"]
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS",
+           "GAP_MIN_S", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
 _OLDER_LENGTHS = (15, 16, 18)
 _GAPS = ROW_FIELDS.index("gaps")
-FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED = 1, 2, 4
+FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED, FLAG_LATE_STAMPS = 1, 2, 4, 8
 _LATENCY = 10_000  # tenths of a millisecond per second
 GAP_FACTOR = 4.0
 """A silence counts when it is at least this many times the stream's median gap between chunks..."""
@@ -47,9 +50,10 @@ GAP_MIN_CHUNKS = 5
 """Fewer chunks (four gaps) say too little about a stream's usual gap."""
 
 
-def long_gaps(chunk_times: list[float]) -> list[int] | None:
+def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[int] | None:
     """The silences between consecutive ``chunk_times`` (seconds since the send) of at least ``GAP_FACTOR`` × their
-    median and ``GAP_MIN_S``, flat ``[start_ms, length_ms, ...]``; None for fewer than ``GAP_MIN_CHUNKS`` chunks."""
+    median and ``GAP_MIN_S``, flat ``[start_ms, length_ms, ...]``; None for fewer than ``GAP_MIN_CHUNKS`` chunks.
+    ``late``: chunks that began a late receive (``RequestRecord.late_chunks``): the silence before each is left out."""
     t = chunk_times
     if len(t) < GAP_MIN_CHUNKS:
         return None
@@ -62,7 +66,7 @@ def long_gaps(chunk_times: list[float]) -> list[int] | None:
         return []
     out: list[int] = []
     for i, g in enumerate(gaps):
-        if g >= limit:
+        if g >= limit and not (late and i + 1 in late):
             out += (round(t[i] * 1000), round(g * 1000))
     return out
 
@@ -75,12 +79,12 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
     """``rec`` as a row; ``sent_in_step_s``: its send, in seconds since this worker's step began."""
     ok = rec.error is None
     flags = (FLAG_NEW_CONNECTION if rec.new_connection else 0) | (FLAG_AFTER_ERROR if rec.after_error else 0) \
-        | (0 if ok else FLAG_FAILED)
+        | (0 if ok else FLAG_FAILED) | (FLAG_LATE_STAMPS if rec.late_chunks else 0)
     return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
             _tenths(rec.headers_s) if ok else None, _tenths(rec.connect_s), _tenths(rec.server_prefill_s),
-            long_gaps(rec.chunk_times) if ok else None,
+            long_gaps(rec.chunk_times, rec.late_chunks) if ok else None,
             None if rec.sent_s is None else _tenths(rec.sent_s - (rec.connect_s or 0.0)), _tenths(rec.loop_lag_s),
             rec.class_index]
 
@@ -95,7 +99,8 @@ def decode_row(row: list) -> dict:
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
-            "failed": bool(flags & FLAG_FAILED), "in_flight": in_flight, "t_in_step_s": t_ms / 1000, "turn": turn,
+            "failed": bool(flags & FLAG_FAILED), "late_stamps": bool(flags & FLAG_LATE_STAMPS), "in_flight": in_flight,
+            "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
             "server_prefill_s": _seconds(prefill), "gaps_ms": gaps, "send_s": _seconds(send),
             "loop_lag_s": _seconds(lag), "class_index": cls}

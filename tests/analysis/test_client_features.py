@@ -30,3 +30,18 @@ def test_lag_under_a_millisecond_is_no_cause():
     # by 200 ms (something else did): values under 1 ms count as 0, so the lag is not named
     a = explain_tail(_rows(lagged=True, sub_ms=True)).get("ttft_s", 0.95)
     assert "loop_lag_ms" not in a.causes and "send_ms" not in a.causes, a.line
+
+
+def test_a_tail_of_late_reads_is_named_as_the_client_not_a_server_pause():
+    """A starved reader dates a burst of chunks by the newest: the requests whose chunk times came from such a late
+    read make the TTFT tail, and the tail says the load generator fell behind."""
+    rng = random.Random(5)
+    rows = []
+    for i in range(2000):
+        late = i % 20 == 3  # 5%: the reader was descheduled when their first chunks came
+        rows.append(TailRow(ttft_s=rng.uniform(0.004, 0.006) + (0.02 if late else 0), prompt_tokens=32,
+                            late_stamps=late or rng.random() < 0.01, loop_lag_ms=rng.uniform(0, 0.5), worker=0,
+                            t_in_step_s=i * 0.003))
+    a = explain_tail(rows).get("ttft_s", 0.95)
+    assert a.causes[0] == "late_stamps" and "reader fell behind" in a.line and "the load generator" in a.line, a.line
+

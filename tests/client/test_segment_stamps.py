@@ -108,7 +108,7 @@ def test_a_reader_that_keeps_up_dates_each_chunk_within_its_write(monkeypatch):
         conn, rec, got = request(monkeypatch, url, done, late=False)
     assert conn.kernel_ts and len(got) == 4
     assert all(_within(t, w) for t, w in zip(got, sent, strict=True)), (got, sent)
-    assert rec.shared_stamps == 0
+    assert rec.shared_stamps == 0 and rec.late_chunks is None
 
 
 @linux
@@ -122,3 +122,4 @@ def test_a_late_reader_gets_the_merged_segments_newest_time_and_the_record_says_
         _, rec, got = request(monkeypatch, url, done, late=True, ca=ca)
     assert len(got) == 4 and all(_within(t, sent[-1]) for t in got), (got, sent)  # the kernel's, not the read's
     assert rec.shared_stamps == 3  # four chunks, one time: three may be late (here by 45, 30 and 15 ms)
+    assert rec.late_chunks == [0]  # the late receive began at the first chunk: the silence before it is the reader's

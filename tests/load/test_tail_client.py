@@ -81,8 +81,6 @@ def test_a_starved_generator_is_named(starved):
         assert "UNRELIABLE: step 0" in r.output and "the load generator added latency" in r.output, r.output
 
 
-@pytest.mark.xfail(reason="analysis/pauses.py puts a starved reader's merged chunks down to a server-wide pause "
-                          "even when the step's stamps are flagged as late (see the module docstring)", strict=False)
 def test_the_server_is_not_blamed_for_a_client_made_ttft_tail(starved):
     r, jobs = starved
     rows = [(rec["ttft_s"], jobs[rec["response_id"]]["first_token"] - jobs[rec["response_id"]]["arrival"])

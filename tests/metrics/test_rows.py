@@ -56,6 +56,21 @@ def test_long_gaps_are_the_streams_own_long_silences():
     assert long_gaps(slow[:20] + [t + 0.2 for t in slow[20:]]) == [round(slow[19] * 1000), 250]
 
 
+def test_a_silence_the_reader_made_is_no_stream_silence():
+    """A late receive of several chunks dates them all by the newest: the gap before it is the reader's (a starved
+    client), not the server's; the row says so in its flags and leaves that gap out."""
+    steady = [0.1 + 0.005 * k for k in range(40)]
+    late = steady[:20] + [steady[19] + 0.2] * 3 + [steady[19] + 0.2 + 0.005 * k for k in range(1, 18)]  # 200 ms
+    # unread, then 3 chunks in one receive (the kernel's newest time), then on time again
+    assert long_gaps(late) == [round(steady[19] * 1000), 200]
+    assert long_gaps(late, late=[20]) == []
+    paused = steady[:20] + [t + 0.2 for t in steady[20:]]
+    assert long_gaps(paused, late=[31]) == [round(steady[19] * 1000), 205]  # a late receive elsewhere: kept
+    d = decode_row(encode_row(rec(chunk_times=late, late_chunks=[20]), 1.0, worker=0))
+    assert d["late_stamps"] and d["gaps_ms"] == []
+    assert not decode_row(encode_row(rec(chunk_times=late), 1.0, worker=0))["late_stamps"]
+
+
 def test_a_failure_keeps_its_features_but_no_latency():
     d = decode_row(encode_row(rec(error="reset", after_error=True), 1.0, worker=0))
     assert d["failed"] and d["after_error"] and d["ttft_s"] is None and d["e2e_s"] is None
