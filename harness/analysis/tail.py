@@ -58,6 +58,8 @@ from harness.analysis.tail_features import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from harness.analysis.tail_counts import Coded
 
 __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "TailParams", "TailRow",
@@ -184,8 +186,8 @@ def _plain(x: object) -> object:
 
 
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
-               uniform: list[int], cols: dict[str, list], coded: dict[str, Coded], seconds: list, params: TailParams,
-               sampled: str | None, words: Mapping[str, str]) -> TailAttribution:
+               uniform: list[int], cols: dict[str, list], coded: dict[str, Coded], times: np.ndarray, seconds: list,
+               params: TailParams, sampled: str | None, words: Mapping[str, str]) -> TailAttribution:
     label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
     head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
     if len(tail) < params.min_tail:
@@ -194,8 +196,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     import numpy as np
 
     at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
-    times = cols["t_in_step_s"]
-    found = (time_test(list(map(times.__getitem__, tail)), list(map(times.__getitem__, rest)), params)
+    found = (time_test(times[at], times[np.array(rest, dtype=np.int64)], params)
              if f == "t_in_step_s" else feature_test(f, coded[f], at, ex, params) for f in FEATURES)
     raw = [r for r in found if r is not None]
     adjusted = holm([r["p"] for r in raw])
@@ -357,6 +358,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
     import numpy as np  # here, not at import: workers and masters start without it
 
     coded = code_features(cols, np.array(uni, dtype=np.int64))
+    times = np.array(cols["t_in_step_s"], dtype=np.float64)  # None: NaN
     out = []
     for m, col, known, per_q in found:
         values = list(map(col.__getitem__, uniform))
@@ -369,7 +371,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
                 sampled = (f"every tail request and a uniform sample of {len(rest)} of the {known - len(tail)} others "
                            f"(seed {params.seed})")
             out.append(_attribute(m, q, float(thr) / per_s, known, list(map(pos.__getitem__, tail)), rest, excluded,
-                                  uni, cols, coded, seconds, params, sampled, words))
+                                  uni, cols, coded, times, seconds, params, sampled, words))
     return StepTails(out, pauses)
 
 
