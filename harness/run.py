@@ -60,9 +60,19 @@ class RunOptions:
     """Build report.html at the end (``--no-report``: not; ``kneecap report DIR`` builds it later)."""
 
 
-def _start_sim(model: str, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
+def _start_sim(sc: Scenario, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
+    """The built-in simulator serving the scenario's model, or a mix's models (each class's, at the same speed),
+    unless ``--sim-arg=--serve-model=...`` says which it serves."""
+    model = sc.endpoint.model
     preset = model[4:] if model.startswith("sim-") and model[4:] in PRESETS else DEFAULT_PRESET
-    cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--preset", preset, "--model", model, *extra]
+    models = list(dict.fromkeys([model, *(sc.class_endpoint(c).model for c in sc.workload.mix)]))
+    if any(a.startswith("--serve-model") for a in extra):
+        served: list[str] = []
+    elif len(models) == 1:
+        served = ["--model", model]
+    else:
+        served = [f"--serve-model={m}" for m in models]
+    cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--preset", preset, *served, *extra]
     sim = start_child("sim", cmd, os.path.join(out, "sim.log"), stdout=subprocess.PIPE, text=True)
     line = sim.proc.stdout.readline() if sim.proc.stdout else ""
     m = re.search(r"(http://[\d.]+:\d+)", line)
@@ -93,7 +103,7 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
         with supervisor.signals():
             host = opts.host or sc.endpoint.host
             if host is None:
-                sim, host = _start_sim(sc.endpoint.model, opts.sim_args, out, say)
+                sim, host = _start_sim(sc, opts.sim_args, out, say)
             say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
             options = KneecapOptions(scenario=opts.scenario or "", results_dir=out, run_id=run_id,
                                      overrides=KneecapOptions.overrides_json(overrides), insecure=opts.insecure,

@@ -25,7 +25,7 @@ from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, OPEN_MODES, SEARCH_MODE
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import Threshold, slo_from_spec
 from harness.capacity.thresholds import GateSpec, gate_from_spec
-from harness.checker import Checker, decode_text
+from harness.checker import Checker, decode_text, did_you_mean
 from harness.client.timeouts import Timeouts
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
 from harness.errors import KneecapError
@@ -176,6 +176,15 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                 check.fail(f"slo.{t.metric}", "session metrics need workload.sessions")
     if workload is not None and workload.mix:
         _check_classes(workload, streams, check)
+    if load.knee_class is not None:
+        names = workload.class_names if workload is not None else ()
+        if load.knee_class not in names:
+            check.fail("load.knee.class", f"no class '{load.knee_class}' in workload.mix" + (
+                f"{did_you_mean(load.knee_class, names)} (classes: {', '.join(names)})" if names else
+                ": a knee follows one class of a mix (workload.mix)"))
+        if load.knee_metric not in CLASS_KNEE_METRICS:
+            check.fail("load.knee.metric", f"{load.knee_metric} is not measured per class; a class's knee follows "
+                                           f"{', '.join(CLASS_KNEE_METRICS)}")
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
@@ -183,6 +192,8 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                     cost=cost, gate=gate)
 
 
+CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
+"""What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
 CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
 """What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
 
@@ -209,13 +220,13 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     start, step_by, top = _load_levels(node, check, mode)
     arrival, cv, gaps = _load_arrival(node, check, closed=mode not in OPEN_MODES)
     step = _load_step(node.get("step", {}), check)
-    metric, confirm = _load_knee(node.get("knee", {}), check)
+    metric, confirm, knee_class = _load_knee(node.get("knee", {}), check)
     return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
                     spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
                     duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
                     burstiness_cv=cv, trace_gaps=gaps,
                     max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
-                    step=step, knee_metric=metric, confirm_steps=confirm,
+                    step=step, knee_metric=metric, knee_class=knee_class, confirm_steps=confirm,
                     on_worker_loss=check.string(node, "on_worker_loss", "load", d.on_worker_loss,
                                                 choices=("continue", "abort")))
 
@@ -293,14 +304,15 @@ def _load_step(s: Any, check: Checker) -> StepSpec:
     return step
 
 
-def _load_knee(k: Any, check: Checker) -> tuple[Any, Any]:
-    """``load.knee``: the metric the knee follows and the steps that confirm it."""
+def _load_knee(k: Any, check: Checker) -> tuple[Any, Any, Any]:
+    """``load.knee``: the metric the knee follows, the class it follows it on (a mix), the steps that confirm it."""
     d = LoadPlan()
-    metric, confirm = d.knee_metric, d.confirm_steps
-    if check.mapping(k, "load.knee", ("metric", "confirm_steps")) is not None:
+    metric, confirm, cls = d.knee_metric, d.confirm_steps, None
+    if check.mapping(k, "load.knee", ("metric", "class", "confirm_steps")) is not None:
         metric = check.string(k, "metric", "load.knee", d.knee_metric, choices=KNEE_METRICS)
         confirm = check.number(k, "confirm_steps", "load.knee", d.confirm_steps, integer=True, minimum=0)
-    return metric, confirm
+        cls = check.string(k, "class", "load.knee", None)
+    return metric, confirm, cls
 
 
 def _trace_gaps(node: dict, check: Checker) -> tuple[float, ...] | None:

@@ -14,12 +14,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
 from harness.analysis.slo import Threshold
+from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED
 from harness.workload.mix import TrafficClass
 
-__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_steps"]
+__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_point", "class_steps"]
 
 CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
 """The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
@@ -117,3 +119,22 @@ def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: i
     passed = observed is not None and (t.passes(math.inf) if observed == "inf" else t.passes(observed))  # type: ignore[arg-type]
     return SloCheck(threshold=t.text, observed=round(observed, 6) if isinstance(observed, float) else observed,
                     passed=passed, abort_on_fail=t.abort_on_fail)
+
+
+def class_point(cols: dict[str, list], class_index: int, metric: str, *, index: int, load: float, reliable: bool,
+                duration_s: float) -> StepPoint:
+    """The step as the knee finder sees it when the knee follows one class (``load.knee.class``): the class's p99 of
+    ``metric`` (ms, failures ranked as misses) and its order-statistic CI, and its own output tokens/s."""
+    flags, col, out = cols["flags"], cols[metric], cols["output"]
+    mine = [i for i, c in enumerate(cols["class"]) if c == class_index]
+    failed = sum(1 for i in mine if flags[i] & FLAG_FAILED)
+    values = sorted(v for i in mine if not flags[i] & FLAG_FAILED and (v := col[i]) is not None)
+    n = len(values) + failed
+
+    def at(rank: int) -> float:
+        return values[rank] / _TENTHS_PER_MS if rank < len(values) else math.inf
+
+    p99 = at(math.floor(0.99 * (n - 1))) if n else math.nan
+    ci = (at(ci_ranks(n, 0.99)[0]), at(ci_ranks(n, 0.99)[1])) if n >= 2 else None
+    work = sum(out[i] or 0 for i in mine if not flags[i] & FLAG_FAILED)
+    return StepPoint(index, load, p99, ci, work / max(duration_s, 1e-9), reliable, n)

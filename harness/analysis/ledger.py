@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.analysis.classes import ClassStep, class_steps
+from harness.analysis.classes import ClassStep, class_point, class_steps
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
@@ -256,7 +256,8 @@ class Ledger:
 
     @property
     def knee_label(self) -> str:
-        return f"{self.scenario.load.knee_metric} p99_slo"
+        load = self.scenario.load
+        return f"{load.knee_metric} p99_slo" + (f" of class {load.knee_class}" if load.knee_class else "")
 
     def generator(self) -> Generator:
         """A step's generator health, judged by the scenario's ``load.step.max_lag_ms``."""
@@ -290,6 +291,11 @@ class Ledger:
                     st.classes = class_steps(cols, mix, bucket.rows_seen)
                     st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")
                                             for k in st.classes for c in k.slo)
+                    knee_class = self.scenario.load.knee_class
+                    if knee_class is not None:  # the knee follows this class's requests alone
+                        st.judgement = dataclasses.replace(st.judgement, point=class_point(
+                            cols, self.scenario.workload.class_names.index(knee_class), metric, index=info.index,
+                            load=info.level, reliable=reliable, duration_s=duration))
                 itl = bucket.sketches.get("itl")
                 st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
                                         itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)

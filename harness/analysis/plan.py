@@ -66,6 +66,8 @@ class LoadPlan:
     """Open loop: arrivals beyond this many requests in flight per worker are dropped and counted."""
     step: StepSpec = field(default_factory=StepSpec)
     knee_metric: str = "ttft"
+    knee_class: str | None = None
+    """``workload.mix``: the class whose requests alone the knee follows (``load.knee.class``); None: all requests."""
     confirm_steps: int = 1
     on_worker_loss: str = "continue"
     """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""

@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 import random
 
-from harness.analysis.classes import class_steps
+import pytest
+import yaml
+
+from harness.analysis.classes import class_point, class_steps
 from harness.analysis.slo import parse_threshold
 from harness.analysis.tail_rows import columns
+from harness.metrics.aggregate import ci_ranks
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row
+from harness.scenario import ScenarioError, parse_scenario
 from harness.workload.mix import TrafficClass, Workload
 
 W = Workload(input_tokens=None, output_tokens=None, joint=None)
@@ -59,3 +64,31 @@ def test_sampled_rows_say_so_and_a_class_without_requests_is_empty():
     assert a.sampled == f"from a uniform sample of {len(rows)} of the step's 1,000 requests"
     assert b.requests == 0 and b.share == 0.0 and b.error_rate is None and b.latency_ms == {}
     assert b.tokens_per_s_per_user is None
+
+
+def test_a_knee_on_one_class_ranks_that_class_alone_with_its_failures_as_misses():
+    rows, truth = _rows(seed=3)
+    p = class_point(columns(rows), 1, "ttft", index=2, load=8, reliable=True, duration_s=10.0)
+    values = sorted(v for v in truth[1] if v is not None)
+    n = len(truth[1])
+    r = math.floor(0.99 * (n - 1))
+    assert p.n == n and (p.index, p.load, p.reliable) == (2, 8, True)
+    assert p.p99 == (math.inf if r >= len(values) else values[r] / 10)
+    lo, hi = ci_ranks(n, 0.99)
+    assert p.ci == tuple(math.inf if k >= len(values) else values[k] / 10 for k in (lo, hi))
+    assert p.throughput == pytest.approx(51 * len(values) / 10.0)  # the class's own output tokens/s
+
+
+@pytest.mark.parametrize("knee, message", [
+    ("{metric: ttft, class: bach}", "load.knee.class: no class 'bach' in workload.mix; did you mean 'batch'?"),
+    ("{metric: itl, class: batch}", "load.knee.metric: itl is not measured per class"),
+])
+def test_a_knee_on_a_class_names_a_class_of_the_mix(knee, message):
+    text = (f"name: x\nworkload: {{mix: [{{name: batch, weight: 1, input_tokens: 5, output_tokens: 5}}]}}\n"
+            f"load: {{knee: {knee}}}\n")
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(yaml.safe_load(text))
+    assert message in str(err.value), str(err.value)
+    with pytest.raises(ScenarioError, match="a knee follows one class of a mix"):
+        parse_scenario(yaml.safe_load("name: x\nworkload: {input_tokens: 5, output_tokens: 5}\n"
+                                      "load: {knee: {class: batch}}\n"))
