@@ -108,7 +108,7 @@ class WorkerSide:
 
     def _new_builder(self, w: Workload) -> PromptBuilder:
         return PromptBuilder(api=self.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
-                             unique=w.unique_prompts, seed=w.seed)
+                             unique=w.unique_prompts, seed=w.seed, source=w.prompts)
 
     def session_sampler(self) -> SessionSampler | None:
         """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""

@@ -194,6 +194,21 @@ def _tail_table(s: Summary) -> str:
                   "and materially; a tail clustered in time but not in features comes from outside the test.")
 
 
+def _class_table(s: Summary) -> str:
+    """Per step and class of a mix: its share against its weight, failures, p95s and its own SLO."""
+    key, rows = level_key(s.mode), []
+    for st in s.steps:
+        for c in st.classes or ():  # type: ignore[union-attr]
+            p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in ("ttft", "tpot", "e2e")]
+            slo = "-" if c.slo_passed is None else "passed" if c.slo_passed else "FAILED: " + ", ".join(
+                f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed)
+            rows.append([_n(st.level), c.name, c.requests, _share(c.share), _share(c.weight_share), c.failed, *p95,
+                         slo])
+    return _table([key, "class", "requests", "share", "weight", "failed", "TTFT p95 ms", "TPOT p95 ms", "E2E p95 ms",
+                   "class SLO"], rows, "Each class of the mix measured apart from the step's request rows (exact "
+                  "order statistics; a uniform sample past 100k requests a step, which summary.json says).")
+
+
 def _given(x: object) -> bool:
     return x is not None and x is not UNSET
 
@@ -258,6 +273,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
         if any(st.sessions for st in steps) or any(
                 st.prefix_cache and _given(st.prefix_cache.client.cached_share) for st in steps):
             parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
+        if any(st.classes for st in steps):
+            parts.append("<h2>Classes</h2>" + _class_table(s))
         if any(st.ttft_split for st in steps):
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.tail for st in steps):

@@ -34,6 +34,7 @@ from typing import Any
 from harness.checker import Checker
 from harness.endpoint import parse_headers
 from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.prompt_file import PromptSource, prompts_from_spec
 from harness.workload.sessions import SessionSpec, sessions_from_spec
 from harness.workload.spec import joint_from_spec, length_from_spec
 
@@ -41,7 +42,7 @@ __all__ = ["CLASS_ENDPOINT_KEYS", "ClassPicker", "TrafficClass", "Workload", "wo
 
 CLASS_ENDPOINT_KEYS = ("model", "extra_body", "headers", "ignore_eos")
 """What a class may set of the endpoint; the rest (host, api, timeouts, TLS) is one per scenario."""
-_LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts")
+_LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "prompts")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +65,9 @@ class Workload:
     shared_prefix_tokens: int = 0
     unique_prompts: bool = True
     seed: int = 0
+    prompts: PromptSource = field(default_factory=PromptSource)
+    """Where the prompts' text comes from (``harness.workload.prompt_file``); with a file and no ``input_tokens``
+    (nor ``joint``), each prompt keeps its own length."""
     sessions: SessionSpec | None = None
     """Multi-turn sessions instead of independent requests (``harness.workload.sessions``)."""
     batch: Length | None = None
@@ -77,7 +81,7 @@ class Workload:
 
 
 _WORKLOAD_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed",
-                  "sessions", "batch", "mix")
+                  "sessions", "batch", "mix", "prompts")
 
 
 def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Checker], tuple],
@@ -97,7 +101,12 @@ def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Check
 
 def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
     joint = sessions = inp = out = None
+    prompts = prompts_from_spec(node["prompts"], f"{path}.prompts", check) if "prompts" in node else PromptSource()
+    from_file = isinstance(node.get("prompts"), dict) and "file" in node["prompts"]  # a bad file: still no input
     if "sessions" in node:
+        if from_file:
+            check.fail(f"{path}.prompts.file", "a prompt file within sessions is not supported yet: sessions take "
+                                               "prompts: {corpus: ...}")
         given = [k for k in ("input_tokens", "output_tokens", "joint") if k in node]
         if given:
             check.fail(path, f"sessions set their own lengths (first_input_tokens, turn_input_tokens, "
@@ -111,7 +120,7 @@ def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
             check.fail(path, "give either joint or input_tokens + output_tokens, not both")
         joint = joint_from_spec(node["joint"], f"{path}.joint", check)
     else:
-        for key in ("input_tokens", "output_tokens"):
+        for key in ("output_tokens",) if from_file else ("input_tokens", "output_tokens"):
             if key not in node:
                 check.fail(path, f"missing required key '{key}' (or give one joint distribution, or sessions)")
         inp = length_from_spec(node["input_tokens"], f"{path}.input_tokens", check) if "input_tokens" in node \
@@ -121,7 +130,7 @@ def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
     batch = length_from_spec(node["batch"], f"{path}.batch", check) if "batch" in node else None
     return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions, batch=batch,
                     shared_prefix_tokens=check.number(node, "shared_prefix_tokens", path, 0, integer=True, minimum=0),
-                    unique_prompts=check.boolean(node, "unique_prompts", path, True), seed=seed)
+                    unique_prompts=check.boolean(node, "unique_prompts", path, True), seed=seed, prompts=prompts)
 
 
 def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker], tuple],

@@ -1,22 +1,29 @@
 """Prompts of a target token length without a tokenizer, calibrated on the server's own count.
 
-Words come from a list of common English words that are one token each in common BPE vocabularies,
-so N words ≈ N tokens. The remaining error (chat template overhead, a tokenizer that splits
-differently) is learned per worker from ``usage.prompt_tokens``: a running least-squares fit
-``reported ≈ a × words + b``, inverted to choose the word count for the next target.
+A prompt is a run of whole words cut from a corpus (``corpus.py``): by default public-domain prose, real text, as
+speculative decoding needs to be measured honestly (synthetic filler is accepted far more often than real text);
+``workload.prompts`` picks the word list of one-token words, or a file of the user's own prompts
+(``prompt_file.py``). Words are counted at whitespace; N words are about N × (tokens per word) tokens, and the
+error (the tokenizer's tokens per word, the chat template's overhead) is learned per worker from
+``usage.prompt_tokens``: a running least-squares fit ``reported ≈ a × words + b``, inverted to choose the word
+count for the next target.
+
+A file's prompt keeps its own length when the workload gives no ``input_tokens`` (``build(None, rng)``); with one,
+it is cut (whole words) or padded (with the file's following prompts) to the calibrated word count, like any prompt.
 
 Cache control: every prompt starts with a unique nonce (prefix caches would otherwise make the test
 unrealistically fast); ``shared_prefix_tokens`` puts the same system prompt in front of every request,
 the realistic RAG/system-prompt case.
 
 Long prompts (``SPLICE_MIN_WORDS``: 4096 words or more; 128K–1M tokens is 0.8–6.5 MB of text) are not built per
-request: their words are a view of one corpus string built once per worker (``_shared``: whole cycles of the
-65,536-word corpus, grown when a longer prompt is asked for), and the prompt is a ``Spliced``: the nonce, then a
-memoryview of that string, at the same random offset and of the same words as the plain path would have
-joined. Every word count the calibration asks for is such a slice, so the calibration varies the length as
-before. The words are lowercase ASCII and the nonce hex: the parts are already JSON string content, and the
-request body splices them between the rest of its JSON (``encode_body``) without copying them; the transport
-sends the buffers with ``sendmsg``. Shorter prompts are a plain ``str`` (``SPLICE_MIN_WORDS`` says why).
+request: their words are a view of one buffer per corpus and process (``Corpus.view``: whole cycles of the corpus,
+grown when a longer prompt is asked for), and the prompt is a ``Spliced``: the nonce, then a memoryview of that
+buffer, at the same random offset and of the same words as the plain path would have joined. Every word count the
+calibration asks for is such a slice, so the calibration varies the length as before. The buffer holds the text
+JSON-escaped once, when the corpus first serves a long prompt (quotes, line breaks, non-ASCII), and the nonce is
+hex: the parts are already JSON string content, and the request body splices them between the rest of its JSON
+(``encode_body``) without copying them; the transport sends the buffers with ``sendmsg``. Shorter prompts are a
+plain ``str`` (``SPLICE_MIN_WORDS`` says why), escaped by ``json.dumps`` with the rest of the body.
 """
 
 from __future__ import annotations
@@ -26,27 +33,14 @@ import random
 import secrets
 from dataclasses import dataclass
 
+from harness.workload.prompt_file import PromptSource
+
 __all__ = ["CHAT_APIS", "SPLICE_MIN_WORDS", "Calibration", "Prompt", "PromptBuilder", "Spliced", "SplicedBody",
            "encode_body"]
 
 CHAT_APIS = ("chat", "responses", "messages")
 """The APIs whose prompts are messages."""
 
-_WORDS = ("time year people way day man thing woman life child world school state family student group country "
-          "problem hand part place case week company system program question work government number night point "
-          "home water room mother area money story fact month lot right study book eye job word business issue "
-          "side kind head house service friend father power hour game line end member law car city community name "
-          "president team minute idea kid body information back parent face others level office door health person "
-          "art war history party result change morning reason research girl guy moment air teacher force education "
-          "foot boy age policy music market sense nation plan college interest death experience effect use class "
-          "control care field development role effort rate heart drug show leader light voice wife police mind "
-          "price report decision son view relationship town road arm difference value building action model season "
-          "society tax director position player record paper space ground form event official matter center couple "
-          "site project activity star table need court oil situation cost industry figure street image phone data "
-          "picture practice piece land product doctor wall patient worker news test movie north love support "
-          "technology step baby computer type attention film tree source organization hair window evidence "
-          "population site truth").split()
-_CORPUS_WORDS = 1 << 16
 SPLICE_MIN_WORDS = 4096
 """Prompts of at least this many words of their own are ``Spliced``. Measured (``benchmarks/long_context.py``,
 build + send over loopback, median): a ``Spliced`` prompt costs 20 µs against 64 µs for a ``str`` at 4096 words,
@@ -56,19 +50,19 @@ script) expects."""
 
 
 class Spliced:
-    """A long message's text as parts that are already JSON string content (no character needs escaping):
-    the nonce, then a view of the worker's shared corpus. ``str()`` joins them (a copy: for tests and the rare
-    reader of the text, not for request bodies)."""
+    """A long message's text as parts that are already JSON string content (escaped, ASCII): the nonce, then a view
+    of the worker's shared corpus. ``str()`` is the text they stand for (a copy: for tests and the rare reader of
+    the text, not for request bodies)."""
 
     __slots__ = ("parts", "size")
 
     def __init__(self, parts: tuple[bytes | memoryview, ...]) -> None:
         self.parts = parts
         self.size = sum(len(p) for p in parts)
-        """Characters (= bytes: all ASCII)."""
+        """Bytes of JSON string content (each ASCII; an escaped character counts its escape)."""
 
     def __str__(self) -> str:
-        return b"".join(self.parts).decode("ascii")
+        return json.loads(b'"' + b"".join(self.parts) + b'"')
 
     def __len__(self) -> int:
         return self.size
@@ -178,10 +172,11 @@ class Calibration:
 
 
 class PromptBuilder:
-    """Builds prompts for ``api`` ("chat" or "completions"). One per worker (calibration is per worker)."""
+    """Builds prompts for ``api`` ("chat" or "completions") from ``source``'s text (the default: the prose corpus).
+    One per worker (calibration is per worker)."""
 
     def __init__(self, *, api: str, shared_prefix_tokens: int = 0, unique: bool = True, seed: int = 0,
-                 splice_min_words: int = SPLICE_MIN_WORDS) -> None:
+                 splice_min_words: int = SPLICE_MIN_WORDS, source: PromptSource | None = None) -> None:
         self.api = api
         self.splice_min_words = splice_min_words
         """Prompts with at least this many words of their own are ``Spliced`` (a huge number: never)."""
@@ -189,75 +184,65 @@ class PromptBuilder:
         """Prompts as messages (a system prompt, then the user's); else one text (completions, embeddings)."""
         self.unique = unique
         self.calibration = Calibration()
-        corpus_rng = random.Random(f"kneecap-corpus:{seed}")
-        words = [corpus_rng.choice(_WORDS) for _ in range(_CORPUS_WORDS)]
-        self._corpus = " ".join(words)
-        # Start offset of every word, so a prompt is one slice of the corpus (cheap at 8k words).
-        self._starts, pos = [], 0
-        for w in words:
-            self._starts.append(pos)
-            pos += len(w) + 1
-        self._starts.append(pos)
-        self.shared_prefix = self._slice(0, shared_prefix_tokens) if shared_prefix_tokens else ""
+        self.corpus, self._firsts = (source or PromptSource()).text(seed)
+        """The text prompts are cut from; ``_firsts``: a file's prompts (each one's first word), else empty."""
+        self.shared_prefix = self.corpus.words(0, shared_prefix_tokens) if shared_prefix_tokens else ""
         self._prefix_words = shared_prefix_tokens
-        self._prefix_bytes = f"{self.shared_prefix} ".encode() if self.shared_prefix else b""
+        self._prefix_bytes = json.dumps(f"{self.shared_prefix} ")[1:-1].encode() if self.shared_prefix else b""
+        """The shared prefix and its space as JSON string content: a long completions prompt's first part."""
         self._count = 0
-        self._shared = memoryview(b"")
-        """Whole cycles of the corpus, space-separated, ASCII: long prompts are views of its start."""
 
-    def _shared_words(self, first: int, n: int) -> memoryview:
-        """Words ``first`` to ``first + n`` of the endless corpus (``_slice(first, n)``), as a view of ``_shared``."""
-        cycle = self._starts[-1]  # one corpus and its trailing space
-        cycles, rest = divmod(first + n, _CORPUS_WORDS)
-        end = cycles * cycle + self._starts[rest] - 1 if rest else cycles * cycle - 1
-        if end > len(self._shared):
-            # Grow by whole cycles, a quarter more than asked: calibration nudges the length up by a little at a
-            # time, and each growth copies the whole string once (views of the old one stay valid).
-            need = -(-(end + 1) // cycle)
-            self._shared = memoryview(f"{self._corpus} ".encode() * max(need, need * 5 // 4))
-        return self._shared[self._starts[first]:end]
+    @property
+    def from_file(self) -> bool:
+        """Prompts are a file's: they have a length of their own (``build(None, rng)``)."""
+        return bool(self._firsts)
 
-    def _slice(self, first: int, n: int) -> str:
-        parts = []
-        while n > 0:  # wrap around for prompts longer than the corpus
-            take = min(n, _CORPUS_WORDS - first)
-            parts.append(self._corpus[self._starts[first]:self._starts[first + take] - 1])
-            n -= take
-            first = 0
-        return " ".join(parts)
+    def _own(self, target_tokens: int | None, nonce: str, rng: random.Random) -> tuple[int, int]:
+        """(first word, words of its own) of the next prompt: a file's drawn prompt, cut or padded to the target's
+        calibrated length (its own without a target); else a run of the corpus at a random word."""
+        if self._firsts:
+            i = int(rng.random() * len(self._firsts))
+            first = self._firsts[i]
+            if target_tokens is None:
+                return first, (self._firsts[i + 1] if i + 1 < len(self._firsts) else self.corpus.n) - first
+        elif target_tokens is None:
+            raise ValueError("a prompt without a target length needs a prompt file (workload.prompts.file)")
+        else:
+            first = int(rng.random() * self.corpus.n)
+        own = self.calibration.words_for(target_tokens) - self._prefix_words - (1 if nonce else 0)
+        return first, max(1, own)
 
-    def build(self, target_tokens: int, rng: random.Random) -> Prompt:
-        """A prompt whose reported length should approach ``target_tokens`` (the shared prefix included)."""
-        total_words = self.calibration.words_for(target_tokens)
-        prefix_words = self._prefix_words
+    def build(self, target_tokens: int | None, rng: random.Random) -> Prompt:
+        """A prompt whose reported length should approach ``target_tokens`` (the shared prefix included); None: a
+        file's prompt as it is."""
         nonce = ""
         if self.unique:
             self._count += 1
             nonce = f"{rng.getrandbits(32):08x}{self._count:x} "
-        own = max(1, total_words - prefix_words - (1 if nonce else 0))
-        first = int(rng.random() * _CORPUS_WORDS)
-        words = own + prefix_words + (1 if nonce else 0)
+        first, own = self._own(target_tokens, nonce, rng)
+        words = own + self._prefix_words + (1 if nonce else 0)
+        target = target_tokens or 0
         if own >= self.splice_min_words:
-            view = self._shared_words(first, own)
+            view = self.corpus.view(first, own)
             if self.chat:
                 messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
                 messages.append({"role": "user", "content": Spliced((nonce.encode(), view) if nonce else (view,))})
-                return Prompt(messages, None, words, target_tokens)
-            return Prompt(None, Spliced((self._prefix_bytes + nonce.encode(), view)), words, target_tokens)
-        body = nonce + self._slice(first, own)
+                return Prompt(messages, None, words, target)
+            return Prompt(None, Spliced((self._prefix_bytes + nonce.encode(), view)), words, target)
+        body = nonce + self.corpus.words(first, own)
         if self.chat:
             messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
             messages.append({"role": "user", "content": body})
-            return Prompt(messages, None, words, target_tokens)
+            return Prompt(messages, None, words, target)
         text = f"{self.shared_prefix} {body}" if self.shared_prefix else body
-        return Prompt(None, text, words, target_tokens)
+        return Prompt(None, text, words, target)
 
     def turn_text(self, tokens: int, rng: random.Random) -> str:
         """A session turn's new message of about ``tokens`` tokens: corpus text, no nonce (the session's first
         message is unique already). Sized by the calibration's slope (its intercept is the template's overhead
         of a whole prompt, not of one message)."""
         a = self.calibration.slope_intercept[0]
-        return self._slice(int(rng.random() * _CORPUS_WORDS), max(1, round(tokens / a)))
+        return self.corpus.words(int(rng.random() * self.corpus.n), max(1, round(tokens / a)))
 
     def observe(self, prompt: Prompt, reported_tokens: int) -> None:
         """Feed the server's ``usage.prompt_tokens`` for a prompt this builder made."""

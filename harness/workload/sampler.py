@@ -38,8 +38,10 @@ class RequestSampler:
                  max_context: int | None = None, prompts: PromptBuilder | None = None) -> None:
         """``worker`` names the stream (a worker index, or worker and user); ``prompts`` may be shared by the
         samplers of one worker so they calibrate together."""
-        if joint is None and (input_tokens is None or output_tokens is None):
-            raise ValueError("give a joint distribution or both input_tokens and output_tokens")
+        from_file = prompts is not None and prompts.from_file
+        if joint is None and (output_tokens is None or (input_tokens is None and not from_file)):
+            raise ValueError("give a joint distribution or both input_tokens and output_tokens (input_tokens may be "
+                             "left out with a prompt file: each prompt keeps its own length)")
         self._input, self._output, self._joint = input_tokens, output_tokens, joint
         self._lengths = worker_rng(seed, worker, "lengths")
         self._prompt_rng = worker_rng(seed, worker, "prompts")
@@ -47,10 +49,12 @@ class RequestSampler:
                                                 unique=unique_prompts, seed=seed)
         self.max_context = max_context
 
-    def lengths(self) -> tuple[int, int]:
+    def lengths(self) -> tuple[int | None, int]:
+        """(input, output) tokens; input None: a file's prompt as it is."""
         if self._joint is not None:
             return self._joint.sample(self._lengths)
-        return self._input.sample(self._lengths), self._output.sample(self._lengths)  # type: ignore[union-attr]
+        n_in = None if self._input is None else self._input.sample(self._lengths)
+        return n_in, self._output.sample(self._lengths)  # type: ignore[union-attr]
 
     def batch(self, size: Length) -> int:
         """Inputs in the next embeddings request (from this user's own length stream)."""
@@ -62,7 +66,7 @@ class RequestSampler:
 
     def next(self) -> PlannedRequest:
         n_in, n_out = self.lengths()
-        if self.max_context is not None and n_in + n_out > self.max_context:
+        if n_in is not None and self.max_context is not None and n_in + n_out > self.max_context:
             # Keep the answer length (what the user waits for) and trim the context to fit.
             n_out = min(n_out, self.max_context - 1)
             n_in = self.max_context - n_out

@@ -37,7 +37,7 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     with start_sim("--preset", "tiny", "--serve-model", "fast:3", "--serve-model", "slow:24",
                    "--iter-per-seq-ms", "0", "--trace-file", str(trace)) as sim:
         r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--save-requests", host=sim.url, workers=2,
-                        out=tmp_path / "out")
+                        out=tmp_path / "out", report=True)
     step = r.summary["steps"][0]
     chat, batch = step["classes"]
     assert (chat["name"], batch["name"]) == ("chat", "batch")
@@ -63,3 +63,6 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     assert failed == ["[batch] tpot: p(95)<15"], step["slo"]
     assert r.summary["slo"]["passed"] is False and r.code == 3, r.output
     assert "class batch (step 0):" in r.stdout and "SLO FAILED: tpot: p(95)<15" in r.stdout, r.stdout
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert "<h2>Classes</h2>" in report and "<td>batch</td>" in report and "FAILED: [batch]" not in report
+    assert "FAILED: tpot: p(95)&lt;15" in report, report[report.index("<h2>Classes</h2>"):][:2000]
