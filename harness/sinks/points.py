@@ -111,7 +111,27 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
             p = p.field("agent_stall_s", float(v["agent_stall_s"]))
         out.append(p)
     out += _split_point(step, st, ts_ms) + _tail_points(step, st, ts_ms) + _cost_point(step, st, ts_ms)
+    out += _class_points(step, st, ts_ms)
     return _lines(out)
+
+
+def _class_points(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
+    """A mix's classes in the step, one point each (tag ``class``); a figure a class has not (no requests) left out."""
+    out = []
+    for c in step.classes or ():
+        p = _point("kneecap_step_class", {**st, "class": c["name"]}, ts_ms).field("load", float(step.level)) \
+            .field("requests", c["requests"]).field("failed", c["failed"]).field("weight_share", c["weight_share"])
+        for name in ("share", "error_rate"):
+            if c[name] is not None:
+                p = p.field(name, float(c[name]))
+        for metric, stats in c["latency_ms"].items():
+            if metric in ("ttft", "tpot", "e2e"):
+                for q in ("p50", "p95", "p99"):
+                    p = p.field(f"{metric}_{q}", float(stats[q]))
+        if c["slo_passed"] is not None:
+            p = p.field("slo_passed", int(c["slo_passed"]))
+        out.append(p)
+    return out
 
 
 def _cost_point(step: StepResult, st: dict[str, str], ts_ms: int) -> list:

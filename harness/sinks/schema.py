@@ -35,6 +35,13 @@ MEASUREMENTS: dict[str, dict] = {
         "tags": ("metric", "step"),
         "fields": (*PERCENTILE_FIELDS, "p99_ci_lo", "p99_ci_hi", "load"),
     },
+    "kneecap_step_class": {
+        "doc": "per judged step and class of a workload.mix (tag class): its requests, share of the step's, weight "
+               "share, failures, error rate, TTFT/TPOT/E2E p50/p95/p99 (ms) and its own SLO held (1) or not (0)",
+        "tags": ("step", "class"),
+        "fields": ("requests", "share", "weight_share", "failed", "error_rate", "ttft_p50", "ttft_p95", "ttft_p99",
+                   "tpot_p50", "tpot_p95", "tpot_p99", "e2e_p50", "e2e_p95", "e2e_p99", "slo_passed", "load"),
+    },
     "kneecap_step_cache": {
         "doc": "per judged step, when the endpoint reports it: prefix-cache hit share from the client's usage "
                "(cached_tokens / prompt_tokens) and from the server's /metrics counters",

@@ -92,3 +92,24 @@ def test_a_knee_on_a_class_names_a_class_of_the_mix(knee, message):
     with pytest.raises(ScenarioError, match="a knee follows one class of a mix"):
         parse_scenario(yaml.safe_load("name: x\nworkload: {input_tokens: 5, output_tokens: 5}\n"
                                       "load: {knee: {class: batch}}\n"))
+
+
+def test_each_class_is_one_influx_point_tagged_with_its_name_and_the_schemas_fields():
+    # imported here: at collection time influxdb_client would import ssl before Locust's tests monkey-patch it
+    from harness.analysis.steps import StepInfo, step_result
+    from harness.metrics.aggregate import Bucket
+    from harness.sinks.points import step_points
+    from harness.sinks.schema import MEASUREMENTS
+
+    rows, _ = _rows()
+    rag = TrafficClass(name="rag", weight=3, workload=W, slo=(parse_threshold("ttft", "p(95)<1"),))
+    r = step_result(StepInfo(1, 8, 0.0), Bucket(), None, now=10.0)
+    r.classes = [c.to_json() for c in class_steps(columns(rows), [TrafficClass(name="chat", weight=7, workload=W),
+                                                                  rag], rows_seen=len(rows))]
+    lines = [p for p in step_points(r, tags={"run": "x"}, ts_ms=1) if p.startswith("kneecap_step_class")]
+    assert [line.split(",class=")[1].split(",")[0] for line in lines] == ["chat", "rag"]
+    spec = MEASUREMENTS["kneecap_step_class"]
+    for line in lines:
+        fields = {kv.split("=")[0] for kv in line.split(" ")[1].split(",")}
+        assert fields <= set(spec["fields"]) and {"requests", "share", "ttft_p99", "e2e_p95"} <= fields, line
+    assert "slo_passed=0i" in lines[1] and "slo_passed" not in lines[0]

@@ -75,7 +75,8 @@ def test_sharegpt_takes_each_first_human_turn_and_skips_conversations_without_on
 @pytest.mark.parametrize("data, message", [
     ("[{", r"not JSON \(Expecting"),
     ('{"conversations": []}', "expected a JSON list of conversations, got dict"),
-    ('[{"conversations": []}, 3, {"id": 1}]', r"2 items without a 'conversations' list \(items 1, 2, counting from 0\)"),
+    ('[{"conversations": []}, 3, {"id": 1}]',
+     r"2 items without a 'conversations' list \(items 1, 2, counting from 0\)"),
     ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "no conversation has a human turn with text"),
 ])
 def test_a_bad_sharegpt_file(tmp_path, data, message):
