@@ -18,6 +18,11 @@ from harness.analysis.steps import LAG_LIMIT_MS
 from harness.analysis.summary_model import Percentiles, RunCost, SplitPart, Summary
 from harness.checker import decode_text
 from harness.report import charts
+from harness.report.cells import e as _e
+from harness.report.cells import n as _n
+from harness.report.cells import share as _share
+from harness.report.cells import table as _table
+from harness.report.class_tables import class_table, compare_classes
 from harness.report.validate import load_summary
 
 __all__ = ["compare_html", "read_records", "read_summary", "report_html", "write_report"]
@@ -33,15 +38,6 @@ svg{max-width:100%;height:auto}"""
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>")
-
-
-def _e(x: object) -> str:
-    return html.escape("" if x is None or x is UNSET else str(x))
-
-
-def _n(x: float | None) -> float | int | None:
-    """A load level as the file has it: 16, not 16.0 (levels are users or req/s, mostly whole)."""
-    return int(x) if isinstance(x, float) and x.is_integer() else x
 
 
 _NO_DATA = Percentiles(count=0)
@@ -134,10 +130,6 @@ def _cost_table(s: Summary, cost: RunCost) -> str:
                   "capacity. Tokens from the server's usage, warm-up included.")
 
 
-def _share(v: object, missing: str = "not reported") -> str:
-    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and not isinstance(v, bool) else missing
-
-
 def _search_table(s: Summary) -> str:
     unit = level_key(s.mode).replace("_", " ")
     rows = [[e.step, f"{e.level:g}", e.why, e.verdict, e.ended or "", f"{e.warmup_s:g} s: {e.warmup}"]
@@ -145,12 +137,6 @@ def _search_table(s: Summary) -> str:
     return _table(["step", unit, "why this level", "verdict", "ended", "warm-up"], rows,
                   "In visiting order. Good: at or below the knee; past: beyond it (the staircase's judging, on every "
                   "level measured, sorted by load).")
-
-
-def _table(head: list, rows: list[list], note: str) -> str:
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
-            + f"<p>{note}</p>")
 
 
 def _mean(part: object) -> float | None:
@@ -192,21 +178,6 @@ def _tail_table(s: Summary) -> str:
                   "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
                   "turn, after a failure): a feature is named when it separates them significantly (Holm-corrected) "
                   "and materially; a tail clustered in time but not in features comes from outside the test.")
-
-
-def _class_table(s: Summary) -> str:
-    """Per step and class of a mix: its share against its weight, failures, p95s and its own SLO."""
-    key, rows = level_key(s.mode), []
-    for st in s.steps:
-        for c in st.classes or ():  # type: ignore[union-attr]
-            p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in ("ttft", "tpot", "e2e")]
-            slo = "-" if c.slo_passed is None else "passed" if c.slo_passed else "FAILED: " + ", ".join(
-                f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed)
-            rows.append([_n(st.level), c.name, c.requests, _share(c.share), _share(c.weight_share), c.failed, *p95,
-                         slo])
-    return _table([key, "class", "requests", "share", "weight", "failed", "TTFT p95 ms", "TPOT p95 ms", "E2E p95 ms",
-                   "class SLO"], rows, "Each class of the mix measured apart from the step's request rows (exact "
-                  "order statistics; a uniform sample past 100k requests a step, which summary.json says).")
 
 
 def _given(x: object) -> bool:
@@ -274,7 +245,7 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
                 st.prefix_cache and _given(st.prefix_cache.client.cached_share) for st in steps):
             parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
         if any(st.classes for st in steps):
-            parts.append("<h2>Classes</h2>" + _class_table(s))
+            parts.append("<h2>Classes</h2>" + class_table(s))
         if any(st.ttft_split for st in steps):
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.tail for st in steps):
@@ -328,7 +299,7 @@ def compare_html(runs: list[tuple[str, Summary]]) -> str:
     body = (f"<h1>kneecap compare</h1><p>Deltas against the first run, <b>{_e(base_name)}</b>.</p>{table}"
             f"<div class='grid'><div>{charts.overlay(runs, 'ttft', 'p99')}</div>"
             f"<div>{charts.overlay(runs, 'tpot', 'p99')}</div>"
-            f"<div>{charts.overlay(runs, 'ttft', 'throughput')}</div></div>")
+            f"<div>{charts.overlay(runs, 'ttft', 'throughput')}</div></div>" + compare_classes(runs, common))
     return _page("kneecap compare", body)
 
 
