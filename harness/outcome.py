@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable
 
 from harness import exitcodes
+from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.results import level_unit
 from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
@@ -110,20 +111,8 @@ def keep_checkpoint(out: str, returncode: int | None, say: Callable[[str], None]
 
 def class_lines(summary: Summary) -> list[str]:
     """``workload.mix``: one line per class, at the knee's step (else the last judged step with classes)."""
-    steps = [st for st in summary.steps if isinstance(st.classes, list) and st.classes]
-    if not steps:
-        return []
-    at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1])
-    out = []
-    for c in at.classes:  # type: ignore[union-attr]
-        lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in ("ttft", "tpot", "e2e")
-                        if (p := c.latency_ms.get(m)) is not None and p.p95 is not None)
-        failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
-        slo = "" if c.slo_passed is None else "; SLO passed" if c.slo_passed else f"; SLO FAILED: {', '.join(failed)}"
-        share = f"{100 * c.share:.0f}%" if c.share is not None else "-"
-        head = f"class {c.name} (step {at.index}): {c.requests} requests ({share}, weight {100 * c.weight_share:.0f}%)"
-        out.append(head + (f", {c.failed} failed" if c.failed else "") + (f", {lat}" if lat else "") + slo)
-    return out
+    at = mix_step(summary)
+    return [f"class {name} (step {at.index}): {text}" for name, text in class_figures(at)] if at else []
 
 
 def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,

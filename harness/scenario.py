@@ -177,14 +177,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     if workload is not None and workload.mix:
         _check_classes(workload, streams, check)
     if load.knee_class is not None:
-        names = workload.class_names if workload is not None else ()
-        if load.knee_class not in names:
-            check.fail("load.knee.class", f"no class '{load.knee_class}' in workload.mix" + (
-                f"{did_you_mean(load.knee_class, names)} (classes: {', '.join(names)})" if names else
-                ": a knee follows one class of a mix (workload.mix)"))
-        if load.knee_metric not in CLASS_KNEE_METRICS:
-            check.fail("load.knee.metric", f"{load.knee_metric} is not measured per class; a class's knee follows "
-                                           f"{', '.join(CLASS_KNEE_METRICS)}")
+        _check_knee_class(load, workload.class_names if workload is not None else (), check)
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
@@ -196,6 +189,16 @@ CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
 """What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
 CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
 """What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
+
+
+def _check_knee_class(load: LoadPlan, names: tuple[str, ...], check: Checker) -> None:
+    if load.knee_class not in names:
+        check.fail("load.knee.class", f"no class '{load.knee_class}' in workload.mix" + (
+            f"{did_you_mean(load.knee_class, names)} (classes: {', '.join(names)})" if names else  # type: ignore[arg-type]
+            ": a knee follows one class of a mix (workload.mix)"))
+    if load.knee_metric not in CLASS_KNEE_METRICS:
+        check.fail("load.knee.metric", f"{load.knee_metric} is not measured per class; a class's knee follows "
+                                       f"{', '.join(CLASS_KNEE_METRICS)}")
 
 
 def _check_classes(workload: Workload, streams: bool, check: Checker) -> None:

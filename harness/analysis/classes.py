@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass, field
 from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
 from harness.analysis.slo import Threshold
+from harness.analysis.summary_model import Step, Summary
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED
 from harness.workload.mix import TrafficClass
 
-__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_point", "class_steps"]
+__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_steps", "mix_step"]
 
 CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
 """The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
@@ -138,3 +139,23 @@ def class_point(cols: dict[str, list], class_index: int, metric: str, *, index: 
     ci = (at(ci_ranks(n, 0.99)[0]), at(ci_ranks(n, 0.99)[1])) if n >= 2 else None
     work = sum(out[i] or 0 for i in mine if not flags[i] & FLAG_FAILED)
     return StepPoint(index, load, p99, ci, work / max(duration_s, 1e-9), reliable, n)
+
+
+def mix_step(summary: Summary) -> Step | None:
+    """The step whose classes a reader sees first: the knee's, else the last judged step that has them."""
+    steps = [st for st in summary.steps if isinstance(st.classes, list) and st.classes]
+    return next((st for st in steps if st.index == summary.knee.step_index), steps[-1]) if steps else None
+
+
+def class_figures(step: Step) -> list[tuple[str, str]]:
+    """Each class of ``step`` in words: "75 requests (75%, weight 75%), TTFT p95 30.0 ms, ...; SLO passed"."""
+    out = []
+    for c in step.classes or ():  # type: ignore[union-attr]
+        lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in ("ttft", "tpot", "e2e")
+                        if (p := c.latency_ms.get(m)) is not None and p.p95 is not None)
+        failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
+        slo = "" if c.slo_passed is None else "; SLO passed" if c.slo_passed else f"; SLO FAILED: {', '.join(failed)}"
+        share = f"{100 * c.share:.0f}%" if c.share is not None else "-"
+        head = f"{c.requests} requests ({share}, weight {100 * c.weight_share:.0f}%)"
+        out.append((c.name, head + (f", {c.failed} failed" if c.failed else "") + (f", {lat}" if lat else "") + slo))
+    return out

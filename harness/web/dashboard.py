@@ -9,6 +9,7 @@ otherwise appear and vanish.
 
 from __future__ import annotations
 
+from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Step, Summary
 from harness.report.validate import as_summary
@@ -33,6 +34,7 @@ def payload(data: dict, history: list[dict], table: list[dict], status: str) -> 
             "headline": _headline(summary, search, knee), "history": history[-MAX_HISTORY:],
             "steps": _step_points(summary), "slo": _slo_lines(summary), "columns": ["metric", *COLUMNS], "table": table,
             "why": knee_rows(summary, search) + why_rows(summary), "sessions": _sessions_panel(summary),
+            "classes": _classes_panel(summary),
             "prefix_cache": _cache_panel(summary), "search": search_panel(summary, search)}
 
 
@@ -106,6 +108,14 @@ def _sessions_panel(summary: Summary) -> dict | None:
               "cached": by_turn.get(label) if isinstance(by_turn, dict) else None}
              for label, t in s.by_turn.items()]  # type: ignore[union-attr]
     return {"step": step.index, "level": step.level, "figures": sessions_rows(step), "turns": turns}
+
+
+def _classes_panel(summary: Summary) -> dict | None:
+    """A mix's classes at the knee's step, else the last judged one: one figure per class (``analysis.classes``)."""
+    step = mix_step(summary)
+    if step is None:
+        return None
+    return {"step": step.index, "level": step.level, "figures": [list(f) for f in class_figures(step)]}
 
 
 def _cache_panel(summary: Summary) -> dict | None:

@@ -44,6 +44,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.topic{white-
 <section><h2>Why</h2><table id="why"><tbody></tbody></table></section>
 <section><h2>Sessions <span id="sessions-step" class="muted"></span></h2><div id="sessions"></div></section>
 <section><h2>Prefix cache <span id="cache-step" class="muted"></span></h2><div id="cache"></div></section>
+<section><h2>Classes <span id="classes-step" class="muted"></span></h2><div id="classes"></div></section>
 </div>
 <script>
 "use strict";
@@ -306,6 +307,7 @@ function render(d) {
   figures($("sessions"), "sessions-step", d.sessions, d.unit,
           "no sessions in this run (a scenario with sessions: has them)", turnsTable(d.sessions));
   figures($("cache"), "cache-step", d.prefix_cache, d.unit, "no prefix-cache figures yet");
+  figures($("classes"), "classes-step", d.classes, d.unit, "one class of requests (workload.mix lists several)");
 }
 
 let polls = 0;

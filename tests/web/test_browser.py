@@ -131,6 +131,7 @@ def check_dashboard(dash, live: dict) -> None:
         v == "not judged" or (v == "good") == (level <= knee["users"]) for level, v in verdicts), verdicts
     assert [r[0] for r in rows_of(dash, "#cache tr")] == ["client", "server"]
     assert "no sessions in this run" in dash.locator("#sessions").inner_text()
+    assert "one class of requests" in dash.locator("#classes").inner_text()  # drawn: the panel's empty state
 
 
 def check_llm_tabs(page, live: dict) -> None:

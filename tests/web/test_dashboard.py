@@ -78,3 +78,15 @@ def test_sessions_and_prefix_cache_come_from_the_latest_step_that_has_them():
     assert [(t["turn"], t["calls"], t["cached"]) for t in sessions["turns"]] == [("1", 52, 0.0), ("2-4", 112, 0.8591)]
     assert cache["step"] == 3 and dict(cache["figures"])["client"].startswith("66% of 65,664 prompt tokens")
     assert live(written())["sessions"] is None  # a run without sessions
+
+
+def test_a_mix_shows_each_class_at_the_knees_step():
+    from tests.report.test_class_tables import _with_classes
+
+    data = _with_classes(30.0)
+    out = live(data)["classes"]
+    assert out["step"] == data["knee"]["step_index"] and [name for name, _ in out["figures"]] == ["chat", "rag"]
+    chat, rag = (text for _, text in out["figures"])
+    assert chat.startswith("75 requests (75%, weight 75%), TTFT p95 30.0 ms, TPOT p95 7.0 ms")
+    assert rag.endswith("1 failed; SLO FAILED: error_rate: rate<0.01 (0.04)")
+    assert live(written())["classes"] is None  # one class of requests
