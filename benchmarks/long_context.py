@@ -103,7 +103,7 @@ def build_and_send(rounds: int) -> list[dict]:
         c0, t0 = time.process_time(), time.perf_counter()
         ours.build(TARGETS[-1], random.Random(0))  # the worker's one-time corpus (grows to the longest prompt)
         once = {"cpu_ms": (time.process_time() - c0) * 1000, "wall_ms": (time.perf_counter() - t0) * 1000,
-                "corpus_mb": len(ours._shared) / 1e6}
+                "corpus_mb": ours.corpus.shared_bytes / 1e6}
         conn = Connection(f"http://127.0.0.1:{port}")
         conn.open(5)
         sock = socket.create_connection(("127.0.0.1", port))
