@@ -178,6 +178,14 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
         _check_classes(workload, streams, check)
     if load.knee_class is not None:
         _check_knee_class(load, workload.class_names if workload is not None else (), check)
+    if workload is not None and not streams:
+        # a class without its own has the workload's: name the workload's once
+        given = [("workload", workload)] if workload.patience else [(f"workload.mix.{c.name}", c.workload)
+                                                                   for c in workload.mix]
+        for where, w in given:
+            if w.patience is not None:
+                check.fail(f"{where}.patience", "needs a streamed answer: without streaming (stream: false, "
+                                                "embeddings) no token comes before the whole answer; use cancel")
     if check.problems:
         raise ScenarioError(source, check.problems)
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]

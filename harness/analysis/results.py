@@ -8,7 +8,8 @@ knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``w
 run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
 shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
 metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md); later version-3 files add
-per step ``new_connections``/``new_connection_share`` and in ``generator`` ``cpu_s``, ``output_tokens``,
+per step ``new_connections``/``new_connection_share``, ``cancelled``/``cancelled_share``/``cancelled_by``/
+``cancelled_output_tokens`` (when users hung up), and in ``generator`` ``cpu_s``, ``output_tokens``,
 ``cpu_us_per_token``, ``gc_pause_max_ms``, and per step and per run ``cost`` when the scenario has ``cost:``
 (optional keys: absent in the first version-3 files). Readers
 of older files keep working: nothing was removed or renamed.
@@ -142,6 +143,12 @@ class StepResult:
     new_connection_share: float | None = None
     """``new_connections`` / ``requests``; None without requests. Near 1 past the first requests: the server
     closes the connection after each response, and every request's TTFT includes a connect."""
+    cancelled: int = 0
+    """Measured requests the user hung up on (``workload.cancel``, ``workload.patience``): outside ``requests``."""
+    cancelled_by: dict[str, int] = field(default_factory=dict)
+    """``cancelled`` by reason: "cancel", "patience"."""
+    cancelled_output_tokens: int = 0
+    """Output tokens the cancelled requests received before the hang-up."""
     cost: StepCost | None = None
     """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
     started_at: float | None = None
@@ -165,6 +172,10 @@ class StepResult:
                    slo_passed=self.slo_passed,
                    slo=[vars(c).copy() for c in self.slo], new_connections=self.new_connections,
                    new_connection_share=self.new_connection_share)
+        if self.cancelled:
+            out.update(cancelled=self.cancelled, cancelled_share=round(self.cancelled / (self.requests +
+                       self.cancelled), 4), cancelled_by=dict(self.cancelled_by),
+                       cancelled_output_tokens=self.cancelled_output_tokens)
         if self.server is not None:
             out["server"] = self.server
         if self.prefix_cache is not None:

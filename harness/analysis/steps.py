@@ -148,14 +148,17 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
+        cancelled=sum(bucket.cancelled.values()), cancelled_by=dict(sorted(bucket.cancelled.items())),
+        cancelled_output_tokens=bucket.cancelled_tokens,
         ended=info.ended_why, started_at=round(info.started_wall, 3) if info.started_wall else None)
 
 
 def connection_warning(steps: list[StepResult]) -> str | None:
     """One sentence when more than ``CONNECT_SHARE_WARN`` of the measured requests paid a new connection, else
-    None: that is the server's choice (it closes after each response), and part of what its users pay."""
+    None: that is the server's choice (it closes after each response), and part of what its users pay. Each hang-up
+    (``cancelled``) closed a connection itself: the request after it opens one, not counted against the server."""
     requests = sum(s.requests for s in steps)
-    new = sum(s.new_connections for s in steps)
+    new = sum(s.new_connections - s.cancelled for s in steps)
     if not requests or new / requests <= CONNECT_SHARE_WARN:
         return None
     return (f"{new / requests:.0%} of requests paid a new connection (TCP connect, and TLS for https, inside their "

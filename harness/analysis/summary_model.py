@@ -96,6 +96,11 @@ class Step(_View, kw_only=True):
     new_connections: int | UnsetType = UNSET
     new_connection_share: float | UnsetType | None = UNSET
     """Absent from files older than it; None without requests."""
+    cancelled: int | UnsetType = UNSET
+    """Requests the user hung up on (outside ``requests``); absent when none was."""
+    cancelled_share: float | UnsetType = UNSET
+    cancelled_by: dict[str, int] | UnsetType = UNSET
+    cancelled_output_tokens: int | UnsetType = UNSET
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
     classes: list[TrafficClassStep] | UnsetType | None = UNSET

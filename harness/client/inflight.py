@@ -26,7 +26,7 @@ import struct
 import sys
 import time
 
-from harness.client.deadline import Deadline
+from harness.client.deadline import HANGUPS, Deadline
 from harness.client.reader import ResponseReader
 
 __all__ = ["LATE_S", "RECV_BYTES", "SO_TIMESTAMPNS", "InFlight"]
@@ -99,8 +99,12 @@ class InFlight:
         return over
 
     def expire(self, kind: str, now: float) -> None:
-        """A deadline of kind ``kind`` passed at ``now``: the request ends with that error class."""
+        """A deadline of kind ``kind`` passed at ``now``: the request ends with that error class, or cancelled when
+        it is the user's hang-up (``deadline.HANGUPS``)."""
         self.deadline.expired = kind
+        if kind in HANGUPS:
+            self.reader.cancel(kind, now)
+            return
         self.reader.fail(kind, f"{kind.replace('_', ' ')} after {now - self.reader.start:.3f} s "
                                f"({len(self.chunk_times)} content chunks)", now)
 

@@ -11,7 +11,9 @@ Level-triggered: a socket with bytes left stays ready and is read again on the n
 hub's polls (libev prepare/check watchers) it notes whether the hub had not polled for more than 1 ms: a receive
 in that pass may find chunks the kernel merged while they waited (``InFlight.pump``'s ``behind``). Deadlines live here
 too: a timer every ``deadline.TICK_S`` ends each request whose TTFT, idle or total limit has passed (the reader
-knows every stream's last arrival), so no receive waits with a timeout (under gevent each would arm a timer).
+knows every stream's last arrival), so no receive waits with a timeout (under gevent each would arm a timer). A
+request with a hang-up (``Deadline.hangup_at``: the user cancels, or runs out of patience) gets one one-shot timer
+at that moment, which runs the same check on it: the hang-up lands within ~1 ms, not within a tick.
 
 The callback runs in the hub and never blocks: the sockets are non-blocking and parsing is CPU work. Anything
 it raises for one request (a bug) is thrown into that request's greenlet, never into the hub.
@@ -20,6 +22,7 @@ it raises for one request (a bug) is thrown into that request's greenlet, never 
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import time
 
@@ -49,6 +52,8 @@ class Mux:
         self.hub = get_hub()
         self.epoll = _epoll()  # type: ignore[misc]
         self.live: dict[int, InFlight] = {}
+        self._hangups: dict[int, object] = {}
+        """By fd: the one-shot timer of a request's next hang-up (``_arm``)."""
         loop = self.hub.loop
         self._io = loop.io(self.epoll.fileno(), 1)
         self._timer = loop.timer(TICK_S, TICK_S)
@@ -73,14 +78,37 @@ class Mux:
             self.polled = time.perf_counter()
             self._prepare.start(self._before_poll)
             self._check.start(self._after_poll)
+        if (at := st.deadline.hangup_at()) != math.inf:
+            self._arm(fd, st, at)
         try:
             waiter.get()
         finally:
             if self.live.get(fd) is st:  # this greenlet was killed while waiting (a stopping user)
                 self._drop(fd)
 
+    def _arm(self, fd: int, st: InFlight, at: float) -> None:
+        timer = self.hub.loop.timer(max(0.0, at - time.perf_counter()))
+        self._hangups[fd] = timer
+        timer.start(self._hangup, fd, st, update=True)  # update: from the loop's time now, not its last wake's
+
+    def _hangup(self, fd: int, st: InFlight) -> None:
+        """Hub callback: ``st``'s hang-up time came. Ended as its deadline says; a timer early by the clock's grain
+        is armed again; a patience that content beat does nothing."""
+        self._hangups.pop(fd, None)
+        if self.live.get(fd) is not st:
+            return
+        now = time.perf_counter()
+        kind = st.deadline.due(now)
+        if kind is not None:
+            self._expire(fd, st, kind, now)
+        elif (at := st.deadline.hangup_at()) != math.inf:
+            self._arm(fd, st, at)
+
     def _drop(self, fd: int) -> None:
         del self.live[fd]
+        timer = self._hangups.pop(fd, None)
+        if timer is not None:
+            timer.stop()  # type: ignore[attr-defined]
         with contextlib.suppress(OSError, ValueError):  # already closed by its owner
             self.epoll.unregister(fd)
         if not self.live:  # idle: nothing keeps the hub's loop alive on our account
@@ -127,9 +155,12 @@ class Mux:
             if kind is not None:
                 expired.append((fd, st, kind))
         for fd, st, kind in expired:
-            st.expire(kind, now)
-            self._drop(fd)
-            st.waiter.switch(None)  # type: ignore[attr-defined]
+            self._expire(fd, st, kind, now)
+
+    def _expire(self, fd: int, st: InFlight, kind: str, now: float) -> None:
+        st.expire(kind, now)
+        self._drop(fd)
+        st.waiter.switch(None)  # type: ignore[attr-defined]
 
 
 def read(st: InFlight) -> None:

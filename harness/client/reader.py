@@ -3,7 +3,8 @@
 Pure: no sockets, no clock, no gevent (``tests/client/test_reader.py`` replays scripted bytes on a fake clock).
 A push object in the style of httpx's decoders: the transport calls ``feed(data, t)`` for every receive,
 with ``t`` the moment those bytes arrived, ``close(t)`` when the server closes the connection, and
-``fail(kind, detail, t)`` for trouble only the transport can see (connect errors, timeouts, resets).
+``fail(kind, detail, t)`` for trouble only the transport can see (connect errors, timeouts, resets), and
+``cancel(reason, t)`` when the user hangs up (``workload/cancel.py``: the record is cancelled, not failed).
 ``feed`` and ``close`` return True once the response is ``over``; ``record`` is then complete.
 
 Three pure layers do the parsing: httptools (C) for HTTP/1.1 and its chunked framing, ``sse.LineDecoder``
@@ -121,7 +122,7 @@ class ResponseReader:
     @property
     def reusable(self) -> bool:
         """The connection can carry the next request: the response ended well and the server keeps it open."""
-        return self.over and self.keep_alive and self.record.error is None
+        return self.over and self.keep_alive and self.record.error is None and self.record.cancelled is None
 
     # -- the transport's calls ---------------------------------------------------------------------------
 
@@ -203,6 +204,14 @@ class ResponseReader:
         if self.over:
             return True
         return self._fail(kind, detail, t)
+
+    def cancel(self, reason: str, t: float) -> bool:
+        """The user hung up at ``t`` (``reason``: "cancel" or "patience"): the record is cancelled, with what the
+        stream had brought (TTFT if the first token came, output chunks so far); the connection is not reused."""
+        if self.over:
+            return True
+        self.record.cancelled, self.record.e2e_s = reason, t - self.start
+        return self._finish()
 
     # -- httptools callbacks ------------------------------------------------------------------------------
 

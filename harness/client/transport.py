@@ -13,6 +13,10 @@ A kept-alive socket the server closes in the instant between ``Connection.alive`
 request is sent once more on a new socket (two rounds at most). A TLS handshake that fails is ``tls_error``
 with the reason ("certificate verify failed: self-signed certificate (server 127.0.0.1:8443)").
 
+A user who hangs up (``cancel_after_s``: that long after the request was fully sent; ``patience_s``: that long after
+the start with no content yet) ends the request at that moment through its ``Deadline``, like a timeout: the record
+is cancelled (``ResponseReader.cancel``), and the socket is closed at once, never reused.
+
 Errors: ``stream_request`` turns network, HTTP and stream trouble into a ``RequestRecord`` with its error
 class (``metrics.record.ERROR_CLASSES``) and does not raise for it. What is not about the exchange passes
 through: ``GreenletExit`` (Locust stopping a user mid-request), ``KeyboardInterrupt``, bugs.
@@ -44,11 +48,13 @@ _SSL_LOCATION = re.compile(r"^\[SSL: \w+\] | \(_ssl\.c:\d+\)$")  # "[SSL: X] rea
 def stream_request(conn: Connection, path: str, head: bytes, body: bytes | SplicedBody, timeouts: Timeouts, *,
                    max_line_bytes: int = DEFAULT_MAX_LINE, intended_start: float | None = None,
                    keep_text: bool = False, tracker: OutputTracker | None = None,
-                   body_parser: BodyParser | None = None) -> RequestRecord:
+                   body_parser: BodyParser | None = None, cancel_after_s: float | None = None,
+                   patience_s: float | None = None) -> RequestRecord:
     """Send one request and read its answer to the end; never raises for network or protocol trouble.
 
     ``path`` is unused: the request line in ``head`` carries it (kept for the callers in ``harness.load``).
     A ``SplicedBody`` (a long prompt's) is sent as its buffers, the head joined to the first (small) one only.
+    ``cancel_after_s``, ``patience_s``: the user's hang-ups (module docstring); None: none.
     """
     start = time.perf_counter()
     real_minus_perf = time.time() - start
@@ -62,9 +68,12 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes | Splic
     while True:
         reused = conn.alive()
         if _send(conn, payload, timeouts, start, reader, reused):
+            sent = start + (reader.record.sent_s or 0.0)
+            deadline = Deadline(start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s,
+                                cancel_at=math.inf if cancel_after_s is None else sent + cancel_after_s,
+                                patience_at=math.inf if patience_s is None else start + patience_s)
             st = InFlight(conn.sock, conn.tls_io and conn.tls_io[:2], conn.kernel_ts, reader,  # type: ignore[arg-type]
-                          Deadline(start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s), reused,
-                          real_minus_perf)
+                          deadline, reused, real_minus_perf)
             _receive(conn, st)
         if reader.over or not reused:
             break

@@ -178,10 +178,11 @@ class LLMUser(SessionTurns, FastHttpUser):
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
                   call: Call | None) -> RequestRecord:
-        headers, cls = self.headers, None
+        headers, cls, hangups = self.headers, None, {}
         if call is None:
             plan = self.sampler.next()  # type: ignore[union-attr]
             prompts, max_tokens, cls = [plan.prompt], plan.max_tokens, plan.class_index
+            hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             if cls is not None:
                 ep, headers = self.classes[cls]
             batch = self.kneecap.scenario.workload.batch
@@ -200,7 +201,7 @@ class LLMUser(SessionTurns, FastHttpUser):
             limits = self.timeouts.for_prompt(_prompt_tokens(prompts))
             lag = k.generator.last_lag_s
             rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
-                                 tracker=ex.tracker, body_parser=ex.parser)
+                                 tracker=ex.tracker, body_parser=ex.parser, **hangups)
             rec.loop_lag_s = lag
             rec.class_index = cls
             if not (asked and k.refused_continuous_usage(rec)):
@@ -232,6 +233,10 @@ class LLMUser(SessionTurns, FastHttpUser):
     def _report(self, name: str, rec: RequestRecord) -> None:
         env = self.environment
         e2e_ms = (rec.e2e_s or 0.0) * 1000
+        if rec.cancelled is not None:  # neither a success nor a failure: a row of its own, at the hang-up
+            env.events.request.fire(request_type="POST", name=f"{name} cancelled", response_time=e2e_ms,
+                                    response_length=0, exception=None, context={})
+            return
         exc = None if rec.ok else StreamFailure(f"{rec.error}: {ERROR_CLASSES.get(rec.error or '', '')}")
         env.events.request.fire(request_type="POST", name=name, response_time=e2e_ms, response_length=0,
                                 exception=exc, context={})

@@ -137,7 +137,8 @@ class WorkerSide:
 
     def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
         return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,
-                              api=self.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts)
+                              api=self.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts,
+                              cancel=w.cancel, patience=w.patience)
 
     @property
     def continuous_usage(self) -> bool:

@@ -3,20 +3,21 @@
 A ``Bucket`` holds one (step, phase) of one worker, or the fleet's merge of them. Workers fill a
 ``Recorder`` and ship its ``drain()`` deltas (``metrics/protocol.py`` puts them on the wire); the
 master ``Fleet.merge``s them. Latency sketches hold successful requests only; failures are counted by
-class and enter the SLO math as misses (``analysis``), never silently dropped. Values are seconds (tokens/s for
-``tokens_per_s``); summaries print milliseconds.
+class and enter the SLO math as misses (``analysis``), never silently dropped. Cancelled requests (the user hung up:
+``workload/cancel.py``) are counted apart, by reason, outside ``requests``: neither failed nor ok, they give only the
+times the registry marks (``Metric.cancelled``: TTFT when the first token came before the hang-up). Values are
+seconds (tokens/s for ``tokens_per_s``); summaries print milliseconds.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import random
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 from harness.metrics.extract import add_request, add_session
+from harness.metrics.quantiles import ci_min_samples, ci_ranks, quantile_ci, summarize_sketch
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row, frozen_rows
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
@@ -93,6 +94,10 @@ class Bucket:
     """Open loop: arrivals the schedule dispatched (sent or dropped)."""
     dropped: int = 0
     """Open loop: arrivals not sent because ``max_in_flight`` requests were already running."""
+    cancelled: dict[str, int] = field(default_factory=dict)
+    """Requests the user hung up on, by reason ("cancel", "patience"): not in ``requests`` (nor failed, nor ok)."""
+    cancelled_tokens: int = 0
+    """Output tokens the cancelled requests had received before the hang-up."""
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class (the first seen), for the console and the summary to explain failures."""
     cache: PrefixCache = field(default_factory=PrefixCache)
@@ -119,6 +124,11 @@ class Bucket:
 
     def add(self, rec: RequestRecord, good: Callable[[RequestRecord], bool] | None = None) -> None:
         """One request: each registry metric's samples into its sketch (latencies of successes only), counters."""
+        if rec.cancelled is not None:
+            self.cancelled[rec.cancelled] = self.cancelled.get(rec.cancelled, 0) + 1
+            self.cancelled_tokens += rec.output_tokens or 0
+            add_request(self._sk, rec)
+            return
         self.requests += 1
         if rec.turn_bucket is not None:
             if self.sessions is None:
@@ -177,6 +187,9 @@ class Bucket:
             self.failures[k] = self.failures.get(k, 0) + v
         for k, detail in other.failure_samples.items():
             self.failure_samples.setdefault(k, detail)
+        for k, v in other.cancelled.items():
+            self.cancelled[k] = self.cancelled.get(k, 0) + v
+        self.cancelled_tokens += other.cancelled_tokens
         self.output_tokens += other.output_tokens
         self.input_tokens += other.input_tokens
         self.counted_outputs += other.counted_outputs
@@ -232,6 +245,9 @@ class Bucket:
             out["x"] = dict(self.extra)
         if self.new_connections:
             out["conn"] = self.new_connections
+        if self.cancelled:  # only then, like every key after the first landing's: older payloads keep their bytes
+            out["cxl"] = dict(self.cancelled)
+            out["cxlt"] = self.cancelled_tokens
         if self.rows:
             out["rows"] = list(self.rows)
             if self.rows_seen != len(self.rows):
@@ -248,6 +264,8 @@ class Bucket:
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
                    extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
+                   cancelled={str(k): int(v) for k, v in d.get("cxl", {}).items()},
+                   cancelled_tokens=int(d.get("cxlt", 0)),
                    rows=rows, rows_seen=int(d.get("rows_seen", len(rows))), **fields)
 
 
@@ -290,7 +308,7 @@ class Recorder:
     def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
         key, b = self._bucket(now)
         b.add(rec, self.good)
-        if key[1] == "measure":  # the rows tail attribution reads: the judged part of the step only
+        if key[1] == "measure" and rec.cancelled is None:  # tail attribution's rows: judged, not cut short
             b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
         return key
 
@@ -340,54 +358,3 @@ class Fleet:
         """Every worker has reported from a later step, so step ``index`` has all its data."""
         return len(self.worker_step) >= workers and all(s > index for s in self.worker_step.values())
 
-
-@functools.lru_cache(maxsize=4096)  # summaries ask again every second for the same counts
-def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
-    """Distribution-free CI ranks (0-based) of the q-quantile of n samples: the exact Binomial(n, q) ranks l, u with
-    P(K <= l) <= a/2 and P(K <= u) >= 1 - a/2 (K: samples below the true quantile; a = 2·(1 - Φ(z)), 5% at the
-    default), so [x_(l), x_(u)] covers it with at least 1 - a. Clamped to the sample: when even the largest sample
-    is not far enough out (n < ``ci_min_samples``), the upper end is the sample max and bounds nothing."""
-    tail = math.erfc(z / math.sqrt(2)) / 2
-    mean, sd = n * q, math.sqrt(n * q * (1 - q))
-    lo_k, hi_k = max(0, math.floor(mean - 10 * sd - 2)), min(n, math.ceil(mean + 10 * sd + 2))
-    # the pmf over mean ± 10 sd: the mass outside is below 1e-20, and the sum costs O(sd), not O(n)
-    log_q, log_p = math.log(q), math.log1p(-q)
-    lg_n = math.lgamma(n + 1)
-    cdf, lo, hi = 0.0, lo_k - 1, None
-    for k in range(lo_k, hi_k + 1):
-        cdf += math.exp(lg_n - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
-        if cdf <= tail:
-            lo = k
-        if hi is None and cdf >= 1 - tail:
-            hi = k
-    return max(0, lo), min(n - 1, n if hi is None else hi)
-
-
-def ci_min_samples(q: float, z: float = 1.96) -> int:
-    """The fewest samples whose largest bounds the q-quantile's CI from above (``ci_ranks``): 368 for p99 at 95%."""
-    tail = math.erfc(z / math.sqrt(2)) / 2
-    return math.ceil(math.log(tail) / math.log(q))
-
-
-def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
-    """The order-statistic CI of the q-quantile mapped to values through the sketch; None below 2 samples."""
-    if s.count < 2:
-        return None
-    lo, hi = ci_ranks(s.count, q, z)
-    return s.value_at_rank(lo), s.value_at_rank(hi)
-
-
-def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
-    """count, mean, p50…p99.9, max and the p50/p95/p99 CIs (``quantile_ci``), in ms by default (``scale`` 1 for
-    tokens/s)."""
-    if s.count == 0:
-        return {"count": 0}
-    r = 3
-    out = {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
-           "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
-           "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
-           "max": round(s.max * scale, r)}
-    for name, q in (("p50_ci", 0.5), ("p95_ci", 0.95), ("p99_ci", 0.99)):
-        ci = quantile_ci(s, q)
-        out[name] = [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None
-    return out

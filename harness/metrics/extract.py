@@ -27,11 +27,12 @@ after these."""
 _Plan = tuple[tuple[tuple[str, bool], ...], Callable[[object], tuple]]
 
 
-def _plan(*of: str, open_loop: bool = True) -> _Plan:
-    """The registry's sketches of ``of`` records (without the open loop's unless ``open_loop``), in ``FIRST_SEEN``
-    order: (bucket key, several samples?) each, and one getter of all their values in a record."""
-    ms = sorted((m for m in METRICS if m.kind in ("latency", "distribution") and m.of in of
-                 and (open_loop or not m.open_loop)),
+def _plan(*of: str, open_loop: bool = True, cancelled: bool = False) -> _Plan:
+    """The registry's sketches of ``of`` records (without the open loop's unless ``open_loop``; with those a cancelled
+    request gives when ``cancelled``), in ``FIRST_SEEN`` order: (bucket key, several samples?) each, and one getter
+    of all their values in a record."""
+    ms = sorted((m for m in METRICS if m.kind in ("latency", "distribution")
+                 and (m.of in of or (cancelled and m.cancelled)) and (open_loop or not m.open_loop)),
                 key=lambda m: FIRST_SEEN.index(m.name) if m.name in FIRST_SEEN else len(FIRST_SEEN))
     get = attrgetter(*(m.source for m in ms)) if ms else lambda r: ()
     return tuple((m.bucket_key, m.many) for m in ms), get if len(ms) != 1 else lambda r: (get(r),)
@@ -39,6 +40,7 @@ def _plan(*of: str, open_loop: bool = True) -> _Plan:
 
 _REQUEST = {(ok, open_loop): _plan("all", "ok", open_loop=open_loop) if ok else _plan("all", open_loop=open_loop)
             for ok in (False, True) for open_loop in (False, True)}
+_CANCELLED = {open_loop: _plan("all", open_loop=open_loop, cancelled=True) for open_loop in (False, True)}
 _SESSION = _plan("session")
 
 
@@ -61,7 +63,11 @@ def _add(sk: Callable[[str], Sketch], plan: _Plan, record: object) -> None:
 
 def add_request(sk: Callable[[str], Sketch], rec: RequestRecord) -> None:
     """Each sample of ``rec`` into the sketch ``sk(key)`` of its metric: a failed request's only where the
-    registry says failures count (``of="all"``), the open loop's only with an intended start."""
+    registry says failures count (``of="all"``), a cancelled one's where it says so (``Metric.cancelled``), the open
+    loop's only with an intended start."""
+    if rec.cancelled is not None:
+        _add(sk, _CANCELLED[rec.intended_start is not None], rec)
+        return
     _add(sk, _REQUEST[rec.error is None, rec.intended_start is not None], rec)
 
 

@@ -44,6 +44,10 @@ class RequestRecord:
     error: str | None = None
     """None for success, else a key of ERROR_CLASSES."""
     error_detail: str = ""
+    cancelled: str | None = None
+    """The user hung up (``workload/cancel.py``): "cancel" (its drawn delay after the send passed) or "patience" (no
+    first token within ``patience.ttft_s``); None otherwise. Cancelled is neither failed (``error`` stays None) nor
+    ``ok``: what it keeps is in docs/metrics.md, "Cancelled requests"."""
     status: int | None = None
     headers_s: float | None = None
     ttft_s: float | None = None
@@ -121,7 +125,8 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        """Succeeded: neither failed nor cancelled."""
+        return self.error is None and self.cancelled is None
 
     @property
     def stamps_shared(self) -> bool:

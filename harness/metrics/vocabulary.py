@@ -36,6 +36,10 @@ class Metric:
     of: Of = "ok"
     """Which records it is taken from: "ok" successful requests, "all" every request, "session" ended sessions,
     "worker" events the worker notes (``Recorder.note``)."""
+    cancelled: bool = False
+    """A cancelled request (the user hung up: ``RequestRecord.cancelled``) gives its value too: a time the stream
+    reached before the hang-up, as real as a success's (TTFT when the first token came first). Else, as E2E and TPOT
+    of a stream cut short, it is left out (docs/metrics.md, "Cancelled requests")."""
     many: bool = False
     """``source`` gives ``Samples`` (several values a record, with their counts), not one value."""
     open_loop: bool = False
@@ -72,7 +76,7 @@ _TP = "kneecap_throughput."
 METRICS: tuple[Metric, ...] = (
     Metric("ttft", "ms", "latency", "start → first chunk carrying output of any kind (answer text, reasoning or "
            "tool-call delta); the role-only first chunk and empty deltas do not count", "ttft_s", slo=True, knee=True,
-           influx=_LAT),
+           cancelled=True, influx=_LAT),
     Metric("tpot", "ms", "latency", "(E2E − TTFT) / (n − 1) per request, over all output tokens (reasoning "
            "included); undefined for n ≤ 1", "tpot_s", slo=True, knee=True, influx=_LAT),
     Metric("itl", "ms", "latency", "gaps between consecutive chunks carrying output of any kind; a threshold's "
@@ -83,15 +87,15 @@ METRICS: tuple[Metric, ...] = (
            influx=_LAT),
     Metric("e2e", "ms", "latency", "start → end of stream (`[DONE]`, or a close after a `finish_reason`)", "e2e_s",
            slo=True, knee=True, influx=_LAT),
-    Metric("headers", "ms", "latency", "start → response headers", "headers_s", influx=_LAT),
+    Metric("headers", "ms", "latency", "start → response headers", "headers_s", cancelled=True, influx=_LAT),
     Metric("send_lag", "ms", "latency", "intended start → start, failed requests included (0 when sent early)",
            "sent_late_s", of="all", open_loop=True, influx=_LAT),
     Metric("ttft_intended", "ms", "latency", "TTFT from the intended start, the send lag included",
-           "ttft_intended_s", open_loop=True, influx=_LAT),
+           "ttft_intended_s", open_loop=True, cancelled=True, influx=_LAT),
     Metric("e2e_intended", "ms", "latency", "E2E from the intended start", "e2e_intended_s", open_loop=True,
            influx=_LAT),
     Metric("ttfo", "ms", "latency", "time to first output token: start → first chunk of the answer (content); "
-           "reasoning and tool calls excluded", "ttfo_s", slo=True, knee=True, influx=_LAT),
+           "reasoning and tool calls excluded", "ttfo_s", slo=True, knee=True, cancelled=True, influx=_LAT),
     Metric("reasoning_time", "ms", "latency", "first reasoning chunk → first answer chunk", "reasoning_s", slo=True,
            knee=True, influx=_LAT),
     Metric("tpot_content", "ms", "latency", "TPOT of the answer only: (E2E − TTFO) / (n − reasoning tokens − 1)",
@@ -159,7 +163,8 @@ def markdown_table() -> str:
         judged = " / ".join(w for w, on in (("SLO", m.slo), ("knee", m.knee)) if on)
         tagged = any("." not in f for f in m.influx)
         sink = ", ".join(f"`{f}`" for f in m.influx) + (" (`metric` tag)" if tagged else "")
-        rows.append(f"| `{m.name}` | {m.unit} | {m.kind} | {_OF[m.of]} | {judged} | {sink} | "
+        of = _OF[m.of] + (" and cancelled" if m.cancelled else "")
+        rows.append(f"| `{m.name}` | {m.unit} | {m.kind} | {of} | {judged} | {sink} | "
                     f"{'open loop: ' if m.open_loop else ''}{m.meaning} |")
     return "\n".join(rows) + "\n"
 

@@ -23,16 +23,20 @@ one time in three).
           slo: {ttft: ["p(95)<3000"]}
 
 Not yet within a class: sessions, batches (embeddings), another ``api`` — each is refused with its key path.
+Users who hang up (``cancel``, ``patience``: ``workload/cancel.py``) are a class's own, or the workload's for every
+class that sets none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.checker import Checker
 from harness.endpoint import parse_headers
+from harness.workload.cancel import HANGUP_KEYS, Cancel, Patience, cancel_from_spec, patience_from_spec
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompt_file import PromptSource, prompts_from_spec
 from harness.workload.sessions import SessionSpec, sessions_from_spec
@@ -74,6 +78,10 @@ class Workload:
     """``api: embeddings``: inputs per request (each of ``input_tokens``); None: one."""
     mix: tuple[TrafficClass, ...] = ()
     """Classes of requests by weight (module docstring); empty: the workload is one class."""
+    cancel: Cancel | None = None
+    """A share of requests closed a drawn delay after they were sent (``workload/cancel.py``)."""
+    patience: Patience | None = None
+    """Requests closed when their first token is later than this."""
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -81,7 +89,7 @@ class Workload:
 
 
 _WORKLOAD_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed",
-                  "sessions", "batch", "mix", "prompts")
+                  "sessions", "batch", "mix", "prompts", *HANGUP_KEYS)
 
 
 def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Checker], tuple],
@@ -91,12 +99,22 @@ def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Check
         return None
     seed = check.number(node, "seed", path, 0, integer=True)
     if "mix" in node:
-        given = [k for k in _WORKLOAD_KEYS if k in node and k not in ("mix", "seed")]
+        given = [k for k in _WORKLOAD_KEYS if k in node and k not in ("mix", "seed", *HANGUP_KEYS)]
         if given:
             check.fail(path, f"with mix, each class sets its own lengths: move {', '.join(given)} into the classes")
-        return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed,
-                        mix=_mix(node["mix"], f"{path}.mix", check, slo, seed))
+        cancel, patience = _hangups(node, path, check)
+        classes = tuple(dataclasses.replace(c, workload=dataclasses.replace(  # the workload's for a class without
+            c.workload, cancel=c.workload.cancel or cancel, patience=c.workload.patience or patience))
+            for c in _mix(node["mix"], f"{path}.mix", check, slo, seed))
+        return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed, mix=classes, cancel=cancel,
+                        patience=patience)
     return _one_class(node, path, check, seed)
+
+
+def _hangups(node: dict, path: str, check: Checker) -> tuple[Cancel | None, Patience | None]:
+    """The ``cancel`` and ``patience`` blocks at ``path``, each None when absent (or malformed: then a problem)."""
+    return (cancel_from_spec(node["cancel"], f"{path}.cancel", check) if "cancel" in node else None,
+            patience_from_spec(node["patience"], f"{path}.patience", check) if "patience" in node else None)
 
 
 def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
@@ -128,7 +146,12 @@ def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
         out = length_from_spec(node["output_tokens"], f"{path}.output_tokens", check) if "output_tokens" in node \
             else None
     batch = length_from_spec(node["batch"], f"{path}.batch", check) if "batch" in node else None
+    cancel, patience = _hangups(node, path, check)
+    for key in HANGUP_KEYS:
+        if key in node and sessions is not None:
+            check.fail(f"{path}.{key}", "not with sessions yet: run the hang-ups in a scenario of independent requests")
     return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions, batch=batch,
+                    cancel=cancel, patience=patience,
                     shared_prefix_tokens=check.number(node, "shared_prefix_tokens", path, 0, integer=True, minimum=0),
                     unique_prompts=check.boolean(node, "unique_prompts", path, True), seed=seed, prompts=prompts)
 
@@ -141,7 +164,7 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
     out, seen = [], set()
     for i, item in enumerate(node):
         where = f"{path}[{i}]"
-        keys = ("name", "weight", *_LENGTH_KEYS, "endpoint", "slo", "sessions", "batch")
+        keys = ("name", "weight", *_LENGTH_KEYS, *HANGUP_KEYS, "endpoint", "slo", "sessions", "batch")
         if not isinstance(item, dict):
             check.mapping(item, where, keys)
             continue
@@ -156,7 +179,7 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
             if key in item:
                 check.fail(f"{where}.{key}", f"{key} within a mix class is not supported yet: run that traffic in "
                                              "a scenario of its own")
-        lengths = {k: v for k, v in item.items() if k in _LENGTH_KEYS}
+        lengths = {k: v for k, v in item.items() if k in _LENGTH_KEYS or k in HANGUP_KEYS}
         workload = _one_class(lengths, where, check, seed)
         endpoint = item.get("endpoint", {})
         if check.mapping(endpoint, f"{where}.endpoint", CLASS_ENDPOINT_KEYS) is not None:

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.workload.cancel import Cancel, Patience
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 
@@ -28,6 +29,10 @@ class PlannedRequest:
     """Output length asked for (exactly, when the endpoint honours ignore_eos/min_tokens)."""
     class_index: int | None = None
     """``workload.mix``: the class it was drawn from."""
+    cancel_after_s: float | None = None
+    """``workload.cancel``: the user hangs up this long after the request was sent; None: not this one."""
+    patience_s: float | None = None
+    """``workload.patience``: the user hangs up when no token came this long after the start; None: waits."""
 
 
 class RequestSampler:
@@ -35,9 +40,11 @@ class RequestSampler:
 
     def __init__(self, *, input_tokens: Length | None, output_tokens: Length | None, joint: JointEmpirical | None,
                  api: str, seed: int, worker: int, shared_prefix_tokens: int = 0, unique_prompts: bool = True,
-                 max_context: int | None = None, prompts: PromptBuilder | None = None) -> None:
+                 max_context: int | None = None, prompts: PromptBuilder | None = None, cancel: Cancel | None = None,
+                 patience: Patience | None = None) -> None:
         """``worker`` names the stream (a worker index, or worker and user); ``prompts`` may be shared by the
-        samplers of one worker so they calibrate together."""
+        samplers of one worker so they calibrate together. ``cancel``: which requests the user hangs up on, drawn
+        from a stream of their own (the lengths are the same with and without)."""
         from_file = prompts is not None and prompts.from_file
         if joint is None and (output_tokens is None or (input_tokens is None and not from_file)):
             raise ValueError("give a joint distribution or both input_tokens and output_tokens (input_tokens may be "
@@ -48,6 +55,8 @@ class RequestSampler:
         self.prompts = prompts or PromptBuilder(api=api, shared_prefix_tokens=shared_prefix_tokens,
                                                 unique=unique_prompts, seed=seed)
         self.max_context = max_context
+        self._cancel, self._patience = cancel, patience
+        self._cancel_rng = worker_rng(seed, worker, "cancel")
 
     def lengths(self) -> tuple[int | None, int]:
         """(input, output) tokens; input None: a file's prompt as it is."""
@@ -70,7 +79,9 @@ class RequestSampler:
             # Keep the answer length (what the user waits for) and trim the context to fit.
             n_out = min(n_out, self.max_context - 1)
             n_in = self.max_context - n_out
-        return PlannedRequest(self.prompts.build(n_in, self._prompt_rng), max(1, n_out))
+        return PlannedRequest(self.prompts.build(n_in, self._prompt_rng), max(1, n_out),
+                              cancel_after_s=self._cancel.draw(self._cancel_rng) if self._cancel else None,
+                              patience_s=self._patience.ttft_s if self._patience else None)
 
 
 class MixSampler:

@@ -1,0 +1,64 @@
+"""A sketch's percentiles with their confidence intervals: exact order-statistic ranks of a quantile, mapped to values
+through the sketch; a step's summary of one metric. Pure (split from ``metrics/aggregate.py``, which re-exports them).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from harness.metrics.sketch import Sketch
+
+__all__ = ["ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+
+
+@functools.lru_cache(maxsize=4096)  # summaries ask again every second for the same counts
+def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
+    """Distribution-free CI ranks (0-based) of the q-quantile of n samples: the exact Binomial(n, q) ranks l, u with
+    P(K <= l) <= a/2 and P(K <= u) >= 1 - a/2 (K: samples below the true quantile; a = 2·(1 - Φ(z)), 5% at the
+    default), so [x_(l), x_(u)] covers it with at least 1 - a. Clamped to the sample: when even the largest sample
+    is not far enough out (n < ``ci_min_samples``), the upper end is the sample max and bounds nothing."""
+    tail = math.erfc(z / math.sqrt(2)) / 2
+    mean, sd = n * q, math.sqrt(n * q * (1 - q))
+    lo_k, hi_k = max(0, math.floor(mean - 10 * sd - 2)), min(n, math.ceil(mean + 10 * sd + 2))
+    # the pmf over mean ± 10 sd: the mass outside is below 1e-20, and the sum costs O(sd), not O(n)
+    log_q, log_p = math.log(q), math.log1p(-q)
+    lg_n = math.lgamma(n + 1)
+    cdf, lo, hi = 0.0, lo_k - 1, None
+    for k in range(lo_k, hi_k + 1):
+        cdf += math.exp(lg_n - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
+        if cdf <= tail:
+            lo = k
+        if hi is None and cdf >= 1 - tail:
+            hi = k
+    return max(0, lo), min(n - 1, n if hi is None else hi)
+
+
+def ci_min_samples(q: float, z: float = 1.96) -> int:
+    """The fewest samples whose largest bounds the q-quantile's CI from above (``ci_ranks``): 368 for p99 at 95%."""
+    tail = math.erfc(z / math.sqrt(2)) / 2
+    return math.ceil(math.log(tail) / math.log(q))
+
+
+def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | None:
+    """The order-statistic CI of the q-quantile mapped to values through the sketch; None below 2 samples."""
+    if s.count < 2:
+        return None
+    lo, hi = ci_ranks(s.count, q, z)
+    return s.value_at_rank(lo), s.value_at_rank(hi)
+
+
+def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
+    """count, mean, p50…p99.9, max and the p50/p95/p99 CIs (``quantile_ci``), in ms by default (``scale`` 1 for
+    tokens/s)."""
+    if s.count == 0:
+        return {"count": 0}
+    r = 3
+    out = {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
+           "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
+           "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
+           "max": round(s.max * scale, r)}
+    for name, q in (("p50_ci", 0.5), ("p95_ci", 0.95), ("p99_ci", 0.99)):
+        ci = quantile_ci(s, q)
+        out[name] = [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None
+    return out
