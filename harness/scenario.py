@@ -21,7 +21,16 @@ from typing import Any
 
 import yaml
 
-from harness.analysis.plan import MAX_LEVEL, MAX_LEVELS, OPEN_MODES, SEARCH_MODES, LoadPlan, StepSpec, level_count
+from harness.analysis.plan import (
+    MAX_LEVEL,
+    MAX_LEVELS,
+    OPEN_MODES,
+    SEARCH_MODES,
+    LoadPlan,
+    ProbeSpec,
+    StepSpec,
+    level_count,
+)
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import Threshold, slo_from_spec
 from harness.capacity.thresholds import GateSpec, gate_from_spec
@@ -224,7 +233,7 @@ def _check_classes(workload: Workload, streams: bool, check: Checker) -> None:
 def _load(node: Any, check: Checker) -> LoadPlan:
     d = LoadPlan()
     keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee", "max_in_flight",
-            "on_worker_loss")
+            "on_worker_loss", "probes")
     if check.mapping(node, "load", keys) is None:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
@@ -232,7 +241,8 @@ def _load(node: Any, check: Checker) -> LoadPlan:
     arrival, cv, gaps = _load_arrival(node, check, closed=mode not in OPEN_MODES)
     step = _load_step(node.get("step", {}), check)
     metric, confirm, knee_class = _load_knee(node.get("knee", {}), check)
-    return LoadPlan(mode=mode, start=start, step_by=step_by, max=top,
+    probes = _load_probes(node["probes"], check) if "probes" in node else None
+    return LoadPlan(probes=probes, mode=mode, start=start, step_by=step_by, max=top,
                     spawn_rate=check.number(node, "spawn_rate", "load", d.spawn_rate, above=0),
                     duration_s=check.number(node, "duration_s", "load", d.duration_s, above=0), arrival=arrival,
                     burstiness_cv=cv, trace_gaps=gaps,
@@ -313,6 +323,18 @@ def _load_step(s: Any, check: Checker) -> StepSpec:
             check.fail("load.step", f"min_duration_s ({step.min_duration_s}) must be <= max_duration_s "
                                     f"({step.max_duration_s})")
     return step
+
+
+def _load_probes(node: Any, check: Checker) -> ProbeSpec | None:
+    """``load.probes``: a fixed rate of tiny requests beside the load, reported apart (``load/probes.py``)."""
+    d = ProbeSpec(rate=1.0)
+    if check.mapping(node, "load.probes", ("rate", "input_tokens", "max_tokens"), required=("rate",)) is None:
+        return None
+    rate = check.number(node, "rate", "load.probes", None, above=0, maximum=1000)
+    spec = ProbeSpec(rate=rate or 1.0, input_tokens=check.number(node, "input_tokens", "load.probes", d.input_tokens,
+                                                                 integer=True, minimum=1),
+                     max_tokens=check.number(node, "max_tokens", "load.probes", d.max_tokens, integer=True, minimum=1))
+    return spec if rate is not None else None
 
 
 def _load_knee(k: Any, check: Checker) -> tuple[Any, Any, Any]:

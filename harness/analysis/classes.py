@@ -20,9 +20,10 @@ from harness.analysis.slo import Threshold
 from harness.analysis.summary_model import Step, Summary
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED
-from harness.workload.mix import TrafficClass
+from harness.workload.mix import TrafficClass, Workload
 
-__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_steps", "mix_step"]
+__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_steps", "mix_step",
+           "probe_line", "probe_step"]
 
 CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
 """The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
@@ -33,8 +34,8 @@ _TENTHS_PER_MS = 10
 @dataclass
 class ClassStep:
     name: str
-    weight_share: float
-    """The share of requests the scenario asked of this class (its weight over all weights)."""
+    weight_share: float | None
+    """The share of requests the scenario asked of this class (its weight over all weights); None for probes."""
     requests: int
     share: float | None
     """The share of the step's measured requests that were this class's (None: no requests)."""
@@ -65,6 +66,15 @@ def class_steps(cols: dict[str, list], classes: Sequence[TrafficClass], rows_see
     total_weight = sum(c.weight for c in classes)
     sampled = (f"from a uniform sample of {n:,} of the step's {rows_seen:,} requests" if rows_seen > n else None)
     return [_one(cols, c, idx, total_weight, n, sampled) for c, idx in zip(classes, by_class, strict=True)]
+
+
+def probe_step(cols: dict[str, list]) -> ClassStep:
+    """The step's probe requests (``load.probes``: all of them, tiny, none the users') as one class named "probe";
+    ``share`` and ``weight_share`` do not apply (None)."""
+    probe = TrafficClass(name="probe", weight=1.0, workload=Workload(input_tokens=None, output_tokens=None, joint=None))
+    out = _one(cols, probe, list(range(len(cols["flags"]))), 1.0, 0, None)
+    out.weight_share = out.share = None
+    return out
 
 
 def _one(cols: dict[str, list], cls: TrafficClass, idx: list[int], total_weight: float, n: int,
@@ -159,3 +169,19 @@ def class_figures(step: Step) -> list[tuple[str, str]]:
         head = f"{c.requests} requests ({share}, weight {100 * c.weight_share:.0f}%)"
         out.append((c.name, head + (f", {c.failed} failed" if c.failed else "") + (f", {lat}" if lat else "") + slo))
     return out
+
+
+def probe_line(summary: Summary) -> str | None:
+    """``load.probes``: their TTFT at the knee's step (else the last judged one) against the first step's, the wait a
+    new request met as the load grew; None without probes."""
+    steps = [st for st in summary.steps if st.probes and st.probes.latency_ms.get("ttft")]  # type: ignore[union-attr]
+    if not steps:
+        return None
+    at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1])
+
+    def ttft(st: Step) -> str:
+        p = st.probes.latency_ms["ttft"]  # type: ignore[union-attr]
+        return f"p50 {p.p50:,.1f} ms, p95 {p.p95:,.1f} ms over {p.count} probes"
+
+    first = f" (step {steps[0].index}: {ttft(steps[0])})" if steps[0] is not at else ""
+    return f"probes (step {at.index}): TTFT {ttft(at)}{first}"

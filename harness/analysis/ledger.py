@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.analysis.classes import ClassStep, class_point, class_steps
+from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
@@ -45,11 +45,14 @@ from harness.analysis.tail_rows import columns, explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import Bucket, Fleet
 from harness.metrics.protocol import Report
+from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
 
 __all__ = ["Judgement", "Ledger", "StepState"]
+
+_CLASS = ROW_FIELDS.index("class")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class StepState:
     """Where the step's TTFT went (``analysis/decompose.py``), worked out once when it is judged."""
     classes: list[ClassStep] | None = None
     """``workload.mix``: each class's figures (``analysis/classes.py``), worked out once when it is judged."""
+    probes: ClassStep | None = None
+    """``load.probes``: the probe requests' figures, apart from the step's (``load/probes.py``)."""
 
     @property
     def index(self) -> int:
@@ -285,22 +290,32 @@ class Ledger:
                                  sum(bucket.failures.values()) / bucket.requests)
         if bucket.rows:
             with gc_paused():
-                cols = columns(bucket.rows)  # once for all: ~50 ms at 100k requests
-                mix = self.scenario.workload.mix
-                if mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
-                    st.classes = class_steps(cols, mix, bucket.rows_seen)
-                    st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")
-                                            for k in st.classes for c in k.slo)
-                    knee_class = self.scenario.load.knee_class
-                    if knee_class is not None:  # the knee follows this class's requests alone
-                        st.judgement = dataclasses.replace(st.judgement, point=class_point(
-                            cols, self.scenario.workload.class_names.index(knee_class), metric, index=info.index,
-                            load=info.level, reliable=reliable, duration_s=duration))
-                itl = bucket.sketches.get("itl")
-                st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
-                                        itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)
-                st.ttft_split = ttft_split(cols, st.server.summary() if st.server is not None else None)
+                self._judge_rows(st, bucket, reliable, duration)
             bucket.rows = []
+
+    def _judge_rows(self, st: StepState, bucket: Bucket, reliable: bool, duration: float) -> None:
+        """What the step's request rows say: probes apart, each class of a mix (its SLO in the step's, the knee on
+        one class), the tail's causes and where TTFT went."""
+        info, sc, rows, seen = st.info, self.scenario, bucket.rows, bucket.rows_seen
+        if sc.load.probes is not None:
+            probes = [r for r in rows if r[_CLASS] == PROBE_CLASS]
+            rows, seen = [r for r in rows if r[_CLASS] != PROBE_CLASS], seen - len(probes)
+            st.probes = probe_step(columns(probes)) if probes else None
+        cols = columns(rows)  # once for all: ~50 ms at 100k requests
+        if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
+            st.classes = class_steps(cols, sc.workload.mix, seen)
+            st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")  # type: ignore[union-attr]
+                                    for k in st.classes for c in k.slo)
+            if sc.load.knee_class is not None:  # the knee follows this class's requests alone
+                st.judgement = dataclasses.replace(st.judgement, point=class_point(  # type: ignore[arg-type]
+                    cols, sc.workload.class_names.index(sc.load.knee_class), sc.load.knee_metric, index=info.index,
+                    load=info.level, reliable=reliable, duration_s=duration))
+        if not rows:
+            return
+        itl = bucket.sketches.get("itl")
+        st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
+                                itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)
+        st.ttft_split = ttft_split(cols, st.server.summary() if st.server is not None else None)
 
     def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:
         """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""
@@ -349,5 +364,6 @@ class Ledger:
             if j is not None:
                 r.ttft_split = st.ttft_split
                 r.classes = [c.to_json() for c in st.classes] if st.classes is not None else None
+                r.probes = st.probes.to_json() if st.probes is not None else None
             out.append(r)
         return out

@@ -16,7 +16,7 @@ from harness.analysis.knee import Knee
 from harness.metrics.aggregate import ci_min_samples
 
 __all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "PLAN_ENDS", "SEARCH_MODES", "Levels",
-           "LoadPlan", "Step", "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
+           "LoadPlan", "ProbeSpec", "Step", "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -48,6 +48,16 @@ OPEN_MODES = ("open_staircase", "open_search")
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProbeSpec:
+    """``load.probes``: single tiny requests at ``rate`` per second across the fleet, outside the users' loop (vLLM
+    bench's ``--probe-request-rate``): their TTFT is the wait a new request meets at the step's load."""
+
+    rate: float
+    input_tokens: int = 16
+    max_tokens: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoadPlan:
     mode: str = "staircase"
     start: float = 4
@@ -65,6 +75,8 @@ class LoadPlan:
     max_in_flight: int = 1000
     """Open loop: arrivals beyond this many requests in flight per worker are dropped and counted."""
     step: StepSpec = field(default_factory=StepSpec)
+    probes: ProbeSpec | None = None
+    """``load.probes``: tiny requests at a fixed rate beside the load, reported apart; None: none."""
     knee_metric: str = "ttft"
     knee_class: str | None = None
     """``workload.mix``: the class whose requests alone the knee follows (``load.knee.class``); None: all requests."""

@@ -135,6 +135,9 @@ class StepResult:
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
     rest, in words (``analysis.tail``); judged steps with request rows only."""
+    probes: dict | None = None
+    """``load.probes``: the probe requests apart (``analysis.classes.probe_step``: requests, failures, latencies);
+    judged steps only."""
     classes: list[dict] | None = None
     """``workload.mix``: each class's share, latencies, failures and SLO (``analysis.classes``); judged steps with
     request rows only."""
@@ -190,6 +193,8 @@ class StepResult:
             out["tail"] = self.tail
         if self.classes is not None:
             out["classes"] = self.classes
+        if self.probes is not None:
+            out["probes"] = self.probes
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
         if self.started_at is not None:

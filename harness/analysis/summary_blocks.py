@@ -288,7 +288,7 @@ class TrafficClassStep(View, kw_only=True):
     """One class of a mix in one step (``analysis.classes.ClassStep``)."""
 
     name: str
-    weight_share: float
+    weight_share: float | None
     requests: int
     share: float | None
     failed: int

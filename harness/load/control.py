@@ -124,7 +124,7 @@ class StepControl:
         info = self.ledger.begin_step(level, self.clock(), time.time(), level_index, why=why, warmup_s=warmup_s,
                                       warmup_why=warmup_why)
         msg = StepMessage(index=info.index, rate=level if self.open_loop else None,
-                          stride=self.workers() if self.open_loop else 1, warmup_s=warmup_s)
+                          stride=self.workers(), warmup_s=warmup_s)
         text = f"step {info.index}: {level:g} {level_unit(self.ledger.mode)}" + (f" ({why})" if why else "") + (
             f"; warm-up {info.warmup_s:.1f} s: {warmup_why}" if warmup_why else "")
         log.info("kneecap: %s", text)

@@ -128,7 +128,11 @@ def _worker(environment: Any, k: Kneecap) -> None:
     register_worker(runner, w.clock_measured)
     ev.report_to_master.add_listener(lambda client_id, data, **kw: data.__setitem__(REPORT_KEY,
                                                                                     w.report().to_wire()))
-    ev.test_stop.add_listener(lambda **_: runner.send_message(FLUSH_MESSAGE, w.report().to_wire()))
+    def on_test_stop(**_: Any) -> None:
+        w.stop_probes()  # the users are stopped: the probes go with them
+        runner.send_message(FLUSH_MESSAGE, w.report().to_wire())
+
+    ev.test_stop.add_listener(on_test_stop)
     def on_step(environment: Any, msg: Any, **_: Any) -> None:
         w.on_step(StepMessage.from_wire(msg.data), time.perf_counter())
         runner.send_message(REPORT_MESSAGE, w.report().to_wire())  # the step before is complete at the master now

@@ -20,6 +20,7 @@ from harness.client.connection import tls_context
 from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
+from harness.load.probes import ProbeDriver, start_probes
 from harness.metrics.aggregate import Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
@@ -65,6 +66,9 @@ class WorkerSide:
         self.logged_errors: set[type] = set()
         """Exception types already logged as client_error in this process (each once, not per request)."""
         self._prompts: PromptBuilder | None = None
+        self._probes: ProbeDriver | None = None
+        self.fleet_size = 1
+        """Workers in the fleet, as the last step message said (probes share their rate out by it)."""
         self._picker: ClassPicker | None = None
         self._class_prompts: list[PromptBuilder] = []
         self._usage_refused = False
@@ -97,9 +101,23 @@ class WorkerSide:
         if (self.env.host or ep.host or "").startswith("https:"):  # load the CAs now, not in a step's time
             tls_context(ep.tls.ca_file, ep.tls.verify and not self.source.option("insecure"))
         self.generator.start()
+        self.stop_probes()
+        self._probes = start_probes(self)  # load.probes: this worker's share, from the first step on
 
     def stop(self) -> None:
         self.generator.stop()
+        self.stop_probes()
+
+    def stop_probes(self) -> None:
+        if self._probes is not None:
+            self._probes.stop()
+            self._probes = None
+
+    def record_probe(self, rec: RequestRecord, now: float) -> None:
+        """A probe's record: a row of its own class (measured part of a step only), never the step's metrics."""
+        step, phase = self.recorder.add_row(rec, now)
+        if self.source.option("save_requests"):
+            self._save(rec, step, phase, "probe")
 
     def _builder(self) -> PromptBuilder:
         if self._prompts is None:
@@ -168,14 +186,18 @@ class WorkerSide:
     def record(self, rec: RequestRecord, now: float) -> None:
         step, phase = self.recorder.add(rec, now)
         if self.source.option("save_requests"):
-            d = rec.to_dict()
-            d.pop("chunk_times")
-            d.pop("chunk_tokens")
-            d.update(step=step, phase=phase, worker=self.worker_index, clock_offset_s=self.clock_offset,
-                     wall_start=self.wall() - (time.perf_counter() - rec.start) - (self.clock_offset or 0.0))
-            if rec.class_index is not None:
-                d["class"] = self.scenario.workload.mix[rec.class_index].name
-            self.records.append(d)
+            self._save(rec, step, phase, None if rec.class_index is None else
+                       self.scenario.workload.mix[rec.class_index].name)
+
+    def _save(self, rec: RequestRecord, step: int, phase: str, cls: str | None) -> None:
+        d = rec.to_dict()
+        d.pop("chunk_times")
+        d.pop("chunk_tokens")
+        d.update(step=step, phase=phase, worker=self.worker_index, clock_offset_s=self.clock_offset,
+                 wall_start=self.wall() - (time.perf_counter() - rec.start) - (self.clock_offset or 0.0))
+        if cls is not None:
+            d["class"] = cls
+        self.records.append(d)
 
     def record_session(self, rec: SessionRecord, now: float) -> None:
         self.recorder.add_session(rec, now)
@@ -187,6 +209,7 @@ class WorkerSide:
         """The master began a step (or ended the plan): tag records (and CPU) with it from ``now`` on."""
         self.generator.charge(self.recorder.step)
         self.recorder.set_step(msg.index, now)
+        self.fleet_size = msg.stride
         default = self.scenario.load.step.warmup_s
         self.recorder.warmup_s = default if msg.warmup_s is None else msg.warmup_s
         self.told.set()

@@ -312,6 +312,13 @@ class Recorder:
             b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
         return key
 
+    def add_row(self, rec: RequestRecord, now: float) -> tuple[int, str]:
+        """A row only, in the measured part of a step (a probe: reported apart, in no metric of the step)."""
+        key, b = self._bucket(now)
+        if key[1] == "measure":
+            b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
+        return key
+
     def note(self, key: str, now: float) -> None:
         """Count one event of ``key`` (``Bucket.extra``) in the current step and phase."""
         self._bucket(now)[1]._count(key)

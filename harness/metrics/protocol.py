@@ -143,7 +143,7 @@ class StepMessage:
     rate: float | None = None
     """Open loop: the fleet's arrival rate (req/s) in this step."""
     stride: int = 1
-    """Open loop: how many workers share the schedule (each takes every stride-th arrival)."""
+    """How many workers share the step: in open loop each takes every stride-th arrival; probes alike."""
     end: bool = False
     """The plan ended: ``index`` is past the last step."""
     warmup_s: float | None = None
@@ -155,6 +155,8 @@ class StepMessage:
         out: dict = {"index": self.index}
         if self.rate is not None:
             out.update(rate=self.rate, stride=self.stride)
+        elif self.stride != 1:  # closed loop: the fleet's size, for probes (``load/probes.py``)
+            out["stride"] = self.stride
         if self.warmup_s is not None:
             out["warmup_s"] = self.warmup_s
         return out

@@ -19,7 +19,8 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
   every stream silent at once). The master finds server-wide pauses in them (``analysis.pauses``);
 - ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
   the client's own part, in tenths of a millisecond; None where not measured;
-- ``class``: the request's class in ``workload.mix`` (its index); None without a mix.
+- ``class``: the request's class in ``workload.mix`` (its index), ``PROBE_CLASS`` (−1) for a probe request
+  (``load.probes``); None otherwise.
 
 Rows of an older kneecap (15 fields, before ``gaps``; 16, before ``send`` and ``lag``; 18, before ``class``) are
 read with the missing fields None (``check_rows``).
@@ -34,13 +35,16 @@ from operator import sub
 from harness.metrics.record import RequestRecord
 
 __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS",
-           "GAP_MIN_S", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows", "long_gaps"]
+           "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows",
+           "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
 _OLDER_LENGTHS = (15, 16, 18)
 _GAPS = ROW_FIELDS.index("gaps")
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED, FLAG_LATE_STAMPS = 1, 2, 4, 8
+PROBE_CLASS = -1
+"""The ``class`` of a probe's row (``load.probes``): kept apart from the step's requests by the master."""
 _LATENCY = 10_000  # tenths of a millisecond per second
 GAP_FACTOR = 4.0
 """A silence counts when it is at least this many times the stream's median gap between chunks..."""

@@ -8,7 +8,7 @@ import random
 import pytest
 import yaml
 
-from harness.analysis.classes import class_point, class_steps
+from harness.analysis.classes import class_point, class_steps, probe_step
 from harness.analysis.slo import parse_threshold
 from harness.analysis.tail_rows import columns
 from harness.metrics.aggregate import ci_ranks
@@ -113,3 +113,19 @@ def test_each_class_is_one_influx_point_tagged_with_its_name_and_the_schemas_fie
         fields = {kv.split("=")[0] for kv in line.split(" ")[1].split(",")}
         assert fields <= set(spec["fields"]) and {"requests", "share", "ttft_p99", "e2e_p95"} <= fields, line
     assert "slo_passed=0i" in lines[1] and "slo_passed" not in lines[0]
+
+
+def test_probes_are_one_class_of_their_own_and_their_block_is_checked():
+    rows, truth = _rows(seed=4, n=60)
+    p = probe_step(columns(rows))
+    assert p.name == "probe" and p.requests == 60 and p.share is None and p.weight_share is None
+    ok = sorted(v for vs in truth.values() for v in vs if v is not None)
+    assert p.latency_ms["ttft"]["p50"] == round(ok[math.floor(0.5 * (len(ok) - 1))] / 10, 3)
+    s = parse_scenario(yaml.safe_load("name: x\nworkload: {input_tokens: 5, output_tokens: 5}\n"
+                                      "load: {probes: {rate: 2}}\n"))
+    assert (s.load.probes.rate, s.load.probes.input_tokens, s.load.probes.max_tokens) == (2, 16, 1)
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(yaml.safe_load("name: x\nworkload: {input_tokens: 5, output_tokens: 5}\n"
+                                      "load: {probes: {rate: 0, max_token: 3}}\n"))
+    assert "load.probes: unknown key 'max_token'; did you mean 'max_tokens'?" in str(err.value)
+    assert "load.probes.rate: must be > 0, got 0" in str(err.value)

@@ -1,6 +1,7 @@
 """A weighted mix of two classes end to end: each class its own model on the simulator (its own engine and speed),
 the simulator's trace as the truth. Two workers share 1,000+ requests 3:1; each class's TPOT is its model's; each
-class's SLO is judged on its requests alone, in the step's verdict and the exit code."""
+class's SLO is judged on its requests alone, in the step's verdict and the exit code; probes at 2/s beside them
+are reported apart and absent from the step's metrics."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ SCENARIO = """
           output_tokens: 8
           endpoint: {model: slow}
           slo: {tpot: ["p(95)<15"], error_rate: "rate<0.01"}
-    load: {mode: constant, users: 16, duration_s: 9, step: {warmup_s: 1}}
+    load: {mode: constant, users: 16, duration_s: 9, step: {warmup_s: 1}, probes: {rate: 2, input_tokens: 16}}
 """
 
 
@@ -49,7 +50,15 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     # Each class went to its own model: the simulator's trace, request by request
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
     measured = [rec for rec in r.records if rec["phase"] == "measure" and rec["ok"]]
-    assert {rec["class"]: served[rec["response_id"]]["model"] for rec in measured} == {"chat": "fast", "batch": "slow"}
+    assert {rec["class"]: served[rec["response_id"]]["model"] for rec in measured} == {
+        "chat": "fast", "batch": "slow", "probe": "fast"}
+
+    # Probes at 2/s across both workers, one token each, apart from the step's requests and metrics
+    probes = [rec for rec in measured if rec["class"] == "probe"]
+    assert step["probes"]["requests"] == len(probes) == pytest.approx(2 * step["duration_s"], abs=2), step["probes"]
+    assert all(served[rec["response_id"]]["output_tokens"] == 1 for rec in probes)
+    assert step["latency_ms"]["ttft"]["count"] == step["requests"] == len(measured) - len(probes), step["requests"]
+    assert step["probes"]["latency_ms"]["ttft"]["p50"] < 50 and step["probes"]["share"] is None
     assert len([rec for rec in measured if rec["class"] == "batch"]) == batch["requests"] - batch["failed"]
     for cls, model in ((chat, "fast"), (batch, "slow")):
         gaps = [b - a for row in served.values() if row["model"] == model and row["status"] == "ok"
