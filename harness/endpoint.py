@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from harness.checker import Checker
 from harness.client.timeouts import Timeouts
+from harness.workload.adapters import AdapterSpec, adapters_from_spec
 
 __all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "USAGE_PER_CHUNK", "Endpoint", "Tls", "header_values",
            "parse_endpoint", "parse_headers", "url_problem"]
@@ -95,6 +96,8 @@ class Endpoint:
     """Extra request headers (gateways); values given as ``{env: NAME}`` are read from the environment at start."""
     anthropic_version: str = "2023-06-01"
     """``messages``: the ``anthropic-version`` header."""
+    adapters: AdapterSpec | None = None
+    """LoRA adapters of ``model``: each request names one (``workload/adapters.py``); None: ``model`` itself."""
 
     @property
     def path(self) -> str:
@@ -106,7 +109,7 @@ class Endpoint:
 def parse_endpoint(node: Any, check: Checker) -> Endpoint:
     """The scenario's ``endpoint`` section, every problem reported to ``check``."""
     keys = ("host", "api", "model", "api_key_env", "ignore_eos", "extra_body", "timeouts", "metrics", "tls",
-            "retry_after", "stream", "continuous_usage", "headers", "anthropic_version")
+            "retry_after", "stream", "continuous_usage", "headers", "anthropic_version", "adapters")
     d = Endpoint()
     if check.mapping(node, "endpoint", keys) is None:
         return d
@@ -133,7 +136,9 @@ def parse_endpoint(node: Any, check: Checker) -> Endpoint:
                     continuous_usage=check.string(node, "continuous_usage", "endpoint", d.continuous_usage,
                                                   choices=USAGE_PER_CHUNK),
                     headers=parse_headers(node.get("headers", {}), check),
-                    anthropic_version=check.string(node, "anthropic_version", "endpoint", d.anthropic_version))
+                    anthropic_version=check.string(node, "anthropic_version", "endpoint", d.anthropic_version),
+                    adapters=adapters_from_spec(node["adapters"], "endpoint.adapters", check) if "adapters" in node
+                    else None)
 
 
 _TOKEN = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")

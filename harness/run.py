@@ -62,10 +62,15 @@ class RunOptions:
 
 def _start_sim(sc: Scenario, extra: tuple[str, ...], out: str, say: Callable[[str], None]) -> tuple[Child, str]:
     """The built-in simulator serving the scenario's model, or a mix's models (each class's, at the same speed),
-    unless ``--sim-arg=--serve-model=...`` says which it serves."""
+    unless ``--sim-arg=--serve-model=...`` says which it serves; and their LoRA adapters (``endpoint.adapters``)
+    unless ``--sim-arg=--lora...`` does."""
     model = sc.endpoint.model
     preset = model[4:] if model.startswith("sim-") and model[4:] in PRESETS else DEFAULT_PRESET
-    models = list(dict.fromkeys([model, *(sc.class_endpoint(c).model for c in sc.workload.mix)]))
+    endpoints = [sc.endpoint, *(sc.class_endpoint(c) for c in sc.workload.mix)]
+    models = list(dict.fromkeys(e.model for e in endpoints))
+    if not any(a.startswith("--lora") for a in extra):
+        loras = {f"--lora={name}@{e.model}": None for e in endpoints if e.adapters for name in e.adapters.names}
+        extra = (*loras, *extra)
     if any(a.startswith("--serve-model") for a in extra):
         served: list[str] = []
     elif len(models) == 1:

@@ -77,11 +77,13 @@ class Scenario:
     """The ``gate:`` block over the defaults (``capacity.thresholds``, ``kneecap compare --gate``); None: not given."""
 
     def class_endpoint(self, cls: TrafficClass) -> Endpoint:
-        """The endpoint as ``cls`` sends to it: its model, ignore_eos, and extra_body and headers merged over the
-        scenario's."""
+        """The endpoint as ``cls`` sends to it: its model (and adapters), ignore_eos, and extra_body and headers merged
+        over the scenario's."""
         o = cls.endpoint
         return dataclasses.replace(self.endpoint, model=o.get("model", self.endpoint.model),
                                    ignore_eos=o.get("ignore_eos", self.endpoint.ignore_eos),
+                                   # a class of another model does not name the scenario model's adapters
+                                   adapters=o.get("adapters", None if "model" in o else self.endpoint.adapters),
                                    extra_body={**self.endpoint.extra_body, **o.get("extra_body", {})},
                                    headers={**self.endpoint.headers, **o.get("headers", {})})
 

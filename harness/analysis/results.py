@@ -135,6 +135,8 @@ class StepResult:
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
     rest, in words (``analysis.tail``); judged steps with request rows only."""
+    adapters: dict[str, int] = field(default_factory=dict)
+    """``endpoint.adapters``: measured requests per LoRA adapter (the ones that got any); empty without adapters."""
     probes: dict | None = None
     """``load.probes``: the probe requests apart (``analysis.classes.probe_step``: requests, failures, latencies);
     judged steps only."""
@@ -195,6 +197,8 @@ class StepResult:
             out["classes"] = self.classes
         if self.probes is not None:
             out["probes"] = self.probes
+        if self.adapters:
+            out["adapters"] = dict(self.adapters)
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
         if self.started_at is not None:

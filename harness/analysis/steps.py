@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import GeneratorHealth, StepResult, Throughput
 from harness.analysis.slo import LATENCY_METRICS
-from harness.metrics.aggregate import LATENCIES, Bucket, summarize_sketch
+from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
@@ -150,6 +150,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
         cancelled=sum(bucket.cancelled.values()), cancelled_by=dict(sorted(bucket.cancelled.items())),
         cancelled_output_tokens=bucket.cancelled_tokens,
+        adapters={k[len(ADAPTER_KEY):]: v for k, v in sorted(bucket.extra.items()) if k.startswith(ADAPTER_KEY)},
         ended=info.ended_why, started_at=round(info.started_wall, 3) if info.started_wall else None)
 
 

@@ -20,6 +20,7 @@ Open-loop arrivals are never delayed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -91,14 +92,12 @@ class LLMUser(SessionTurns, FastHttpUser):
             Timeouts(connect_s=t.connect_s, ttft_s=t.total_s, idle_s=t.total_s, total_s=t.total_s,
                      scale_with_prompt=SCALED if "total_s" in t.scale_with_prompt else frozenset())
         """The endpoint's limits; each request's are ``for_prompt`` of them (longer for long prompts)."""
-        self.sessions = self.kneecap.session_sampler()
-        self.sampler = None if self.sessions else self.kneecap.sampler()
+        self.sessions = self.kneecap.samplers.session_sampler()
+        self.sampler = None if self.sessions else self.kneecap.samplers.sampler()
         self.spare: list[Connection] = []
         """Connections for a session turn's parallel sub-calls (and open-loop sessions), kept for reuse."""
         self.backoff = Backoff(honor_retry_after=ep.retry_after == "honor")
-
-        self.base = base
-        self.in_flight = Group()
+        self.base, self.in_flight = base, Group()
 
     def on_stop(self) -> None:
         self.in_flight.kill(block=False)
@@ -178,13 +177,15 @@ class LLMUser(SessionTurns, FastHttpUser):
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
                   call: Call | None) -> RequestRecord:
-        headers, cls, hangups = self.headers, None, {}
+        headers, cls, hangups, adapter = self.headers, None, {}, None
         if call is None:
             plan = self.sampler.next()  # type: ignore[union-attr]
             prompts, max_tokens, cls = [plan.prompt], plan.max_tokens, plan.class_index
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             if cls is not None:
                 ep, headers = self.classes[cls]
+            if ep.adapters is not None:  # a LoRA adapter of the model: the worker's picker says which
+                ep = dataclasses.replace(ep, model=(adapter := self.kneecap.samplers.adapter(cls)))
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
                 extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
@@ -203,7 +204,7 @@ class LLMUser(SessionTurns, FastHttpUser):
             rec = stream_request(conn, self.path, head, ex.body, limits, intended_start=intended_start,
                                  tracker=ex.tracker, body_parser=ex.parser, **hangups)
             rec.loop_lag_s = lag
-            rec.class_index = cls
+            rec.class_index, rec.model = cls, adapter
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None

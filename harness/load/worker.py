@@ -21,15 +21,12 @@ from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
-from harness.metrics.aggregate import Recorder
+from harness.load.samplers import Samplers
+from harness.metrics.aggregate import ADAPTER_KEY, Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
-from harness.scenario import Scenario, Workload
-from harness.workload.mix import ClassPicker
-from harness.workload.prompts import PromptBuilder
-from harness.workload.sampler import MixSampler, RequestSampler
-from harness.workload.sessions import SessionSampler
+from harness.scenario import Scenario
 
 log = logging.getLogger("kneecap")
 
@@ -65,15 +62,13 @@ class WorkerSide:
         """Requests in flight on this worker now (each record keeps the count at its send)."""
         self.logged_errors: set[type] = set()
         """Exception types already logged as client_error in this process (each once, not per request)."""
-        self._prompts: PromptBuilder | None = None
+        self.samplers = Samplers(self)
+        """What each user draws its requests from (``load/samplers.py``), remade at test start."""
         self._probes: ProbeDriver | None = None
         self.fleet_size = 1
         """Workers in the fleet, as the last step message said (probes share their rate out by it)."""
-        self._picker: ClassPicker | None = None
-        self._class_prompts: list[PromptBuilder] = []
         self._usage_refused = False
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
-        self._samplers = 0
         self._told_warned = False
         self.wall = worker_clock()
         self.clock_offset: float | None = None
@@ -93,16 +88,17 @@ class WorkerSide:
 
     def on_test_start(self) -> None:
         """The scenario is known now (workers: the master's options came with the spawn message)."""
-        self._prompts, self._picker = None, None
+        self.samplers = Samplers(self)
+        self.samplers.warm()  # the prompt corpus (~50 ms) now, not in a step's time
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
         ep = self.scenario.endpoint
         if (self.env.host or ep.host or "").startswith("https:"):  # load the CAs now, not in a step's time
             tls_context(ep.tls.ca_file, ep.tls.verify and not self.source.option("insecure"))
-        self.generator.start()
         self.stop_probes()
         self._probes = start_probes(self)  # load.probes: this worker's share, from the first step on
+        self.generator.start()
 
     def stop(self) -> None:
         self.generator.stop()
@@ -118,45 +114,6 @@ class WorkerSide:
         step, phase = self.recorder.add_row(rec, now)
         if self.source.option("save_requests"):
             self._save(rec, step, phase, "probe")
-
-    def _builder(self) -> PromptBuilder:
-        if self._prompts is None:
-            self._prompts = self._new_builder(self.scenario.workload)
-        return self._prompts
-
-    def _new_builder(self, w: Workload) -> PromptBuilder:
-        return PromptBuilder(api=self.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
-                             unique=w.unique_prompts, seed=w.seed, source=w.prompts)
-
-    def session_sampler(self) -> SessionSampler | None:
-        """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""
-        w = self.scenario.workload
-        if w.sessions is None:
-            return None
-        self._samplers += 1
-        return SessionSampler(w.sessions, self._builder(), seed=w.seed,
-                              stream=self.worker_index * 100_000 + self._samplers)
-
-    def sampler(self) -> RequestSampler | MixSampler:
-        """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration; with a mix,
-        one per class (each its own stream and calibration) behind the worker's one class picker."""
-        w = self.scenario.workload
-        self._samplers += 1
-        stream = self.worker_index * 100_000 + self._samplers
-        if not w.mix:
-            return self._sampler(w, self._builder(), stream)
-        if self._picker is None:
-            self._picker = ClassPicker([c.weight for c in w.mix], start=self.worker_index)
-            self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
-        # a class's stream is apart from the others' and from the single-class streams (1000 classes at most)
-        return MixSampler([self._sampler(c.workload, b, stream * 1000 + i)
-                           for i, (c, b) in enumerate(zip(w.mix, self._class_prompts, strict=True))],
-                          self._picker.pick)
-
-    def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
-        return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,
-                              api=self.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts,
-                              cancel=w.cancel, patience=w.patience)
 
     @property
     def continuous_usage(self) -> bool:
@@ -185,6 +142,8 @@ class WorkerSide:
 
     def record(self, rec: RequestRecord, now: float) -> None:
         step, phase = self.recorder.add(rec, now)
+        if rec.model is not None:  # a LoRA adapter: counted per step (steps[].adapters)
+            self.recorder.note(f"{ADAPTER_KEY}{rec.model}", now)
         if self.source.option("save_requests"):
             self._save(rec, step, phase, None if rec.class_index is None else
                        self.scenario.workload.mix[rec.class_index].name)

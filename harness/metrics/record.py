@@ -118,6 +118,8 @@ class RequestRecord:
     late_chunks: list[int] | None = None
     """The first chunk of each such late receive (indices into ``chunk_times``): the silence before it may be the
     reader's, not the server's (``metrics.rows.long_gaps`` leaves it out). None when every receive came on time."""
+    model: str | None = None
+    """``endpoint.adapters``: the LoRA adapter the request named (its ``model``); None: the endpoint's model."""
     class_index: int | None = None
     """``workload.mix``: the index of the request's class among the scenario's; None without a mix."""
     content: str | None = None

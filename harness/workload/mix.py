@@ -36,6 +36,7 @@ from typing import Any
 
 from harness.checker import Checker
 from harness.endpoint import parse_headers
+from harness.workload.adapters import adapters_from_spec
 from harness.workload.cancel import HANGUP_KEYS, Cancel, Patience, cancel_from_spec, patience_from_spec
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompt_file import PromptSource, prompts_from_spec
@@ -44,7 +45,7 @@ from harness.workload.spec import joint_from_spec, length_from_spec
 
 __all__ = ["CLASS_ENDPOINT_KEYS", "ClassPicker", "TrafficClass", "Workload", "workload_from_spec"]
 
-CLASS_ENDPOINT_KEYS = ("model", "extra_body", "headers", "ignore_eos")
+CLASS_ENDPOINT_KEYS = ("model", "extra_body", "headers", "ignore_eos", "adapters")
 """What a class may set of the endpoint; the rest (host, api, timeouts, TLS) is one per scenario."""
 _LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "prompts")
 
@@ -189,6 +190,9 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
                 check.boolean(endpoint, "ignore_eos", f"{where}.endpoint", True)
             if "extra_body" in endpoint and not isinstance(endpoint["extra_body"], dict):
                 check.fail(f"{where}.endpoint.extra_body", "expected a mapping (merged over the endpoint's own)")
+            if "adapters" in endpoint:
+                endpoint = {**endpoint, "adapters": adapters_from_spec(endpoint["adapters"],
+                                                                       f"{where}.endpoint.adapters", check)}
             if "headers" in endpoint:
                 headers = parse_headers(endpoint["headers"], check, f"{where}.endpoint.headers")
                 endpoint = {**endpoint, "headers": headers}

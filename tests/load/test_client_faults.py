@@ -100,7 +100,8 @@ class FlakyUser(user.LLMUser):
         inner, calls = self.sampler, [0]
 
         class Flaky:
-            prompts = inner.prompts
+            def builder(self, class_index):
+                return inner.builder(class_index)
 
             def next(self):
                 calls[0] += 1

@@ -1,7 +1,8 @@
 """A weighted mix of two classes end to end: each class its own model on the simulator (its own engine and speed),
 the simulator's trace as the truth. Two workers share 1,000+ requests 3:1; each class's TPOT is its model's; each
-class's SLO is judged on its requests alone, in the step's verdict and the exit code; probes at 2/s beside them
-are reported apart and absent from the step's metrics."""
+class's SLO is judged on its requests alone, in the step's verdict and the exit code; one class's requests go to
+three LoRA adapters in turn (counted per step); probes at 2/s beside them are reported apart and absent from the
+step's metrics."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ SCENARIO = """
     workload:
       seed: 7
       mix:
-        - {name: chat, weight: 3, input_tokens: 40, output_tokens: 8, slo: {tpot: ["p(95)<15"]}}
+        - {name: chat, weight: 3, input_tokens: 40, output_tokens: 8, slo: {tpot: ["p(95)<15"]},
+           endpoint: {adapters: {names: [a0, a1, a2]}}}
         - name: batch
           weight: 1
           input_tokens: 40
@@ -35,8 +37,9 @@ SCENARIO = """
 
 def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     trace = tmp_path / "trace.jsonl"
-    with start_sim("--preset", "tiny", "--serve-model", "fast:3", "--serve-model", "slow:24",
-                   "--iter-per-seq-ms", "0", "--trace-file", str(trace)) as sim:
+    with start_sim("--preset", "tiny", "--serve-model", "fast:3", "--serve-model", "slow:24", "--lora", "a0@fast",
+                   "--lora", "a1@fast", "--lora", "a2@fast", "--max-loras", "3", "--iter-per-seq-ms", "0",
+                   "--trace-file", str(trace)) as sim:
         r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--save-requests", host=sim.url, workers=2,
                         out=tmp_path / "out", report=True)
     step = r.summary["steps"][0]
@@ -50,8 +53,11 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     # Each class went to its own model: the simulator's trace, request by request
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
     measured = [rec for rec in r.records if rec["phase"] == "measure" and rec["ok"]]
-    assert {rec["class"]: served[rec["response_id"]]["model"] for rec in measured} == {
-        "chat": "fast", "batch": "slow", "probe": "fast"}
+    models = {(rec["class"], rec["model"], served[rec["response_id"]]["model"]) for rec in measured}
+    assert models == {("chat", a, a) for a in ("a0", "a1", "a2")} | {("batch", None, "slow"), ("probe", None, "fast")}
+    # the chat class's LoRA adapters in turn on each worker: within one request per worker of each other
+    adapters = step["adapters"]
+    assert sum(adapters.values()) == chat["requests"] and max(adapters.values()) - min(adapters.values()) <= 2, adapters
 
     # Probes at 2/s across both workers, one token each, apart from the step's requests and metrics
     probes = [rec for rec in measured if rec["class"] == "probe"]
@@ -60,8 +66,8 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     assert step["latency_ms"]["ttft"]["count"] == step["requests"] == len(measured) - len(probes), step["requests"]
     assert step["probes"]["latency_ms"]["ttft"]["p50"] < 50 and step["probes"]["share"] is None
     assert len([rec for rec in measured if rec["class"] == "batch"]) == batch["requests"] - batch["failed"]
-    for cls, model in ((chat, "fast"), (batch, "slow")):
-        gaps = [b - a for row in served.values() if row["model"] == model and row["status"] == "ok"
+    for cls, model in ((chat, {"a0", "a1", "a2"}), (batch, {"slow"})):
+        gaps = [b - a for row in served.values() if row["model"] in model and row["status"] == "ok"
                 for a, b in itertools.pairwise(row["token_times"])]
         truth_ms = 1000 * statistics.median(gaps)
         assert cls["latency_ms"]["tpot"]["p50"] == pytest.approx(truth_ms, rel=0.15, abs=1.0), (model, cls, truth_ms)

@@ -1,0 +1,94 @@
+"""What a worker's users draw their requests from: samplers, prompt builders, the class picker and the LoRA adapter
+pickers, one set per worker and test (``WorkerSide.samplers``, remade at test start).
+
+Each user gets its own seeded stream (the worker's index and a running count name it) over the worker's shared
+prompt calibration; a mix's classes each their own builder behind the worker's one ``ClassPicker``; adapters one
+picker per class, so a round robin cycles over the worker's requests (``workload/adapters.py``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from harness.scenario import Workload
+from harness.workload.adapters import adapter_picker
+from harness.workload.mix import ClassPicker
+from harness.workload.prompts import PromptBuilder
+from harness.workload.sampler import MixSampler, RequestSampler
+from harness.workload.sessions import SessionSampler
+
+__all__ = ["Samplers"]
+
+
+class Samplers:
+    """``worker``: the ``WorkerSide`` (its scenario and index, read when a sampler is made)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self._main: PromptBuilder | None = None
+        self._picker: ClassPicker | None = None
+        self._class_prompts: list[PromptBuilder] = []
+        self._adapters: dict[int | None, Callable[[], str]] = {}
+        self._samplers = 0
+
+    def warm(self) -> None:
+        """Build the prompt builders (their corpus: ~50 ms of CPU) before the load begins, not in its first step."""
+        w = self.worker.scenario.workload
+        if w.mix:
+            self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
+        else:
+            self._builder()
+
+    def _builder(self) -> PromptBuilder:
+        if self._main is None:
+            self._main = self._new_builder(self.worker.scenario.workload)
+        return self._main
+
+    def _new_builder(self, w: Workload) -> PromptBuilder:
+        return PromptBuilder(api=self.worker.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
+                             unique=w.unique_prompts, seed=w.seed, source=w.prompts)
+
+    def session_sampler(self) -> SessionSampler | None:
+        """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""
+        w = self.worker.scenario.workload
+        if w.sessions is None:
+            return None
+        self._samplers += 1
+        return SessionSampler(w.sessions, self._builder(), seed=w.seed,
+                              stream=self.worker.worker_index * 100_000 + self._samplers)
+
+    def sampler(self) -> RequestSampler | MixSampler:
+        """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration; with a mix,
+        one per class (each its own stream and calibration) behind the worker's one class picker."""
+        w = self.worker.scenario.workload
+        self._samplers += 1
+        stream = self.worker.worker_index * 100_000 + self._samplers
+        if not w.mix:
+            return self._sampler(w, self._builder(), stream)
+        if self._picker is None:
+            self._picker = ClassPicker([c.weight for c in w.mix], start=self.worker.worker_index)
+        if not self._class_prompts:
+            self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
+        # a class's stream is apart from the others' and from the single-class streams (1000 classes at most)
+        return MixSampler([self._sampler(c.workload, b, stream * 1000 + i)
+                           for i, (c, b) in enumerate(zip(w.mix, self._class_prompts, strict=True))],
+                          self._picker.pick)
+
+    def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
+        return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,
+                              api=self.worker.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts,
+                              cancel=w.cancel, patience=w.patience)
+
+    def adapter(self, class_index: int | None) -> str:
+        """The next request's LoRA adapter (``endpoint.adapters``, or its class's): one picker per class per worker,
+        so a round robin cycles over the worker's requests."""
+        picker = self._adapters.get(class_index)
+        if picker is None:
+            sc = self.worker.scenario
+            ep = sc.endpoint if class_index is None else sc.class_endpoint(sc.workload.mix[class_index])
+            rng = random.Random(f"kneecap/{sc.workload.seed}/{self.worker.worker_index}/adapters/{class_index}")
+            picker = adapter_picker(ep.adapters, rng, start=self.worker.worker_index)  # type: ignore[arg-type]
+            self._adapters[class_index] = picker
+        return picker()
