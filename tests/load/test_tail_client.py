@@ -36,7 +36,7 @@ import pytest
 from tests.kit.run import RunResult, kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
-pytestmark = [pytest.mark.integration, pytest.mark.timing,
+pytestmark = [pytest.mark.integration, pytest.mark.timing, pytest.mark.xdist_group("tail_client"),  # one run
               pytest.mark.skipif((os.cpu_count() or 1) < 2 or not shutil.which("taskset") or sys.platform != "linux",
                                  reason="needs two cores, taskset and Linux's kernel receive stamps")]
 
