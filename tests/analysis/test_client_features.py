@@ -45,3 +45,19 @@ def test_a_tail_of_late_reads_is_named_as_the_client_not_a_server_pause():
     a = explain_tail(rows).get("ttft_s", 0.95)
     assert a.causes[0] == "late_stamps" and "reader fell behind" in a.line and "the load generator" in a.line, a.line
 
+
+
+def test_the_loop_lag_at_send_is_no_cause_of_the_time_between_tokens():
+    """A busy machine slows the server's tokens and the client's loop at once: the lag is tested against the metrics
+    it can be inside (TTFT, TTFO), not against TPOT (``tail.ONLY_FOR``)."""
+    rng = random.Random(9)
+    rows = []
+    for i in range(2000):
+        busy = i % 25 == 7
+        rows.append(TailRow(ttft_s=rng.uniform(0.04, 0.06), tpot_s=rng.uniform(0.02, 0.03) + (0.05 if busy else 0),
+                            prompt_tokens=400, loop_lag_ms=rng.uniform(15, 30) if busy else rng.uniform(0, 0.5),
+                            worker=0, t_in_step_s=i * 0.01))
+    tails = explain_tail(rows)
+    tpot = tails.get("tpot_s", 0.95)
+    assert "loop_lag_ms" not in {t.feature for t in tpot.tests} and "load generator" not in tpot.line, tpot.line
+    assert "loop_lag_ms" in {t.feature for t in tails.get("ttft_s", 0.95).tests}
