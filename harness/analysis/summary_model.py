@@ -103,7 +103,7 @@ class Step(_View, kw_only=True):
     cancelled_output_tokens: int | UnsetType = UNSET
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
-    adapters: dict[str, int] = {}
+    adapters: dict[str, int] | UnsetType = UNSET
     """``endpoint.adapters``: measured requests per LoRA adapter; absent without adapters."""
     probes: TrafficClassStep | UnsetType | None = UNSET
     """``load.probes``: the probe requests apart (class "probe"); absent without probes (and from older files)."""
