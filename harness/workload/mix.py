@@ -130,7 +130,8 @@ def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
         if given:
             check.fail(path, f"sessions set their own lengths (first_input_tokens, turn_input_tokens, "
                              f"output_tokens): remove {', '.join(given)}")
-        if node.get("unique_prompts") is False:
+        sharegpt = isinstance(node["sessions"], dict) and node["sessions"].get("format") == "sharegpt"
+        if node.get("unique_prompts") is False and not sharegpt:  # a file's texts may go exactly as written
             check.fail(f"{path}.unique_prompts", "sessions need unique first prompts (the nonce keeps sessions "
                                                  "apart); remove unique_prompts: false")
         sessions = sessions_from_spec(node["sessions"], f"{path}.sessions", check)

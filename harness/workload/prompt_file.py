@@ -29,10 +29,11 @@ from harness.checker import Checker
 from harness.workload.corpus import CORPORA, Corpus, builtin
 from harness.workload.traces import TraceError, _text
 
-__all__ = ["FORMATS", "PromptFile", "PromptSource", "prompts_from_spec", "read_prompts"]
+__all__ = ["FORMATS", "HUMAN", "PromptFile", "PromptSource", "listed", "prompts_from_spec", "read_prompts",
+           "sharegpt_conversations"]
 
 FORMATS = ("jsonl", "sharegpt")
-_HUMAN = ("human", "user")
+HUMAN = ("human", "user")
 """ShareGPT's name for the user's turns (``from``), and the name some exports use instead."""
 _SHOWN = 5
 """Lines (or items) named per kind of problem; the rest are counted."""
@@ -70,7 +71,7 @@ def _joined(texts: tuple[str, ...]) -> tuple[Corpus, tuple[int, ...]]:
     return corpus, tuple(firsts)
 
 
-def _lines(items: list[int]) -> str:
+def listed(items: list[int]) -> str:
     shown = ", ".join(str(n) for n in items[:_SHOWN])
     return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
@@ -104,14 +105,14 @@ def _read_jsonl(path: str, text: str, field: str) -> PromptFile:
     found = []
     if bad_json:
         first, why = bad_json[0]
-        more = f" (and {_rows(len(bad_json) - 1)} more: lines {_lines([n for n, _ in bad_json[1:]])})" \
+        more = f" (and {_rows(len(bad_json) - 1)} more: lines {listed([n for n, _ in bad_json[1:]])})" \
             if len(bad_json) > 1 else ""
         found.append(f"not JSON on line {first} ({why}){more}")
     kinds = {"not an object": "not a JSON object", "missing": f"field {field!r} missing",
              "not a string": f"field {field!r} not a string", "empty": f"field {field!r} empty"}
     for kind, lines in problems.items():
         if lines:
-            found.append(f"{kinds[kind]} in {_rows(len(lines))} (line{'s' if len(lines) > 1 else ''} {_lines(lines)})")
+            found.append(f"{kinds[kind]} in {_rows(len(lines))} (line{'s' if len(lines) > 1 else ''} {listed(lines)})")
     if found:
         raise TraceError(f"{path}: {'; '.join(found)}")
     if not texts:
@@ -121,13 +122,14 @@ def _read_jsonl(path: str, text: str, field: str) -> PromptFile:
 
 def _first_human(conversation: list) -> str | None:
     for turn in conversation:
-        if isinstance(turn, dict) and turn.get("from") in _HUMAN:
+        if isinstance(turn, dict) and turn.get("from") in HUMAN:
             value = turn.get("value")
             return value.strip() or None if isinstance(value, str) else None
     return None
 
 
-def _read_sharegpt(path: str, text: str) -> PromptFile:
+def sharegpt_items(path: str, text: str) -> list:
+    """A ShareGPT file's items (a JSON list); a ``TraceError`` if the file is not JSON or not a list."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -138,12 +140,27 @@ def _read_sharegpt(path: str, text: str) -> PromptFile:
     if not isinstance(data, list):
         raise TraceError(f"{path}: expected a JSON list of conversations, got {type(data).__name__} (ShareGPT: "
                          '[{"conversations": [{"from": "human", "value": ...}, ...]}, ...])')
-    texts, bad, skipped = [], [], 0
+    return data
+
+
+def sharegpt_conversations(path: str, text: str) -> tuple[list[tuple[int, dict, list]], list[int], int]:
+    """A ShareGPT file's conversations: (index, item, messages) of each item with a ``conversations`` list, the
+    indices of the items without one, and the number of items."""
+    data = sharegpt_items(path, text)
+    good, bad = [], []
     for i, item in enumerate(data):
         conversation = item.get("conversations") if isinstance(item, dict) else None
-        if not isinstance(conversation, list):
+        if isinstance(conversation, list):
+            good.append((i, item, conversation))
+        else:
             bad.append(i)
-            continue
+    return good, bad, len(data)
+
+
+def _read_sharegpt(path: str, text: str) -> PromptFile:
+    conversations, bad, items = sharegpt_conversations(path, text)
+    texts, skipped = [], 0
+    for _, _, conversation in conversations:
         prompt = _first_human(conversation)
         if prompt is None:
             skipped += 1
@@ -151,9 +168,9 @@ def _read_sharegpt(path: str, text: str) -> PromptFile:
             texts.append(prompt)
     if bad:
         raise TraceError(f"{path}: {len(bad)} item{'s' if len(bad) > 1 else ''} without a 'conversations' list "
-                         f"(items {_lines(bad)}, counting from 0)")
+                         f"(items {listed(bad)}, counting from 0)")
     if not texts:
-        raise TraceError(f"{path}: no conversation has a human turn with text ({len(data)} conversations)")
+        raise TraceError(f"{path}: no conversation has a human turn with text ({items} conversations)")
     return PromptFile(tuple(texts), skipped)
 
 

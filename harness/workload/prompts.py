@@ -212,13 +212,16 @@ class PromptBuilder:
         own = self.calibration.words_for(target_tokens) - self._prefix_words - (1 if nonce else 0)
         return first, max(1, own)
 
+    def _nonce(self, rng: random.Random) -> str:
+        if not self.unique:
+            return ""
+        self._count += 1
+        return f"{rng.getrandbits(32):08x}{self._count:x} "
+
     def build(self, target_tokens: int | None, rng: random.Random) -> Prompt:
         """A prompt whose reported length should approach ``target_tokens`` (the shared prefix included); None: a
         file's prompt as it is."""
-        nonce = ""
-        if self.unique:
-            self._count += 1
-            nonce = f"{rng.getrandbits(32):08x}{self._count:x} "
+        nonce = self._nonce(rng)
         first, own = self._own(target_tokens, nonce, rng)
         words = own + self._prefix_words + (1 if nonce else 0)
         target = target_tokens or 0
@@ -229,7 +232,15 @@ class PromptBuilder:
                 messages.append({"role": "user", "content": Spliced((nonce.encode(), view) if nonce else (view,))})
                 return Prompt(messages, None, words, target)
             return Prompt(None, Spliced((self._prefix_bytes + nonce.encode(), view)), words, target)
-        body = nonce + self.corpus.words(first, own)
+        return self._plain(nonce + self.corpus.words(first, own), words, target)
+
+    def build_text(self, text: str, rng: random.Random) -> Prompt:
+        """A prompt whose own words are ``text`` as it is, after the nonce (a replayed conversation's first message;
+        no target: its length is the text's)."""
+        nonce = self._nonce(rng)
+        return self._plain(nonce + text, len(text.split()) + self._prefix_words + (1 if nonce else 0), 0)
+
+    def _plain(self, body: str, words: int, target: int) -> Prompt:
         if self.chat:
             messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
             messages.append({"role": "user", "content": body})

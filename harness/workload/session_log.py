@@ -91,6 +91,9 @@ class ScriptedTurn:
     reset_tokens: int = 0
     """> 0: the agent compacted before this turn; its history becomes a fresh prompt of this many tokens
     (a cache miss), and ``input_tokens`` are added after it. 0: the history grows as usual."""
+    text: str | None = None
+    """The turn's new message as the log gives it (a ShareGPT user message: ``session_sharegpt.py``), sent as it
+    is; None: corpus text of ``input_tokens`` tokens."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ running, a human reading): part of the session, not load on the endpoint.
   its own new message; they run at once and are joined before the next turn. Only the first call's answer
   joins the history.
 - Scripted sessions (replayed from a log, ``harness.workload.session_log``): each session is a list of turns
-  with their own input/output lengths and gaps instead of draws from the distributions.
+  with their own input/output lengths and gaps instead of draws from the distributions. A ShareGPT file's
+  conversations (``session_sharegpt``) also give each turn's message text, sent as it is instead of corpus text.
 
 A turn's ``turn_input_tokens`` is how much the prompt grows beyond the previous prompt and answer, give or
 take the chat template's few tokens per message. Everything is seeded per user stream, like single requests.
@@ -31,11 +32,12 @@ from harness.checker import Checker
 from harness.workload.lengths import Duration, Fixed, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 from harness.workload.sampler import worker_rng
-from harness.workload.session_log import ScriptedTurn, read_session_log
+from harness.workload.session_log import ScriptedTurn, load_session_log
+from harness.workload.session_sharegpt import load_sharegpt_sessions
 from harness.workload.spec import duration_from_spec, length_from_spec
 from harness.workload.traces import TraceError
 
-__all__ = ["DEFAULT_TURN_BUCKETS", "Call", "ScriptedTurn", "Session", "SessionSampler", "SessionSpec",
+__all__ = ["DEFAULT_TURN_BUCKETS", "LOG_FORMATS", "Call", "ScriptedTurn", "Session", "SessionSampler", "SessionSpec",
            "sessions_from_spec", "turn_bucket", "turn_labels"]
 
 DEFAULT_TURN_BUCKETS = (1, 2, 5, 17)
@@ -121,26 +123,29 @@ class Session:
     def done(self) -> bool:
         return self.turn >= self.turns
 
-    def _lengths(self) -> tuple[int, int, float]:
+    def _lengths(self) -> tuple[int, int, float, str | None]:
+        """The next turn's new input tokens, output tokens, think time and (a replayed text) its message."""
         spec, rng = self.spec, self._rng
         if self._script:
             t = self._script[self.turn]
             if t.reset_tokens and self.turn:  # the logged agent compacted here: a fresh history this long
                 self._compact(t.reset_tokens)
                 self._reset = True
-            return t.input_tokens, t.output_tokens, t.think_s if self.turn else 0.0
+            # the logged gap, plus the drawn one (0 but with a ShareGPT file, which logs none)
+            think = t.think_s + spec.think_time_s.sample(rng) if self.turn else 0.0
+            return t.input_tokens, t.output_tokens, think, t.text
         new = (spec.first_input_tokens if self.turn == 0 else spec.turn_input_tokens).sample(rng)
         think = spec.think_time_s.sample(rng) if self.turn else 0.0
-        return new, max(1, spec.output_tokens.sample(rng)), think
+        return new, max(1, spec.output_tokens.sample(rng)), think, None
 
     def next_turn(self) -> list[Call] | None:
         if self.done:
             return None
-        new, out, think = self._lengths()
+        new, out, think, text = self._lengths()
         chat = self._builder.chat
         self.turn += 1
         if self.turn == 1:
-            return [self._first(new, out)]
+            return [self._first(new, out, text)]
         cap, compacted = self.spec.max_context_tokens, self._reset
         self._reset = False
         if cap is not None and self.context_tokens + new + out > cap:
@@ -156,8 +161,8 @@ class Session:
         width = 1 if self._script else max(1, self.spec.parallel_calls.sample(self._rng))
         calls = []
         for i in range(width):
-            body = self._builder.turn_text(new if i == 0 else self.spec.turn_input_tokens.sample(self._rng),
-                                           self._rng)
+            body = text if text is not None else self._builder.turn_text(
+                new if i == 0 else self.spec.turn_input_tokens.sample(self._rng), self._rng)
             if chat:
                 calls.append(Call([*self.history, {"role": "user", "content": body}], None, out, self.turn, i,
                                   think if i == 0 else 0.0, compacted=compacted))
@@ -167,12 +172,12 @@ class Session:
         self._pending = calls[0]
         return calls
 
-    def _first(self, n_in: int, n_out: int) -> Call:
+    def _first(self, n_in: int, n_out: int, text: str | None) -> Call:
         cap = self.spec.max_context_tokens
         if cap is not None and n_in + n_out > cap:
             n_out = max(1, min(n_out, cap // 2))
             n_in = max(1, cap - n_out)
-        prompt = self._builder.build(n_in, self._rng)
+        prompt = self._builder.build(n_in, self._rng) if text is None else self._builder.build_text(text, self._rng)
         self.first = prompt
         call = Call(prompt.messages, prompt.text, n_out, 1, target_tokens=n_in)
         self._pending = call
@@ -225,8 +230,33 @@ class SessionSampler:
 
 
 _SESSION_KEYS = ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens", "think_time_s",
-                 "max_context_tokens", "compaction", "parallel_calls", "turn_buckets", "log", "input_mode")
+                 "max_context_tokens", "compaction", "parallel_calls", "turn_buckets", "log", "input_mode", "format")
+LOG_FORMATS = ("requests", "sharegpt")
+"""``sessions.format``: a session log of one request a line (``session_log.py``), or ShareGPT conversations
+(``session_sharegpt.py``)."""
 _DRAWN = ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens", "think_time_s", "parallel_calls")
+
+
+def _log(node: dict, path: str, check: Checker) -> dict[str, Any]:
+    """``sessions.log`` (with ``format`` and ``input_mode``, or a ShareGPT file's ``think_time_s``): the scripts."""
+    fmt = check.string(node, "format", path, "requests", choices=LOG_FORMATS)
+    drawn = [k for k in _DRAWN if k in node and not (fmt == "sharegpt" and k == "think_time_s")]
+    if drawn:
+        check.fail(path, f"give either log or distributions, not both (remove {', '.join(drawn)})")
+    if fmt == "sharegpt" and "input_mode" in node:
+        check.fail(f"{path}.input_mode", "a ShareGPT file's turns are its messages: remove input_mode")
+    file = check.file(node, "log", path)
+    mode = check.string(node, "input_mode", path, "auto", choices=("auto", "whole", "new"))
+    kw: dict[str, Any] = {}
+    if fmt == "sharegpt" and "think_time_s" in node:  # the file logs no think time: drawn, as without a log
+        kw["think_time_s"] = duration_from_spec(node["think_time_s"], f"{path}.think_time_s", check)
+    if file is not None and mode is not None and fmt is not None:
+        try:
+            read = load_sharegpt_sessions(file) if fmt == "sharegpt" else load_session_log(file, input_mode=mode)
+            kw["scripts"] = read.scripts
+        except TraceError as exc:
+            check.fail(f"{path}.log", str(exc))
+    return kw
 
 
 def sessions_from_spec(node: Any, path: str, check: Checker) -> SessionSpec | None:
@@ -236,19 +266,11 @@ def sessions_from_spec(node: Any, path: str, check: Checker) -> SessionSpec | No
     if check.mapping(node, path, _SESSION_KEYS) is None:
         return None
     kw: dict[str, Any] = {}
-    if "input_mode" in node and "log" not in node:
-        check.fail(f"{path}.input_mode", "input_mode says how to read a session log: give it with log")
+    for key in ("input_mode", "format"):
+        if key in node and "log" not in node:
+            check.fail(f"{path}.{key}", f"{key} says how to read a session log: give it with log")
     if "log" in node:
-        extra = [k for k in _DRAWN if k in node]
-        if extra:
-            check.fail(path, f"give either log or distributions, not both (remove {', '.join(extra)})")
-        file = check.file(node, "log", path)
-        mode = check.string(node, "input_mode", path, "auto", choices=("auto", "whole", "new"))
-        if file is not None and mode is not None:
-            try:
-                kw["scripts"] = tuple(read_session_log(file, input_mode=mode))
-            except TraceError as exc:
-                check.fail(f"{path}.log", str(exc))
+        kw.update(_log(node, path, check))
     else:
         for key in ("turns", "first_input_tokens", "turn_input_tokens", "output_tokens"):
             if key not in node:
