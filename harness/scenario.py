@@ -41,6 +41,7 @@ from harness.errors import KneecapError
 from harness.metrics.vocabulary import KNEE_METRICS
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
+from harness.workload.images import IMAGE_APIS
 from harness.workload.mix import TrafficClass, Workload, workload_from_spec
 from harness.workload.traces import TraceError, read_timestamps
 
@@ -177,6 +178,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                                               "embeddings) use e2e and error_rate")
     if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
         check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")
+    _check_images(workload, endpoint.api, check)
     if workload is not None and workload.sessions is not None and endpoint.api == "embeddings":
         check.fail("workload.sessions", "embeddings have no conversations: use input_tokens (and batch)")
     if workload is not None and workload.sessions is None:  # session metrics exist only with sessions
@@ -208,6 +210,16 @@ CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
 """What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
 CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
 """What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
+
+
+def _check_images(workload: Workload | None, api: str, check: Checker) -> None:
+    """``workload.images`` (or a class's) only where the API takes images; a class without its own has the
+    workload's, so that is named once."""
+    if workload is None or api in IMAGE_APIS:
+        return
+    for where in ["workload"] if workload.images else [f"workload.mix.{c.name}" for c in workload.mix
+                                                       if c.workload.images]:
+        check.fail(f"{where}.images", f"images are for api: chat or messages (this endpoint's api is {api})")
 
 
 def _check_knee_class(load: LoadPlan, names: tuple[str, ...], check: Checker) -> None:

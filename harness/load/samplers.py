@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.scenario import Workload
 from harness.workload.adapters import adapter_picker
+from harness.workload.images import ImageCache, ImageDrawer
 from harness.workload.mix import ClassPicker
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import MixSampler, RequestSampler
@@ -32,6 +33,8 @@ class Samplers:
         self._class_prompts: list[PromptBuilder] = []
         self._adapters: dict[int | None, Callable[[], str]] = {}
         self._samplers = 0
+        self._images = ImageCache()
+        """The worker's encoded images, shared by its users and classes."""
 
     def warm(self) -> None:
         """Build the prompt builders (their corpus: ~50 ms of CPU) before the load begins, not in its first step."""
@@ -79,7 +82,9 @@ class Samplers:
     def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
         return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,
                               api=self.worker.scenario.endpoint.api, seed=w.seed, worker=stream, prompts=prompts,
-                              cancel=w.cancel, patience=w.patience)
+                              cancel=w.cancel, patience=w.patience, images=None if w.images is None else
+                              ImageDrawer(w.images, api=self.worker.scenario.endpoint.api, seed=w.seed,
+                                          cache=self._images))
 
     def adapter(self, class_index: int | None) -> str:
         """The next request's LoRA adapter (``endpoint.adapters``, or its class's): one picker per class per worker,

@@ -177,10 +177,10 @@ class LLMUser(SessionTurns, FastHttpUser):
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
                   call: Call | None) -> RequestRecord:
-        headers, cls, hangups, adapter = self.headers, None, {}, None
+        headers, cls, hangups, adapter, images = self.headers, None, {}, None, None
         if call is None:
             plan = self.sampler.next()  # type: ignore[union-attr]
-            prompts, max_tokens, cls = [plan.prompt], plan.max_tokens, plan.class_index
+            prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             if cls is not None:
                 ep, headers = self.classes[cls]
@@ -205,13 +205,14 @@ class LLMUser(SessionTurns, FastHttpUser):
                                  tracker=ex.tracker, body_parser=ex.parser, **hangups)
             rec.loop_lag_s = lag
             rec.class_index, rec.model = cls, adapter
+            rec.images, rec.image_pixels = images or (None, None)
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None
         rec.max_tokens = max_tokens
         if len(prompts) > 1 or ep.api == "embeddings":
             rec.inputs = len(prompts)
-        if rec.prompt_tokens and call is None:
+        if rec.prompt_tokens and call is None and not rec.images:  # image tokens would skew the text's fit
             words = sum(p.words for p in prompts)
             self.sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
         return rec

@@ -122,6 +122,10 @@ class RequestRecord:
     """``endpoint.adapters``: the LoRA adapter the request named (its ``model``); None: the endpoint's model."""
     class_index: int | None = None
     """``workload.mix``: the index of the request's class among the scenario's; None without a mix."""
+    images: int | None = None
+    """``workload.images``: images in the request's prompt (0: none drawn for it); None: the workload sends none."""
+    image_pixels: int | None = None
+    """Their pixels (width × height), summed."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
 

@@ -1,13 +1,12 @@
 """The workload section: one class of requests, or a weighted mix of them (``workload.mix``). Pure.
 
 A *class* is a named kind of traffic with its own lengths (``input_tokens``/``output_tokens`` or ``joint``,
-``shared_prefix_tokens``), its own endpoint overrides (``model``, ``extra_body``, ``headers``, ``ignore_eos``: a
-model or LoRA adapter per class, a gateway header) and its own ``slo``. Each request is one class's, drawn by
-``weight`` (shares of requests, in closed and open loop alike): ``ClassPicker`` deals the classes out in smooth
-weighted round robin (nginx's), so after any N requests each class has had its weight's share of them to within
-two requests per worker (1.54 at worst over 300 random weight sets of up to 6 classes) — no sampling noise to wait
-out (a 30% class of 1,000 random draws is off by ±1.4 points
-one time in three).
+``shared_prefix_tokens``, ``images``), its own endpoint overrides (``model``, ``extra_body``, ``headers``,
+``ignore_eos``: a model or LoRA adapter per class, a gateway header) and its own ``slo``. Each request is one
+class's, drawn by ``weight`` (shares of requests, in closed and open loop alike): ``ClassPicker`` deals the classes
+out in smooth weighted round robin (nginx's), so after any N requests each class has had its weight's share of them
+to within two requests per worker (1.54 at worst over 300 random weight sets of up to 6 classes) — no sampling
+noise to wait out (a 30% class of 1,000 random draws is off by ±1.4 points one time in three).
 
 ::
 
@@ -38,6 +37,7 @@ from harness.checker import Checker
 from harness.endpoint import parse_headers
 from harness.workload.adapters import adapters_from_spec
 from harness.workload.cancel import HANGUP_KEYS, Cancel, Patience, cancel_from_spec, patience_from_spec
+from harness.workload.images import ImageSpec, images_from_spec
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompt_file import PromptSource, prompts_from_spec
 from harness.workload.sessions import SessionSpec, sessions_from_spec
@@ -47,7 +47,8 @@ __all__ = ["CLASS_ENDPOINT_KEYS", "ClassPicker", "TrafficClass", "Workload", "wo
 
 CLASS_ENDPOINT_KEYS = ("model", "extra_body", "headers", "ignore_eos", "adapters")
 """What a class may set of the endpoint; the rest (host, api, timeouts, TLS) is one per scenario."""
-_LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "prompts")
+_LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "prompts",
+                "images")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,8 @@ class Workload:
     """A share of requests closed a drawn delay after they were sent (``workload/cancel.py``)."""
     patience: Patience | None = None
     """Requests closed when their first token is later than this."""
+    images: ImageSpec | None = None
+    """Images added to each request (``workload/images.py``); a mix's: each class's own, else the workload's."""
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -90,7 +93,7 @@ class Workload:
 
 
 _WORKLOAD_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed",
-                  "sessions", "batch", "mix", "prompts", *HANGUP_KEYS)
+                  "sessions", "batch", "mix", "prompts", "images", *HANGUP_KEYS)
 
 
 def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Checker], tuple],
@@ -100,15 +103,16 @@ def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Check
         return None
     seed = check.number(node, "seed", path, 0, integer=True)
     if "mix" in node:
-        given = [k for k in _WORKLOAD_KEYS if k in node and k not in ("mix", "seed", *HANGUP_KEYS)]
+        given = [k for k in _WORKLOAD_KEYS if k in node and k not in ("mix", "seed", "images", *HANGUP_KEYS)]
         if given:
             check.fail(path, f"with mix, each class sets its own lengths: move {', '.join(given)} into the classes")
         cancel, patience = _hangups(node, path, check)
+        images = images_from_spec(node["images"], f"{path}.images", check) if "images" in node else None
         classes = tuple(dataclasses.replace(c, workload=dataclasses.replace(  # the workload's for a class without
-            c.workload, cancel=c.workload.cancel or cancel, patience=c.workload.patience or patience))
-            for c in _mix(node["mix"], f"{path}.mix", check, slo, seed))
+            c.workload, cancel=c.workload.cancel or cancel, patience=c.workload.patience or patience,
+            images=c.workload.images or images)) for c in _mix(node["mix"], f"{path}.mix", check, slo, seed))
         return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed, mix=classes, cancel=cancel,
-                        patience=patience)
+                        patience=patience, images=images)
     return _one_class(node, path, check, seed)
 
 
@@ -149,11 +153,12 @@ def _one_class(node: dict, path: str, check: Checker, seed: int) -> Workload:
             else None
     batch = length_from_spec(node["batch"], f"{path}.batch", check) if "batch" in node else None
     cancel, patience = _hangups(node, path, check)
-    for key in HANGUP_KEYS:
+    for key in (*HANGUP_KEYS, "images"):
         if key in node and sessions is not None:
-            check.fail(f"{path}.{key}", "not with sessions yet: run the hang-ups in a scenario of independent requests")
+            check.fail(f"{path}.{key}", "not with sessions yet: use it in a scenario of independent requests")
+    images = images_from_spec(node["images"], f"{path}.images", check) if "images" in node else None
     return Workload(input_tokens=inp, output_tokens=out, joint=joint, sessions=sessions, batch=batch,
-                    cancel=cancel, patience=patience,
+                    cancel=cancel, patience=patience, images=images,
                     shared_prefix_tokens=check.number(node, "shared_prefix_tokens", path, 0, integer=True, minimum=0),
                     unique_prompts=check.boolean(node, "unique_prompts", path, True), seed=seed, prompts=prompts)
 

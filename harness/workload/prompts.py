@@ -113,8 +113,9 @@ def encode_body(body: dict) -> bytes | SplicedBody:
     if len(pieces) != len(found) + 1:
         raise ValueError("a request body's text holds kneecap's splice mark")
     parts: list[bytes | memoryview] = []
-    small = pieces[0] + b'"'
+    small = pieces[0]
     for text, after in zip(found, pieces[1:], strict=True):
+        small += b'"'  # each text's opening quote (the mark's quotes were split off with it)
         for p in text.parts:
             if len(p) < _SMALL:
                 small += p

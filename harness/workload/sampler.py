@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.workload.cancel import Cancel, Patience
+from harness.workload.images import ImageDrawer
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 
@@ -33,6 +34,8 @@ class PlannedRequest:
     """``workload.cancel``: the user hangs up this long after the request was sent; None: not this one."""
     patience_s: float | None = None
     """``workload.patience``: the user hangs up when no token came this long after the start; None: waits."""
+    images: tuple[int, int] | None = None
+    """``workload.images``: (images, their total pixels) in the prompt; None: the workload has none."""
 
 
 class RequestSampler:
@@ -41,10 +44,10 @@ class RequestSampler:
     def __init__(self, *, input_tokens: Length | None, output_tokens: Length | None, joint: JointEmpirical | None,
                  api: str, seed: int, worker: int, shared_prefix_tokens: int = 0, unique_prompts: bool = True,
                  max_context: int | None = None, prompts: PromptBuilder | None = None, cancel: Cancel | None = None,
-                 patience: Patience | None = None) -> None:
+                 patience: Patience | None = None, images: ImageDrawer | None = None) -> None:
         """``worker`` names the stream (a worker index, or worker and user); ``prompts`` may be shared by the
         samplers of one worker so they calibrate together. ``cancel``: which requests the user hangs up on, drawn
-        from a stream of their own (the lengths are the same with and without)."""
+        from a stream of their own (the lengths are the same with and without); so are ``images``."""
         from_file = prompts is not None and prompts.from_file
         if joint is None and (output_tokens is None or (input_tokens is None and not from_file)):
             raise ValueError("give a joint distribution or both input_tokens and output_tokens (input_tokens may be "
@@ -57,6 +60,7 @@ class RequestSampler:
         self.max_context = max_context
         self._cancel, self._patience = cancel, patience
         self._cancel_rng = worker_rng(seed, worker, "cancel")
+        self._images, self._images_rng = images, worker_rng(seed, worker, "images")
 
     def lengths(self) -> tuple[int | None, int]:
         """(input, output) tokens; input None: a file's prompt as it is."""
@@ -79,7 +83,11 @@ class RequestSampler:
             # Keep the answer length (what the user waits for) and trim the context to fit.
             n_out = min(n_out, self.max_context - 1)
             n_in = self.max_context - n_out
-        return PlannedRequest(self.prompts.build(n_in, self._prompt_rng), max(1, n_out),
+        prompt, images = self.prompts.build(n_in, self._prompt_rng), None
+        if self._images is not None:
+            prompt, count, pixels = self._images.attach(prompt, self._images_rng)
+            images = (count, pixels)
+        return PlannedRequest(prompt, max(1, n_out), images=images,
                               cancel_after_s=self._cancel.draw(self._cancel_rng) if self._cancel else None,
                               patience_s=self._patience.ttft_s if self._patience else None)
 

@@ -1,4 +1,5 @@
-"""Scenarios more than one test module runs: the chat scenario against the tiny simulator and its staircase.
+"""Scenarios more than one test module runs: the chat scenario against the tiny simulator and its staircase; a small
+scenario whose workload a validation test extends (``parse_with``).
 
 The simulator's knee is analytical: with fixed lengths and S slots, TTFT is flat up to S closed-loop users and
 jumps beyond (README, "Where the knee is"); ``STAIRS`` climbs past 8 slots.
@@ -9,9 +10,12 @@ from __future__ import annotations
 import pathlib
 import textwrap
 
+import yaml
+
+from harness.scenario import Scenario, parse_scenario
 from tests.kit.run import write_scenario
 
-__all__ = ["STAIRS", "scenario"]
+__all__ = ["SMALL", "STAIRS", "parse_with", "scenario"]
 
 STAIRS = """
 load:
@@ -29,3 +33,21 @@ _CHAT = textwrap.dedent("""
 def scenario(tmp_path: pathlib.Path, load: str, slo: str = "") -> pathlib.Path:
     """``tmp_path/s.yaml``: chat with fixed lengths (100 in, 20 out) on ``sim-tiny``, then ``load`` and ``slo``."""
     return write_scenario(tmp_path, _CHAT + load + slo)
+
+
+SMALL = """
+name: small
+endpoint: {api: chat, model: m}
+workload:
+  input_tokens: 100
+  output_tokens: 50
+"""
+
+
+def parse_with(workload_extra: str = "", *, text: str = SMALL, endpoint: str = "") -> Scenario:
+    """``text`` parsed, its workload and endpoint updated with the YAML mappings given (``ScenarioError`` with every
+    problem when it is refused)."""
+    node = yaml.safe_load(text)
+    node["workload"].update(yaml.safe_load(workload_extra) or {})
+    node["endpoint"].update(yaml.safe_load(endpoint) or {})
+    return parse_scenario(node)

@@ -5,35 +5,20 @@ from __future__ import annotations
 import random
 
 import pytest
-import yaml
 
-from harness.scenario import ScenarioError, parse_scenario
+from harness.scenario import ScenarioError
 from harness.workload.cancel import Cancel
 from harness.workload.lengths import Duration, Fixed
 from harness.workload.sampler import RequestSampler
-
-BASE = """
-name: hangups
-endpoint: {api: chat, model: m}
-workload:
-  input_tokens: 100
-  output_tokens: 50
-"""
-
-
-def _parse(workload_extra: str = "", *, text: str = BASE, endpoint: str = ""):
-    node = yaml.safe_load(text)
-    node["workload"].update(yaml.safe_load(workload_extra) or {})
-    node["endpoint"].update(yaml.safe_load(endpoint) or {})
-    return parse_scenario(node)
+from tests.kit.scenarios import SMALL, parse_with
 
 
 def test_cancel_and_patience_parse_with_a_duration_distribution():
-    w = _parse("{cancel: {share: 0.1, after_s: {dist: uniform, min: 0.5, max: 3}}, patience: {ttft_s: 5}}").workload
+    w = parse_with("{cancel: {share: 0.1, after_s: {dist: uniform, min: 0.5, max: 3}}, patience: {ttft_s: 5}}").workload
     assert w.cancel.share == 0.1 and w.patience.ttft_s == 5.0
     rng = random.Random(1)
     assert all(0.5 <= w.cancel.after_s.sample(rng) <= 3 for _ in range(200))
-    assert _parse("{cancel: {share: 1, after_s: 0.2}}").workload.cancel.after_s.sample(rng) == 0.2
+    assert parse_with("{cancel: {share: 1, after_s: 0.2}}").workload.cancel.after_s.sample(rng) == 0.2
 
 
 @pytest.mark.parametrize("extra, problem", [
@@ -55,45 +40,45 @@ def test_cancel_and_patience_parse_with_a_duration_distribution():
 ])
 def test_a_malformed_block_names_the_key(extra, problem):
     with pytest.raises(ScenarioError) as err:
-        _parse(extra)
+        parse_with(extra)
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
 def test_every_problem_at_once_in_a_class_by_its_name():
-    text = BASE.replace("  input_tokens: 100\n  output_tokens: 50\n", """  mix:
+    text = SMALL.replace("  input_tokens: 100\n  output_tokens: 50\n", """  mix:
     - {name: chat, weight: 1, input_tokens: 10, output_tokens: 5, cancel: {share: 2, after_s: 1}}
     - {name: rag, weight: 1, input_tokens: 10, output_tokens: 5, patience: {ttft_s: 0}}
 """)
     with pytest.raises(ScenarioError) as err:
-        _parse(text=text)
+        parse_with(text=text)
     assert err.value.problems == ["workload.mix.chat.cancel.share: must be <= 1, got 2",
                                   "workload.mix.rag.patience.ttft_s: must be > 0, got 0"]
 
 
 def test_a_class_without_its_own_hangups_has_the_workloads():
-    text = BASE.replace("  input_tokens: 100\n  output_tokens: 50\n", """  cancel: {share: 0.2, after_s: 1}
+    text = SMALL.replace("  input_tokens: 100\n  output_tokens: 50\n", """  cancel: {share: 0.2, after_s: 1}
   patience: {ttft_s: 4}
   mix:
     - {name: chat, weight: 1, input_tokens: 10, output_tokens: 5, patience: {ttft_s: 2}}
     - {name: rag, weight: 1, input_tokens: 10, output_tokens: 5}
 """)
-    chat, rag = _parse(text=text).workload.mix
+    chat, rag = parse_with(text=text).workload.mix
     assert (chat.workload.patience.ttft_s, rag.workload.patience.ttft_s) == (2.0, 4.0)
     assert chat.workload.cancel.share == rag.workload.cancel.share == 0.2
 
 
 def test_refused_with_sessions_and_patience_without_streaming():
-    text = BASE.replace("  input_tokens: 100\n  output_tokens: 50\n", """  cancel: {share: 0.5, after_s: 1}
+    text = SMALL.replace("  input_tokens: 100\n  output_tokens: 50\n", """  cancel: {share: 0.5, after_s: 1}
   sessions: {turns: 2, first_input_tokens: 10, turn_input_tokens: 5, output_tokens: 5}
 """)
     with pytest.raises(ScenarioError) as err:
-        _parse(text=text)
+        parse_with(text=text)
     assert any(p.startswith("workload.cancel: not with sessions yet") for p in err.value.problems), err.value.problems
     with pytest.raises(ScenarioError) as err:
-        _parse("{patience: {ttft_s: 2}}", endpoint="{stream: false}")
+        parse_with("{patience: {ttft_s: 2}}", endpoint="{stream: false}")
     assert err.value.problems == ["workload.patience: needs a streamed answer: without streaming (stream: false, "
                                   "embeddings) no token comes before the whole answer; use cancel"]
-    assert _parse("{cancel: {share: 0.5, after_s: 1}}", endpoint="{stream: false}").workload.cancel.share == 0.5
+    assert parse_with("{cancel: {share: 0.5, after_s: 1}}", endpoint="{stream: false}").workload.cancel.share == 0.5
 
 
 def test_the_draw_keeps_the_share_and_leaves_the_lengths_alone():
