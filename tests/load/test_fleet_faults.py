@@ -58,7 +58,9 @@ def test_a_worker_joins_then_dies_and_the_run_says_so(tmp_path):
     assert "Traceback" not in text, text[-3000:]
     summary = json.loads((results / "summary.json").read_text())
     assert master.returncode == 5 == summary["exit_code"] and summary["degraded"], text[-2000:]
-    joined, lost = summary["fleet_events"]
+    events = summary["fleet_events"]
+    assert len(events) == 2, (events, text[-3000:])  # the late worker joined, then was lost: nothing else
+    joined, lost = events
     assert (joined["kind"], lost["kind"]) == ("joined", "lost") and joined["worker"] == lost["worker"]
     steps = summary["steps"]
     for event in (joined, lost):
