@@ -37,6 +37,9 @@ class TailParams:
     """Above this many requests the rest is a uniform sample of this size (every tail request is kept)."""
     seed: int = 0
     hot_factor: float = 3.0
+    min_lead: float = 1.10
+    """A tail whose median is less than this many times the rest's has nothing that stands out to explain: its
+    requests are the distribution's own spread (20 null runs: "time" named for tails 3-6% above the rest)."""
     tail_per_window: int = 2
     """Expected tail requests per time window: fine enough to see a 200 ms stall, coarse enough for χ²."""
 
@@ -47,6 +50,7 @@ class TailParams:
         problems += [f"min_tail: must be >= 2, got {self.min_tail!r}"] if self.min_tail < 2 else []
         problems += [f"max_rest: must be >= 100, got {self.max_rest!r}"] if self.max_rest < 100 else []
         problems += [f"min_ratio: must be > 1, got {self.min_ratio!r}"] if not self.min_ratio > 1 else []
+        problems += [f"min_lead: must be >= 1, got {self.min_lead!r}"] if not self.min_lead >= 1 else []
         problems += [f"tail_per_window: must be >= 1, got {self.tail_per_window!r}"] if self.tail_per_window < 1 else []
         if problems:
             raise ValueError("TailParams: " + "; ".join(problems))
