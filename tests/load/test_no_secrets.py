@@ -57,7 +57,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
               api_key_env: KNEECAP_TEST_API_KEY
               headers: {{X-Gateway-Key: {{env: KNEECAP_TEST_GATEWAY}}}}
             workload: {{input_tokens: 20, output_tokens: 3}}
-            load: {{mode: constant, users: 8, duration_s: {SECONDS}, step: {{warmup_s: 0.5}}}}
+            load: {{mode: constant, users: 4, duration_s: {SECONDS}, step: {{warmup_s: 0.5}}}}
             sinks:
               results_dir: "{tmp}"
               influxdb: {{url: "http://127.0.0.1:{db.server_address[1]}", token_env: KNEECAP_TEST_INFLUX,
