@@ -36,7 +36,7 @@ import math
 import random
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, gt, le, not_
@@ -53,6 +53,8 @@ from harness.analysis.tail_features import (
     connect_cost,
     explains,
     feature_test,
+    flat_tail,
+    median_of,
     share_phrase,
     time_test,
 )
@@ -197,13 +199,10 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
     head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
     if len(tail) < params.min_tail:
-        line = f"{ql} {label}: too few tail requests to attribute ({len(tail)} above {ql} of {n})"
-        return TailAttribution(**head, verdict="too_few", causes=[], line=line)
-    tm, rm = medians
-    if rm > 0 and tm < params.min_lead * rm:  # the tail is the distribution's own spread: no outliers to explain
-        line = (f"{ql} {label}: the tail is {100 * (tm / rm - 1):.0f}% above the rest (median {1000 * tm:,.1f} vs "
-                f"{1000 * rm:,.1f} ms): nothing stands out to explain")
-        return TailAttribution(**head, verdict="none", causes=[], line=line)
+        return TailAttribution(**head, verdict="too_few", causes=[], line=f"{ql} {label}: too few tail requests to "
+                               f"attribute ({len(tail)} above {ql} of {n})")
+    if flat := flat_tail(medians, params):  # the tail is the distribution's own spread: no outliers to explain
+        return TailAttribution(**head, verdict="none", causes=[], line=f"{ql} {label}: {flat}")
     import numpy as np
 
     at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
@@ -382,15 +381,10 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
             if n > params.max_rest:
                 sampled = (f"every tail request and a uniform sample of {len(rest)} of the {known - len(tail)} others "
                            f"(seed {params.seed})")
-            medians = (_median(map(col.__getitem__, tail)) / per_s, _median(compress(values, in_rest)) / per_s)
+            medians = (median_of(map(col.__getitem__, tail)) / per_s, median_of(compress(values, in_rest)) / per_s)
             out.append(_attribute(m, q, float(thr) / per_s, known, list(map(pos.__getitem__, tail)), rest, excluded,
                                   uni, cols, coded, times, seconds, params, sampled, words, medians))
     return StepTails(out, pauses)
-
-
-def _median(values: Iterable) -> float:
-    v = sorted(values)
-    return float(v[len(v) // 2]) if v else 0.0
 
 
 def pause_words(pauses: StepPauses) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,7 +57,7 @@ class TailParams:
             raise ValueError("TailParams: " + "; ".join(problems))
 
 __all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "code_features", "connect_cost", "explains", "feature_test",
-           "share_phrase", "time_test"]
+           "flat_tail", "median_of", "share_phrase", "time_test"]
 
 CAUSES = {
     "prefill": "the tail is prefill-bound",
@@ -294,3 +295,18 @@ def feature_test(name: str, coded: Coded, tail: np.ndarray, excluded: np.ndarray
         return _numeric(spec, coded, ct, cr, params)
     ctd, crd = as_counter(coded, ct), as_counter(coded, cr)
     return _flag(name, ctd, crd, params) if name in FLAGS else _worker(ctd, crd, params)
+
+
+def median_of(values: Iterable) -> float:
+    v = sorted(values)
+    return float(v[len(v) // 2]) if v else 0.0
+
+
+def flat_tail(medians: tuple[float, float], params: TailParams) -> str | None:
+    """The words for a tail whose median (seconds) is under ``min_lead`` × the rest's; None for a tail that stands
+    out."""
+    tm, rm = medians
+    if rm > 0 and tm < params.min_lead * rm:
+        return (f"the tail is {100 * (tm / rm - 1):.0f}% above the rest (median {1000 * tm:,.1f} vs {1000 * rm:,.1f} "
+                "ms): nothing stands out to explain")
+    return None
