@@ -60,8 +60,8 @@ def test_the_injected_cause_is_named_first(tmp_path, cause):
         assert pauses["period_s"] == pytest.approx(2.0, abs=0.1), pauses
         assert pauses["median_ms"] == pytest.approx(300, abs=40), pauses
         assert "server-wide pause" in tail["line"] and "every ~2.0 s" in tail["line"], tail["line"]
-    else:  # no stall: nothing periodic, and at most one stop — a busy machine's hiccup is a real pause (the fresh-clone
-        # CI of 2026-12-02 saw one of 51 ms beside the slow connects), a server that stalls by itself is not there
-        pauses = step["tail"].get("pauses") or {"count": 0}
-        assert pauses["count"] <= 1 and not pauses.get("period_s"), step["tail"]
-        assert "pause" not in tail["line"], tail["line"]  # the injected cause's own line names no pause
+    else:  # no stall: nothing periodic, and the injected cause's own line names no pause. Stops found are real: a busy
+        # machine's hiccup (51 ms beside the slow connects in a fresh-clone CI of 2026-12-02), or a long prompt's
+        # prefill chunks stopping every stream (3 of 16-22 ms beside the prefill victims in another)
+        assert not (step["tail"].get("pauses") or {}).get("period_s"), step["tail"]
+        assert "pause" not in tail["line"], tail["line"]
