@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 
 from harness import exitcodes
-from harness.analysis.classes import class_figures, mix_step, probe_line
+from harness.analysis.classes import class_figures, class_tail_lines, mix_step, probe_line
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.results import level_unit
 from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
@@ -113,7 +113,8 @@ def class_lines(summary: Summary) -> list[str]:
     """``workload.mix``: one line per class, at the knee's step (else the last judged step with classes)."""
     at, probes = mix_step(summary), probe_line(summary)
     lines = [f"class {name} (step {at.index}): {text}" for name, text in class_figures(at)] if at else []
-    return lines + ([probes] if probes else [])
+    tails = [f"class {name} {line}" for name, line in class_tail_lines(at, summary.knee.metric)] if at else []
+    return lines + tails + ([probes] if probes else [])
 
 
 def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,

@@ -188,7 +188,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
             if t.metric.startswith("session_"):
                 check.fail(f"slo.{t.metric}", "session metrics need workload.sessions")
     if workload is not None and workload.mix:
-        _check_classes(workload, streams, check)
+        _check_classes(workload, streams, check, open_loop=load.open_loop)
     if load.knee_class is not None:
         _check_knee_class(load, workload.class_names if workload is not None else (), check)
     if workload is not None and not streams:
@@ -232,8 +232,11 @@ def _check_knee_class(load: LoadPlan, names: tuple[str, ...], check: Checker) ->
                                        f"{', '.join(CLASS_KNEE_METRICS)}")
 
 
-def _check_classes(workload: Workload, streams: bool, check: Checker) -> None:
+def _check_classes(workload: Workload, streams: bool, check: Checker, *, open_loop: bool) -> None:
     for c in workload.mix:
+        if c.users is not None and open_loop:
+            check.fail(f"workload.mix.{c.name}.users", "open loop has no users to fix: each arrival draws its class "
+                                                       "by weight; give a weight")
         for t in c.slo:
             where = f"workload.mix.{c.name}.slo.{t.metric}"
             if t.metric not in CLASS_SLO_METRICS:

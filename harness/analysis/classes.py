@@ -22,8 +22,8 @@ from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED
 from harness.workload.mix import TrafficClass, Workload
 
-__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_steps", "mix_step",
-           "probe_line", "probe_step"]
+__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",
+           "class_tail_lines", "mix_step", "probe_line", "probe_step"]
 
 CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
 """The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
@@ -35,7 +35,9 @@ _TENTHS_PER_MS = 10
 class ClassStep:
     name: str
     weight_share: float | None
-    """The share of requests the scenario asked of this class (its weight over all weights); None for probes."""
+    """The share of requests the scenario asked of this class (its weight over all weights; beside classes of fixed
+    ``users``, that times the share of the step's requests the weighted classes made); None for probes and for a
+    class of fixed users."""
     requests: int
     share: float | None
     """The share of the step's measured requests that were this class's (None: no requests)."""
@@ -50,6 +52,18 @@ class ClassStep:
     slo: list[SloCheck] = field(default_factory=list)
     slo_passed: bool | None = None
     sampled: str | None = None
+    cancelled: int = 0
+    """Requests of this class a user hung up on (outside ``requests``, as the step's ``cancelled``)."""
+    cancelled_share: float | None = None
+    tail: dict | None = None
+    """Its own tail attribution among its requests (``analysis.class_rows``); None: too few rows."""
+    ttft_split: dict | None = None
+    tokens: dict[str, int] | None = None
+    """Its measured requests' tokens: uncached ``input``, ``cached_input``, ``output``."""
+    users: int | None = None
+    """The fleet's users fixed on this class (``users:``); None for a weighted class."""
+    cost: dict | None = None
+    """With ``cost:``: ``output_share``, and with metered prices ``test_cost`` and ``per_request``."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -59,13 +73,25 @@ def class_steps(cols: dict[str, list], classes: Sequence[TrafficClass], rows_see
     """Every class's figures from the step's row ``columns`` (``analysis.tail_rows.columns``); ``rows_seen``: the
     measured requests the rows stand for (more than the rows past ``ROWS_CAP``)."""
     n = len(cols["flags"])
-    by_class: list[list[int]] = [[] for _ in classes]
-    for i, c in enumerate(cols["class"]):
-        if c is not None and 0 <= c < len(classes):
-            by_class[c].append(i)
-    total_weight = sum(c.weight for c in classes)
+    by_class = class_rows(cols, len(classes))
+    # the weights share the weighted classes' requests (those of fixed users' classes are what those users made)
+    weighted_n = sum(len(idx) for c, idx in zip(classes, by_class, strict=True) if c.users is None)
+    total_weight = sum(c.weight for c in classes) / (weighted_n / n if weighted_n and n else 1.0)
     sampled = (f"from a uniform sample of {n:,} of the step's {rows_seen:,} requests" if rows_seen > n else None)
-    return [_one(cols, c, idx, total_weight, n, sampled) for c, idx in zip(classes, by_class, strict=True)]
+    out = [_one(cols, c, idx, total_weight, n, sampled) for c, idx in zip(classes, by_class, strict=True)]
+    for step, c in zip(out, classes, strict=True):
+        if c.users is not None:
+            step.weight_share, step.users = None, c.users
+    return out
+
+
+def class_rows(cols: dict[str, list], n_classes: int) -> list[list[int]]:
+    """The row indices of each class, in row order."""
+    out: list[list[int]] = [[] for _ in range(n_classes)]
+    for i, c in enumerate(cols["class"]):
+        if c is not None and 0 <= c < n_classes:
+            out[c].append(i)
+    return out
 
 
 def probe_step(cols: dict[str, list]) -> ClassStep:
@@ -166,8 +192,23 @@ def class_figures(step: Step) -> list[tuple[str, str]]:
         failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
         slo = "" if c.slo_passed is None else "; SLO passed" if c.slo_passed else f"; SLO FAILED: {', '.join(failed)}"
         share = f"{100 * c.share:.0f}%" if c.share is not None else "-"
-        head = f"{c.requests} requests ({share}, weight {100 * c.weight_share:.0f}%)"
-        out.append((c.name, head + (f", {c.failed} failed" if c.failed else "") + (f", {lat}" if lat else "") + slo))
+        asked = f"{c.users} users" if c.users is not None else f"weight {100 * (c.weight_share or 0):.0f}%"
+        head = f"{c.requests} requests ({share}, {asked})"
+        gone = f", {c.cancelled} cancelled ({100 * (c.cancelled_share or 0):.0f}%)" if c.cancelled else ""
+        out.append((c.name, head + (f", {c.failed} failed" if c.failed else "") + gone + (f", {lat}" if lat else "")
+                    + slo))
+    return out
+
+
+def class_tail_lines(step: Step, metric: str) -> list[tuple[str, str]]:
+    """Each class's p99 ``metric`` tail in words, where its own attribution names a cause (``verdict`` cause or
+    time): (class, line)."""
+    out = []
+    for c in step.classes or ():  # type: ignore[union-attr]
+        found = next((a for a in (c.tail.attributions if c.tail else ()) if a.metric == f"{metric}_s"
+                      and a.quantile == 0.99 and a.verdict in ("cause", "time")), None)
+        if found is not None:
+            out.append((c.name, found.line))
     return out
 
 

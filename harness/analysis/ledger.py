@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from harness.analysis.class_rows import add_cancelled, add_rows_detail
 from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
@@ -313,9 +314,14 @@ class Ledger:
         if not rows:
             return
         itl = bucket.sketches.get("itl")
-        st.tails = explain_rows(cols, waiting=st.waiting, started=info.started,
-                                itl_p50_s=itl.quantile(0.5) if itl is not None and itl.count else None)
-        st.ttft_split = ttft_split(cols, st.server.summary() if st.server is not None else None)
+        itl_p50 = itl.quantile(0.5) if itl is not None and itl.count else None
+        server = st.server.summary() if st.server is not None else None
+        st.tails = explain_rows(cols, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50)
+        st.ttft_split = ttft_split(cols, server)
+        if st.classes:  # each class's tail among its own requests, its split, tokens, cost and hang-ups
+            add_rows_detail(st.classes, cols, server=server, cost=sc.cost, explain=lambda c: explain_rows(
+                c, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
+            add_cancelled(st.classes, bucket.extra)
 
     def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:
         """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""

@@ -45,7 +45,7 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
     knee_index = knee.step_index if knee.found else None
     reason = knee.reason
     if knee_index is not None:
-        why = knee_why(steps, knee_index, sc.load.knee_metric)
+        why = knee_why(steps, knee_index, sc.load.knee_metric, sc.load.knee_class)
         reason = f"{reason}; {why}" if why else reason
     slo = slo_verdict(steps, sc.slo, knee.load if knee.found else None, sc.workload.mix)
     cost = None if sc.cost is None else run_cost(
@@ -71,7 +71,7 @@ def _search(ledger: Ledger, *, stopped: bool) -> dict | None:
                           current=ledger.current, stopped=stopped)
 
 
-def knee_why(steps: list[StepResult], knee_index: int, metric: str) -> str:
+def knee_why(steps: list[StepResult], knee_index: int, metric: str, knee_class: str | None = None) -> str:
     """Why the knee is where it is, beyond the curve: the server's queue and the prefix cache at the knee step
     against the step after it, and what the knee metric's p99 tail was made of past it."""
     at = next((s for s in steps if s.index == knee_index), None)
@@ -80,12 +80,16 @@ def knee_why(steps: list[StepResult], knee_index: int, metric: str) -> str:
     after = min(heavier, key=lambda s: (s.level, -s.index), default=None)
     server = explain(at.server if at else None, after.server if after else None)
     cache = explain_cache(at.prefix_cache if at else None, after.prefix_cache if after else None)
-    return "; ".join(w for w in (server, cache, _tail_why(after, metric)) if w)
+    return "; ".join(w for w in (server, cache, _tail_why(after, metric, knee_class)) if w)
 
 
-def _tail_why(after: StepResult | None, metric: str) -> str:
-    """The tail attribution of the knee metric's p99 in the step after the knee, when it names a cause."""
-    for a in (after.tail or {}).get("attributions", ()) if after else ():
+def _tail_why(after: StepResult | None, metric: str, knee_class: str | None) -> str:
+    """The tail attribution of the knee metric's p99 in the step after the knee, when it names a cause: of the
+    knee's class's own requests when the knee follows one class (``load.knee.class``)."""
+    tail = after.tail if after else None
+    if after is not None and knee_class is not None:
+        tail = next((c.get("tail") for c in after.classes or () if c["name"] == knee_class), None)
+    for a in (tail or {}).get("attributions", ()):
         if a["metric"] == f"{metric}_s" and a["quantile"] == 0.99 and a["verdict"] in ("cause", "time"):
-            return f"past it, {a['line']}"
+            return f"past it, {a['line']}" + (f" (class {knee_class})" if knee_class else "")
     return ""

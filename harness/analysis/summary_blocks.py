@@ -284,6 +284,15 @@ class ClassSpeed(View, kw_only=True):
     p1: float
 
 
+class ClassCost(View, kw_only=True):
+    """A class's cost (``analysis.class_rows``): its share of the output tokens; metered, what its requests cost."""
+
+    currency: str
+    output_share: float | None = None
+    test_cost: float | None = None
+    per_request: float | None = None
+
+
 class TrafficClassStep(View, kw_only=True):
     """One class of a mix in one step (``analysis.classes.ClassStep``)."""
 
@@ -299,3 +308,10 @@ class TrafficClassStep(View, kw_only=True):
     slo: list[SloCheck] = []
     slo_passed: bool | None = None
     sampled: str | None = None
+    cancelled: int = 0
+    cancelled_share: float | None = None
+    tail: Tail | None = None
+    ttft_split: TtftSplit | None = None
+    tokens: dict[str, int] | None = None
+    cost: ClassCost | None = None
+    users: int | None = None

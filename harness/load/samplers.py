@@ -15,7 +15,7 @@ from typing import Any
 from harness.scenario import Workload
 from harness.workload.adapters import adapter_picker
 from harness.workload.images import ImageCache, ImageDrawer
-from harness.workload.mix import ClassPicker
+from harness.workload.mix import ClassPicker, FixedUsers
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import MixSampler, RequestSampler
 from harness.workload.sessions import SessionSampler
@@ -30,6 +30,7 @@ class Samplers:
         self.worker = worker
         self._main: PromptBuilder | None = None
         self._picker: ClassPicker | None = None
+        self._fixed: FixedUsers | None = None
         self._class_prompts: list[PromptBuilder] = []
         self._adapters: dict[int | None, Callable[[], str]] = {}
         self._samplers = 0
@@ -70,14 +71,28 @@ class Samplers:
         stream = self.worker.worker_index * 100_000 + self._samplers
         if not w.mix:
             return self._sampler(w, self._builder(), stream)
+        weighted = [i for i, c in enumerate(w.mix) if c.users is None]
         if self._picker is None:
-            self._picker = ClassPicker([c.weight for c in w.mix], start=self.worker.worker_index)
+            self._picker = ClassPicker([w.mix[i].weight for i in weighted], start=self.worker.worker_index)
+            if len(weighted) < len(w.mix):
+                self._fixed = FixedUsers([c.users for c in w.mix], self.worker.worker_index)
         if not self._class_prompts:
             self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
+        picker, fixed, user = self._picker, self._fixed, self._samplers
+
+        def pick() -> int:  # a user holding a fixed class's place runs it; the others are dealt the weighted ones
+            held = fixed.pick(user, self.worker.fleet_size) if fixed is not None else None
+            return weighted[picker.pick()] if held is None else held
+
         # a class's stream is apart from the others' and from the single-class streams (1000 classes at most)
         return MixSampler([self._sampler(c.workload, b, stream * 1000 + i)
                            for i, (c, b) in enumerate(zip(w.mix, self._class_prompts, strict=True))],
-                          self._picker.pick)
+                          pick, user=user)
+
+    def release(self, sampler: object) -> None:
+        """A user stopped: its fixed class's place (``workload.mix`` ``users:``), if it held one, is free again."""
+        if self._fixed is not None and isinstance(sampler, MixSampler):
+            self._fixed.release(sampler.user)
 
     def _sampler(self, w: Workload, prompts: PromptBuilder, stream: int) -> RequestSampler:
         return RequestSampler(input_tokens=w.input_tokens, output_tokens=w.output_tokens, joint=w.joint,

@@ -100,9 +100,9 @@ class LLMUser(SessionTurns, FastHttpUser):
         self.base, self.in_flight = base, Group()
 
     def on_stop(self) -> None:
+        self.kneecap.samplers.release(getattr(self, "sampler", None))
         self.in_flight.kill(block=False)
-        self.conn.close()
-        for conn in self.spare:
+        for conn in (self.conn, *self.spare):
             conn.close()
 
     def wait_time(self) -> float:

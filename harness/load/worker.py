@@ -22,7 +22,7 @@ from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
 from harness.load.samplers import Samplers
-from harness.metrics.aggregate import ADAPTER_KEY, Recorder
+from harness.metrics.aggregate import ADAPTER_KEY, CLASS_CANCEL_KEY, Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
@@ -144,6 +144,8 @@ class WorkerSide:
         step, phase = self.recorder.add(rec, now)
         if rec.model is not None:  # a LoRA adapter: counted per step (steps[].adapters)
             self.recorder.note(f"{ADAPTER_KEY}{rec.model}", now)
+        if rec.cancelled is not None and rec.class_index is not None:  # hang-ups are not rows: counted per class
+            self.recorder.note(f"{CLASS_CANCEL_KEY}{rec.class_index}", now)
         if self.source.option("save_requests"):
             self._save(rec, step, phase, None if rec.class_index is None else
                        self.scenario.workload.mix[rec.class_index].name)

@@ -25,11 +25,13 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder", "ci_min_samples",
-           "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder",
+           "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
+CLASS_CANCEL_KEY = "class_cancel:"
+"""``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
 ROWS_CAP = 100_000
 """Request rows kept per bucket (a step's, on the master): ~40-55 MB (380 bytes a row by tracemalloc, ~560 with the
 allocator's share in a 30-minute soak); past it a uniform sample (``Bucket.add_rows``)."""

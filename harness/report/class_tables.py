@@ -19,11 +19,16 @@ def class_table(s: Summary) -> str:
             p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in ("ttft", "tpot", "e2e")]
             slo = "-" if c.slo_passed is None else "passed" if c.slo_passed else "FAILED: " + ", ".join(
                 f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed)
-            rows.append([_n(st.level), c.name, c.requests, _share(c.share), _share(c.weight_share), c.failed, *p95,
+            rows.append([_n(st.level), c.name, c.requests, _share(c.share), asked(c), c.failed, *p95,
                          slo])
     return _table([key, "class", "requests", "share", "weight", "failed", "TTFT p95 ms", "TPOT p95 ms", "E2E p95 ms",
                    "class SLO"], rows, "Each class of the mix measured apart from the step's request rows (exact "
                   "order statistics; a uniform sample past 100k requests a step, which summary.json says).")
+
+
+def asked(c) -> str:
+    """What the scenario asked of a class: its weight's share, or its fixed users."""
+    return f"{c.users} users" if getattr(c, "users", None) is not None else _share(c.weight_share)
 
 
 def _class_p95(s: Summary, load: float, name: str, metric: str) -> float | None:

@@ -120,8 +120,8 @@ def _class_points(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
     out = []
     for c in step.classes or ():
         p = _point("kneecap_step_class", {**st, "class": c["name"]}, ts_ms).field("load", float(step.level)) \
-            .field("requests", c["requests"]).field("failed", c["failed"]).field("weight_share", c["weight_share"])
-        for name in ("share", "error_rate"):
+            .field("requests", c["requests"]).field("failed", c["failed"])
+        for name in ("share", "weight_share", "error_rate"):  # weight_share: None for a class of fixed users
             if c[name] is not None:
                 p = p.field(name, float(c[name]))
         for metric, stats in c["latency_ms"].items():

@@ -21,6 +21,11 @@ noise to wait out (a 30% class of 1,000 random draws is off by ±1.4 points one 
           endpoint: {model: rag-lora}
           slo: {ttft: ["p(95)<3000"]}
 
+A class may instead hold a fixed number of the fleet's users (``users: 4`` for a nightly batch job, no
+``weight``): in closed loop those users run it whatever the step, and the step's other users share the weighted
+classes by weight ("how many chat users can we hold while the batch runs?"); a step's users count them all
+(a staircase of 8, 16, 32 with a class of 4 users runs 4, 12, 28 chat users). Open loop has no users to fix.
+
 Not yet within a class: sessions, batches (embeddings), another ``api`` — each is refused with its key path.
 Users who hang up (``cancel``, ``patience``: ``workload/cancel.py``) are a class's own, or the workload's for every
 class that sets none.
@@ -43,7 +48,7 @@ from harness.workload.prompt_file import PromptSource, prompts_from_spec
 from harness.workload.sessions import SessionSpec, sessions_from_spec
 from harness.workload.spec import joint_from_spec, length_from_spec
 
-__all__ = ["CLASS_ENDPOINT_KEYS", "ClassPicker", "TrafficClass", "Workload", "workload_from_spec"]
+__all__ = ["CLASS_ENDPOINT_KEYS", "ClassPicker", "FixedUsers", "TrafficClass", "Workload", "workload_from_spec"]
 
 CLASS_ENDPOINT_KEYS = ("model", "extra_body", "headers", "ignore_eos", "adapters")
 """What a class may set of the endpoint; the rest (host, api, timeouts, TLS) is one per scenario."""
@@ -55,8 +60,10 @@ _LENGTH_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens"
 class TrafficClass:
     name: str
     weight: float
-    """Share of requests, relative to the other classes' weights."""
+    """Share of requests, relative to the other classes' weights; 0 for a class of fixed ``users``."""
     workload: Workload
+    users: int | None = None
+    """Closed loop: this many of the fleet's users run this class, whatever the step's users (``FixedUsers``)."""
     endpoint: dict = field(default_factory=dict)
     """Overrides of the scenario's endpoint (``CLASS_ENDPOINT_KEYS``), applied by ``Scenario.class_endpoint``."""
     slo: tuple = ()
@@ -171,17 +178,17 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
     out, seen = [], set()
     for i, item in enumerate(node):
         where = f"{path}[{i}]"
-        keys = ("name", "weight", *_LENGTH_KEYS, *HANGUP_KEYS, "endpoint", "slo", "sessions", "batch")
+        keys = ("name", "weight", "users", *_LENGTH_KEYS, *HANGUP_KEYS, "endpoint", "slo", "sessions", "batch")
         if not isinstance(item, dict):
             check.mapping(item, where, keys)
             continue
         name = check.string(item, "name", where, None, name=True)
         where = f"{path}.{name}" if name else where  # by its name from here on: the key path a user can find
-        check.mapping(item, where, keys, required=("name", "weight"))
+        check.mapping(item, where, keys, required=("name",))
         if name in seen:
             check.fail(where, f"a second class named '{name}': class names must differ")
         seen.add(name)
-        weight = check.number(item, "weight", where, None, above=0)
+        weight, users = _weight_or_users(item, where, check)
         for key in ("sessions", "batch"):
             if key in item:
                 check.fail(f"{where}.{key}", f"{key} within a mix class is not supported yet: run that traffic in "
@@ -203,10 +210,27 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
                 headers = parse_headers(endpoint["headers"], check, f"{where}.endpoint.headers")
                 endpoint = {**endpoint, "headers": headers}
         thresholds = slo(item.get("slo", {}), f"{where}.slo", check)
-        if name and weight is not None:
-            out.append(TrafficClass(name=name, weight=float(weight), workload=workload,
+        if name and (weight is not None or users is not None):
+            out.append(TrafficClass(name=name, weight=float(weight or 0.0), workload=workload, users=users,
                                     endpoint=dict(endpoint) if isinstance(endpoint, dict) else {}, slo=thresholds))
+    if out and len(out) == len(node) and all(c.users is not None for c in out):
+        check.fail(path, "every class has fixed users: give at least one class a weight (the step's other users "
+                         "run the weighted classes)")
     return tuple(out)
+
+
+def _weight_or_users(item: dict, where: str, check: Checker) -> tuple[float | None, int | None]:
+    """A class's ``weight`` (a share of requests) or ``users`` (a fixed number of users), exactly one of them."""
+    if "weight" in item and "users" in item:
+        check.fail(where, "give weight (a share of the requests) or users (a fixed number of users), not both")
+        return None, None
+    if "users" in item:
+        return None, check.number(item, "users", where, None, integer=True, minimum=1)
+    if "weight" not in item:
+        check.fail(where, "missing required key 'weight' (a share of the requests; or users: a fixed number of "
+                          "users)")
+        return None, None
+    return check.number(item, "weight", where, None, above=0), None
 
 
 class ClassPicker:
@@ -230,3 +254,44 @@ class ClassPicker:
         best = max(range(len(cur)), key=cur.__getitem__)
         cur[best] -= self._total
         return best
+
+
+class FixedUsers:
+    """Which of a worker's users run the classes of fixed ``users`` (``counts``: per class, None for a weighted one).
+
+    The fleet's fixed places are numbered class by class and dealt to the workers in turn (place k to the worker
+    whose index is k modulo the fleet's size), so the fleet holds each class's count however many workers it has.
+    A worker's users take its places first come, at their next request, and keep them; a place a stopped user
+    left goes to the next user to ask, and a user whose place its worker no longer has (the fleet grew) gives it
+    up at its next request. A user without a place (None) runs the weighted classes."""
+
+    def __init__(self, counts: list[int | None] | tuple[int | None, ...], worker: int) -> None:
+        self._slots = [c for c, n in enumerate(counts) for _ in range(n or 0)]
+        self._worker, self._stride = worker, 0
+        self._quota, self._held = [0] * len(counts), [0] * len(counts)
+        self._holders: dict[int, int] = {}
+
+    def pick(self, user: int, stride: int) -> int | None:
+        """The class ``user`` runs now (None: a weighted one) in a fleet of ``stride`` workers."""
+        if stride != self._stride:
+            self._stride, self._quota = stride, [0] * len(self._held)
+            for k, c in enumerate(self._slots):
+                if k % max(1, stride) == self._worker % max(1, stride):
+                    self._quota[c] += 1
+        held = self._holders.get(user)
+        if held is not None:
+            if self._held[held] <= self._quota[held]:
+                return held
+            self.release(user)
+        for c, quota in enumerate(self._quota):
+            if self._held[c] < quota:
+                self._holders[user] = c
+                self._held[c] += 1
+                return c
+        return None
+
+    def release(self, user: int) -> None:
+        """``user`` stopped: its place (if any) is free for the next user to ask."""
+        c = self._holders.pop(user, None)
+        if c is not None:
+            self._held[c] -= 1

@@ -96,8 +96,10 @@ class MixSampler:
     """``workload.mix``: each ``next()`` is the next request of the class ``pick()`` deals (a worker's one
     ``ClassPicker``, shared by its users so the worker's requests keep the weights), from that class's sampler."""
 
-    def __init__(self, samplers: list[RequestSampler], pick: Callable[[], int]) -> None:
+    def __init__(self, samplers: list[RequestSampler], pick: Callable[[], int], *, user: int = 0) -> None:
         self._samplers, self._pick = samplers, pick
+        self.user = user
+        """The worker's count of the user this sampler is for (its place among fixed ``users:``)."""
 
     def builder(self, class_index: int | None) -> PromptBuilder:
         return self._samplers[class_index or 0].prompts

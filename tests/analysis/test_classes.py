@@ -129,3 +129,13 @@ def test_probes_are_one_class_of_their_own_and_their_block_is_checked():
                                       "load: {probes: {rate: 0, max_token: 3}}\n"))
     assert "load.probes: unknown key 'max_token'; did you mean 'max_tokens'?" in str(err.value)
     assert "load.probes.rate: must be > 0, got 0" in str(err.value)
+
+
+def test_a_class_of_fixed_users_has_no_weight_share_and_the_weights_share_the_rest():
+    rows, truth = _rows()
+    chat = TrafficClass(name="chat", weight=2, workload=W)
+    batch = TrafficClass(name="batch", weight=0.0, users=4, workload=W)
+    a, b = class_steps(columns(rows), [chat, batch], rows_seen=len(rows))
+    assert (b.weight_share, b.users, a.users) == (None, 4, None)
+    # the one weighted class was asked for every request the weighted users made: its own share
+    assert a.weight_share == round(len(truth[0]) / len(rows), 6) == a.share

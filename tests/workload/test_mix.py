@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.scenario import ScenarioError, parse_scenario
-from harness.workload.mix import ClassPicker
+from harness.workload.mix import ClassPicker, FixedUsers
 
 MIX = """
 name: mixed
@@ -66,6 +66,14 @@ def test_a_mix_gives_each_class_its_lengths_endpoint_and_slo():
                                                       "supported yet"),
     ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, wieght: 2}]",
      "workload.mix.a: unknown key 'wieght'; did you mean 'weight'?"),
+    ("[{name: a, input_tokens: 5, output_tokens: 5}]", "workload.mix.a: missing required key 'weight' (a share of "
+                                                         "the requests; or users: a fixed number of users)"),
+    ("[{name: a, weight: 1, users: 2, input_tokens: 5, output_tokens: 5}]",
+     "workload.mix.a: give weight (a share of the requests) or users (a fixed number of users), not both"),
+    ("[{name: a, users: 0, input_tokens: 5, output_tokens: 5}, {name: b, weight: 1, input_tokens: 5, "
+     "output_tokens: 5}]", "workload.mix.a.users"),
+    ("[{name: a, users: 2, input_tokens: 5, output_tokens: 5}]",
+     "workload.mix: every class has fixed users: give at least one class a weight"),
 ])
 def test_a_malformed_mix_names_the_key(mix, message):
     with pytest.raises(ScenarioError) as err:
@@ -98,3 +106,41 @@ def test_the_picker_spreads_a_class_out_and_refuses_bad_weights():
     assert "2, 2, 2" not in ", ".join(map(str, picks))
     with pytest.raises(ValueError, match="positive weights"):
         ClassPicker([1, 0])
+
+
+def test_fixed_users_open_loop_is_refused():
+    with pytest.raises(ScenarioError, match=r"workload\.mix\.batch\.users: open loop has no users to fix"):
+        _parse("name: x\nworkload: {mix: [{name: batch, users: 2, input_tokens: 5, output_tokens: 5}, "
+               "{name: chat, weight: 1, input_tokens: 5, output_tokens: 5}]}\n"
+               "load: {mode: open_staircase, rate: {start: 2, step: 2, max: 4}}\n")
+    s = _parse("name: x\nworkload: {mix: [{name: batch, users: 2, input_tokens: 5, output_tokens: 5}, "
+               "{name: chat, weight: 1, input_tokens: 5, output_tokens: 5}]}\n")
+    assert [(c.name, c.users, c.weight) for c in s.workload.mix] == [("batch", 2, 0.0), ("chat", None, 1.0)]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
+def test_fixed_users_are_dealt_to_the_fleet_and_held_by_the_first_users_to_ask(workers):
+    counts = [3, None, 2]  # 3 users on class 0, 2 on class 2, the rest weighted
+    fleet = [FixedUsers(counts, w) for w in range(workers)]
+    held = {}
+    for w, f in enumerate(fleet):  # 6 users a worker (as many as its places at most), each asking twice: kept
+        for u in range(6):
+            first = f.pick(u, workers)
+            assert f.pick(u, workers) == first
+            held[(w, u)] = first
+    got = Counter(c for c in held.values() if c is not None)
+    assert got == Counter({0: 3, 2: 2}), (workers, held)
+    # a stopped user's place goes to the next user to ask; one without a place stays weighted
+    w, u = next(k for k, c in held.items() if c == 0)
+    fleet[w].release(u)
+    assert fleet[w].pick(99, workers) == 0
+    others = [k for k, c in held.items() if c is None and k[0] == w]
+    assert all(fleet[k[0]].pick(k[1], workers) is None for k in others)
+
+
+def test_a_grown_fleet_takes_back_the_places_its_worker_no_longer_has():
+    f = FixedUsers([4, None], worker=0)
+    assert [f.pick(u, 1) for u in range(5)] == [0, 0, 0, 0, None]
+    # two workers now: worker 0 has places 0 and 2 of the 4; two of its users give theirs up as they ask
+    assert sorted(f.pick(u, 2) is None for u in range(4)) == [False, False, True, True]
+    assert [f.pick(u, 2) for u in range(4)].count(0) == 2

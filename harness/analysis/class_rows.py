@@ -1,0 +1,81 @@
+"""What each class of a mix says beyond its quantiles: its own tail attribution, TTFT split, hang-ups, tokens and
+metered cost (``steps[].classes[]``). Pure.
+
+A class's tail is explained among its own requests (a RAG class's p99 against the RAG class's rest, not against
+the chat requests beside it, whose prompts are ten times shorter): the same ``explain_rows`` on the class's rows,
+the server's queue and the step's ITL as for the whole step. It costs one more attribution per class (about the
+step's own over all classes together); a class with fewer than ``MIN_ROWS`` rows gets none (its p99 is one or two
+requests). Hang-ups are not rows (they are outside the step's requests): the workers count them per class in the
+bucket's counters (``CLASS_CANCEL_KEY``).
+
+Cost per class: its measured requests' tokens (uncached input, cached input, output) and, with metered prices,
+what they cost and what one request costs. A flat price is not divided between classes (by output tokens, by
+GPU-seconds, by share of requests: a policy, not a measurement); ``output_share`` is there for whoever splits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from harness.analysis.classes import ClassStep, class_rows
+from harness.analysis.decompose import ttft_split
+from harness.analysis.pricing import CostSpec
+from harness.analysis.tail import StepTails
+from harness.metrics.aggregate import CLASS_CANCEL_KEY
+
+__all__ = ["MIN_ROWS", "add_cancelled", "add_rows_detail", "subset"]
+
+MIN_ROWS = 50
+"""A class's tail and TTFT split need at least this many rows (p99 of 50 is the largest but one)."""
+
+
+def subset(cols: dict[str, list], idx: list[int]) -> dict[str, list]:
+    """The columns of the rows ``idx`` only (a C-level gather per column)."""
+    if len(idx) == 1:
+        return {k: [v[idx[0]]] for k, v in cols.items()}
+    get = itemgetter(*idx) if idx else (lambda _: ())
+    return {k: list(get(v)) for k, v in cols.items()}
+
+
+def add_rows_detail(classes: Sequence[ClassStep], cols: dict[str, list], *,
+                    explain: Callable[[dict[str, list]], StepTails], server: dict | None,
+                    cost: CostSpec | None) -> None:
+    """Each class's tail (``explain``: the step's ``explain_rows`` with its queue and ITL bound), TTFT split,
+    tokens and cost, into ``classes`` (in the mix's order, as ``class_steps`` made them)."""
+    output_all = sum(o or 0 for o in cols["output"])
+    for cls, idx in zip(classes, class_rows(cols, len(classes)), strict=True):
+        mine = subset(cols, idx)
+        if len(idx) >= MIN_ROWS:
+            cls.tail = explain(mine).to_dict()
+            cls.ttft_split = ttft_split(mine, server)
+        tokens = _tokens(mine)
+        cls.tokens = tokens
+        cls.cost = _cost(cost, tokens, len(idx), output_all) if cost is not None else None
+
+
+def add_cancelled(classes: Sequence[ClassStep], extra: dict[str, int]) -> None:
+    """Each class's hang-ups from the bucket's counters (``CLASS_CANCEL_KEY``), and their share of its requests."""
+    for i, cls in enumerate(classes):
+        n = extra.get(f"{CLASS_CANCEL_KEY}{i}", 0)
+        cls.cancelled = n
+        cls.cancelled_share = round(n / (cls.requests + n), 6) if n else None
+
+
+def _tokens(c: dict[str, list]) -> dict[str, int]:
+    """Uncached input, cached input and output tokens of the rows (failed ones too: the server read their prompts;
+    their output is what came before the failure, none counted when unknown)."""
+    prompt = sum(p or 0 for p in c["prompt"])
+    cached = sum(k or 0 for k in c["cached"])
+    return {"input": max(prompt - cached, 0), "cached_input": cached, "output": sum(o or 0 for o in c["output"])}
+
+
+def _cost(spec: CostSpec, tokens: dict[str, int], requests: int, output_all: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"currency": spec.currency,
+                           "output_share": round(tokens["output"] / output_all, 6) if output_all else None}
+    if spec.metered:
+        test = (tokens["input"] * spec.input_per_mtok + tokens["cached_input"] * spec.cached_price  # type: ignore[operator]
+                + tokens["output"] * spec.output_per_mtok) / 1e6  # type: ignore[operator]
+        out.update(test_cost=round(test, 6), per_request=round(test / requests, 9) if requests else None)
+    return out
