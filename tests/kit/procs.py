@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import pathlib
+import random
 import socket
 import threading
 import time
 from typing import IO
 
-__all__ = ["Lines", "free_port"]
+__all__ = ["Lines", "free_port", "port_below_ephemeral"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_below_ephemeral() -> int:
+    """A free loopback port below the kernel's ephemeral range (``ip_local_port_range``), or ``free_port()`` when that
+    range leaves no room below it: no ``bind(0)`` and no outgoing connection anywhere is handed such a port, so it
+    stays this test's while nothing listens on it (a database down on purpose, to come back on the same port)."""
+    low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(100 if low > 11_024 else 0):
+        port = rng.randrange(low - 10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 class Lines:

@@ -137,8 +137,8 @@ KV_BOUND = """
         think_time_s: 1.0
     load:
       mode: staircase
-      users: {start: 4, step: 3, max: 16}
-      step: {warmup_s: 2, min_duration_s: 8, min_requests: 50, max_duration_s: 15}
+      users: {start: 4, step: 4, max: 12}
+      step: {warmup_s: 2, min_duration_s: 6, min_requests: 50, max_duration_s: 10}
 """
 
 
@@ -148,7 +148,7 @@ def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sess
     r = kneecap_run(write_scenario(tmp_path, KV_BOUND, name="kv.yaml"), "--sim-arg=--preset=tiny",
                     "--sim-arg=--max-num-seqs=64", "--sim-arg=--kv-cache-tokens=32768",
                     "--sim-arg=--prefill-per-ktoken-ms=100", out=tmp_path / "out",
-                    timeout=240)  # its own bound, longer than the kit's: up to five steps of 15 s
+                    timeout=240)  # its own bound, longer than the kit's: up to three steps of 12 s
     summary = r.summary
     knee = summary["knee"]
     assert knee["found"], r.output

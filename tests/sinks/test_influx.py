@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.kit.procs import Lines, free_port
+from tests.kit.procs import Lines, free_port, port_below_ephemeral
 from tests.kit.run import KNEECAP, start_kneecap_run, write_scenario
 from tests.kit.scenarios import STAIRS
 
@@ -125,9 +125,8 @@ def test_steps_in_the_database_equal_the_summary_and_the_server_queue_rises_at_t
 CONSTANT = "load: {mode: constant, users: 4, duration_s: 12, step: {warmup_s: 0.5}}\n"
 
 
-@pytest.mark.timing  # also: its database's port is free for 4 s, and no other test may take it meanwhile
 def test_an_outage_loses_no_point(tmp_path):
-    port = free_port()
+    port = port_below_ephemeral()  # free for the 4 s outage: no other test is handed a port below that range
     with victoria(tmp_path / "vm", port) as url:
         proc = start_kneecap_run(scenario(tmp_path, CONSTANT, url), out=tmp_path / "out")
         lines = Lines(proc.stdout)  # type: ignore[arg-type]
