@@ -10,7 +10,7 @@ next to the code that raises it, not here (``tests/test_errors.py`` checks this 
     ├── OversizedLine        client/sse.py: a line longer than the SSE decoder's limit (a broken or hostile server)
     ├── SketchMismatch       metrics/sketch.py: sketches that cannot be merged or decoded (accuracy or version differ)
     ├── ProtocolError        metrics/protocol.py: a worker's payload the master cannot read (another version, garbage)
-    └── StreamFailure        load/user.py: a failed request as Locust's failure table shows it (one row per class)
+    └── StreamFailure        load/user_report.py: a failed request as Locust's failure table shows it (a row per class)
 
 Outside the tree: ``TraceError`` (workload/traces.py, a log that cannot be read as asked) is a ``ValueError``;
 ``ApiError`` (sim/openai.py) never leaves the simulator, which answers it as an HTTP error. There is no sink

@@ -34,14 +34,14 @@ from harness.analysis.plan import (
 from harness.analysis.pricing import CostSpec, cost_from_spec
 from harness.analysis.slo import Threshold, slo_from_spec
 from harness.capacity.thresholds import GateSpec, gate_from_spec
-from harness.checker import Checker, decode_text, did_you_mean
+from harness.checker import Checker, decode_text
 from harness.client.timeouts import Timeouts
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
 from harness.errors import KneecapError
 from harness.metrics.vocabulary import KNEE_METRICS
+from harness.scenario_checks import check_classes, check_images, check_knee_class, check_sessions
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.workload.arrivals import PROCESSES, trace_gaps
-from harness.workload.images import IMAGE_APIS
 from harness.workload.mix import TrafficClass, Workload, workload_from_spec
 from harness.workload.traces import TraceError, read_timestamps
 
@@ -178,19 +178,13 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                                               "embeddings) use e2e and error_rate")
     if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
         check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")
-    _check_images(workload, endpoint.api, check)
-    if workload is not None and workload.sessions is not None and endpoint.api == "embeddings":
-        check.fail("workload.sessions", "embeddings have no conversations: use input_tokens (and batch)")
-    if workload is not None and workload.sessions is None:  # session metrics exist only with sessions
-        if load.knee_metric is not None and load.knee_metric.startswith("session_"):  # None: already a problem
-            check.fail("load.knee.metric", f"{load.knee_metric} needs workload.sessions; use ttft, tpot, itl or e2e")
-        for t in slo:
-            if t.metric.startswith("session_"):
-                check.fail(f"slo.{t.metric}", "session metrics need workload.sessions")
+    check_images(workload, endpoint.api, check)
+    if workload is not None:
+        check_sessions(workload, endpoint.api, load.knee_metric, slo, check)
     if workload is not None and workload.mix:
-        _check_classes(workload, streams, check, open_loop=load.open_loop)
+        check_classes(workload, streams, check, open_loop=load.open_loop)
     if load.knee_class is not None:
-        _check_knee_class(load, workload.class_names if workload is not None else (), check)
+        check_knee_class(load, workload.class_names if workload is not None else (), check)
     if workload is not None and not streams:
         # a class without its own has the workload's: name the workload's once
         given = [("workload", workload)] if workload.patience else [(f"workload.mix.{c.name}", c.workload)
@@ -204,47 +198,6 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
                     results_dir=results_dir, influxdb=influx, description=description, source=source,
                     cost=cost, gate=gate)
-
-
-CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
-"""What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
-CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
-"""What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
-
-
-def _check_images(workload: Workload | None, api: str, check: Checker) -> None:
-    """``workload.images`` (or a class's) only where the API takes images; a class without its own has the
-    workload's, so that is named once."""
-    if workload is None or api in IMAGE_APIS:
-        return
-    for where in ["workload"] if workload.images else [f"workload.mix.{c.name}" for c in workload.mix
-                                                       if c.workload.images]:
-        check.fail(f"{where}.images", f"images are for api: chat or messages (this endpoint's api is {api})")
-
-
-def _check_knee_class(load: LoadPlan, names: tuple[str, ...], check: Checker) -> None:
-    if load.knee_class not in names:
-        check.fail("load.knee.class", f"no class '{load.knee_class}' in workload.mix" + (
-            f"{did_you_mean(load.knee_class, names)} (classes: {', '.join(names)})" if names else  # type: ignore[arg-type]
-            ": a knee follows one class of a mix (workload.mix)"))
-    if load.knee_metric not in CLASS_KNEE_METRICS:
-        check.fail("load.knee.metric", f"{load.knee_metric} is not measured per class; a class's knee follows "
-                                       f"{', '.join(CLASS_KNEE_METRICS)}")
-
-
-def _check_classes(workload: Workload, streams: bool, check: Checker, *, open_loop: bool) -> None:
-    for c in workload.mix:
-        if c.users is not None and open_loop:
-            check.fail(f"workload.mix.{c.name}.users", "open loop has no users to fix: each arrival draws its class "
-                                                       "by weight; give a weight")
-        for t in c.slo:
-            where = f"workload.mix.{c.name}.slo.{t.metric}"
-            if t.metric not in CLASS_SLO_METRICS:
-                check.fail(where, f"not judged per class; a class's slo takes {', '.join(CLASS_SLO_METRICS)} (put "
-                                  f"{t.metric} in the scenario's own slo)")
-            elif not streams and t.metric not in ("e2e", "error_rate"):
-                check.fail(where, "needs a streamed answer; without streaming (stream: false, embeddings) use e2e "
-                                  "and error_rate")
 
 
 def _load(node: Any, check: Checker) -> LoadPlan:

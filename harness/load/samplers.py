@@ -85,9 +85,12 @@ class Samplers:
             return weighted[picker.pick()] if held is None else held
 
         # a class's stream is apart from the others' and from the single-class streams (1000 classes at most)
-        return MixSampler([self._sampler(c.workload, b, stream * 1000 + i)
-                           for i, (c, b) in enumerate(zip(w.mix, self._class_prompts, strict=True))],
-                          pick, user=user)
+        classes = list(enumerate(zip(w.mix, self._class_prompts, strict=True)))
+        return MixSampler([None if c.workload.sessions else self._sampler(c.workload, b, stream * 1000 + i)
+                           for i, (c, b) in classes], pick, user=user,
+                          sessions=[SessionSampler(c.workload.sessions, b, seed=c.workload.seed,
+                                                   stream=stream * 1000 + i) if c.workload.sessions else None
+                                    for i, (c, b) in classes])
 
     def release(self, sampler: object) -> None:
         """A user stopped: its fixed class's place (``workload.mix`` ``users:``), if it held one, is free again."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -19,7 +20,17 @@ from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
 from harness.workload.sessions import Call
 
-__all__ = ["SessionTurns"]
+__all__ = ["SessionTask", "SessionTurns"]
+
+
+@dataclass(frozen=True)
+class SessionTask:
+    """What a session's calls share: its sampler (``SessionSampler``), its class of a mix (None: the workload is one
+    class) and its LoRA adapter (one a session: a real client keeps its conversation on one)."""
+
+    sessions: Any
+    cls: int | None = None
+    adapter: str | None = None
 
 
 class SessionTurns:
@@ -31,13 +42,13 @@ class SessionTurns:
     tls_settings: dict
     kneecap: Any
     _request: Callable[..., RequestRecord]
-    """One request: ``(conn, intended_start, call, session) -> RequestRecord`` (``LLMUser._request``)."""
+    """One request: ``(conn, intended_start, call, session, task) -> RequestRecord`` (``LLMUser._request``)."""
 
-    def _session(self, conn: Connection, intended_start: float | None = None) -> RequestRecord:
+    def _session(self, conn: Connection, intended_start: float | None, task: SessionTask) -> RequestRecord:
         """One whole session, turn by turn (see ``harness.workload.sessions``); returns its last call's record (the
         backoff reads it). A failed call ends the session: it counts as a failed session, as a real client that
         gives up. Think time is a sleep, so a stopping user leaves at once."""
-        session = self.sessions.new_session()  # type: ignore[union-attr]
+        session = task.sessions.new_session()
         started = time.perf_counter()
         model_time, ttfts, calls, failed = 0.0, [], 0, False
         rec = None
@@ -45,7 +56,7 @@ class SessionTurns:
             if turn[0].think_s:
                 gevent.sleep(turn[0].think_s)
             t0 = time.perf_counter()
-            recs = self._turn(conn, session.id, turn, intended_start if session.turn == 1 else None)
+            recs = self._turn(conn, session.id, turn, intended_start if session.turn == 1 else None, task)
             model_time += time.perf_counter() - t0
             calls += len(recs)
             rec = recs[0]
@@ -55,7 +66,7 @@ class SessionTurns:
                 rec = next(r for r in recs if not r.ok)
                 break
             if session.turn == 1 and rec.prompt_tokens and session.first is not None:
-                self.sessions.builder.observe(session.first, rec.prompt_tokens)  # type: ignore[union-attr]
+                task.sessions.builder.observe(session.first, rec.prompt_tokens)
             session.answer(rec.content or "", rec.prompt_tokens, rec.output_tokens)
         self.kneecap.record_session(SessionRecord(
             duration_s=time.perf_counter() - started, model_time_s=model_time, turns=session.turn, calls=calls,
@@ -63,15 +74,16 @@ class SessionTurns:
             failed=failed, ended_full=session.ended_full, compactions=session.compactions), time.perf_counter())
         return rec  # type: ignore[return-value]  # a session has at least one turn
 
-    def _turn(self, conn: Connection, sid: int, turn: list[Call], intended_start: float | None) -> list[RequestRecord]:
+    def _turn(self, conn: Connection, sid: int, turn: list[Call], intended_start: float | None,
+              task: SessionTask) -> list[RequestRecord]:
         """A turn's calls: the main one on ``conn``, parallel sub-calls at the same time on spare connections."""
         if len(turn) == 1:
-            return [self._request(conn, intended_start, turn[0], sid)]
+            return [self._request(conn, intended_start, turn[0], sid, task)]
         spare = self.spare
         subs = [(c, spare.pop() if spare else Connection(self.base, **self.tls_settings)) for c in turn[1:]]
-        jobs = [gevent.spawn(self._request, sc, None, c, sid) for c, sc in subs]
+        jobs = [gevent.spawn(self._request, sc, None, c, sid, task) for c, sc in subs]
         try:
-            first = self._request(conn, intended_start, turn[0], sid)
+            first = self._request(conn, intended_start, turn[0], sid, task)
             gevent.joinall(jobs)
         finally:
             gevent.killall(jobs, block=False)

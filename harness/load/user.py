@@ -35,14 +35,14 @@ from harness.client.openai import request_head
 from harness.client.timeouts import SCALED, Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import header_values
-from harness.errors import KneecapError
-from harness.load.session_turns import SessionTurns
-from harness.metrics.record import ERROR_CLASSES, RequestRecord
+from harness.load.session_turns import SessionTask, SessionTurns
+from harness.load.user_report import RequestReports
+from harness.metrics.record import RequestRecord
 from harness.scenario import DEFAULT_HOST, Endpoint
 from harness.workload.arrivals import arrival_times
 from harness.workload.prompts import Prompt
-from harness.workload.sampler import worker_rng
-from harness.workload.sessions import Call
+from harness.workload.sampler import MixSampler, worker_rng
+from harness.workload.sessions import Call, SessionSampler
 
 __all__ = ["LLMUser"]
 
@@ -59,11 +59,7 @@ def _prompt_tokens(prompts: list[Prompt]) -> int:
     return n
 
 
-class StreamFailure(KneecapError):
-    """How a failed request appears in Locust's failure table: one row per error class."""
-
-
-class LLMUser(SessionTurns, FastHttpUser):
+class LLMUser(SessionTurns, RequestReports, FastHttpUser):
     """Runs the scenario's workload: closed loop (one request at a time), or in open loop one arrival driver
     per worker. The scenario comes from ``--scenario`` (see harness.load.context)."""
 
@@ -115,10 +111,26 @@ class LLMUser(SessionTurns, FastHttpUser):
     def generate(self) -> None:
         if self.kneecap.open_loop:
             self._drive()
-        elif self.sessions is not None:
-            self._wait_s = self.backoff.after(self._session(self.conn))
         else:
-            self._wait_s = self.backoff.after(self._request(self.conn))
+            self._wait_s = self.backoff.after(self._task(self.conn))
+
+    def _task(self, conn: Connection, due: float | None = None) -> RequestRecord:
+        """One task: a whole session (``workload.sessions``, or a class of sessions the mix deals), else a request;
+        ``due``: its intended start (open loop)."""
+        if self.sessions is not None:
+            return self._session(conn, due, self._session_task(None, self.sessions))
+        mix = self.sampler
+        if not (isinstance(mix, MixSampler) and mix.has_sessions):
+            return self._request(conn, due)
+        cls = mix.pick()
+        if mix.sessions[cls] is None:
+            return self._request(conn, due, cls=cls)
+        return self._session(conn, due, self._session_task(cls, mix.sessions[cls]))
+
+    def _session_task(self, cls: int | None, sessions: SessionSampler) -> SessionTask:
+        """A new session's sampler, class and (``endpoint.adapters``) its one LoRA adapter."""
+        ep = self.kneecap.scenario.endpoint if cls is None else self.classes[cls][0]
+        return SessionTask(sessions, cls, None if ep.adapters is None else self.kneecap.samplers.adapter(cls))
 
     def _drive(self) -> None:
         """Open loop: follow the fleet's arrival schedule (this worker's share); one greenlet per request,
@@ -146,23 +158,21 @@ class LLMUser(SessionTurns, FastHttpUser):
     def _pooled(self, idle: list[Connection], due: float) -> None:
         conn = idle.pop() if idle else Connection(self.base, **self.tls_settings)
         try:
-            if self.sessions is not None:
-                self._session(conn, due)  # open loop: an arrival is a new session
-            else:
-                self._request(conn, due)
+            self._task(conn, due)  # open loop: an arrival is a request, or a new session
         finally:
             idle.append(conn)
 
     def _request(self, conn: Connection, intended_start: float | None = None, call: Call | None = None,
-                 session: int | None = None) -> RequestRecord:
-        """One request (a session's ``call``, else the next of the sampler), recorded whatever happens in it."""
+                 session: int | None = None, task: SessionTask | None = None, cls: int | None = None) -> RequestRecord:
+        """One request (a session's ``call`` of ``task``, else the next of the sampler, of class ``cls`` when the mix
+        dealt it), recorded whatever happens in it."""
         k = self.kneecap
         ep = k.scenario.endpoint
         start = time.perf_counter()
         k.in_flight += 1
         in_flight = k.in_flight
         try:
-            rec = self._exchange(ep, conn, intended_start, call)
+            rec = self._exchange(ep, conn, intended_start, call, task, cls)
         except Exception as exc:  # a bug here must cost one failed request, not the user
             rec = self._client_error(exc, conn, start, intended_start)
         finally:
@@ -170,28 +180,32 @@ class LLMUser(SessionTurns, FastHttpUser):
         rec.in_flight = in_flight
         if call is not None:
             rec.session, rec.turn, rec.call = session, call.turn, call.call
-            rec.turn_bucket = self.sessions.bucket(call.turn)  # type: ignore[union-attr]
+            rec.turn_bucket = task.sessions.bucket(call.turn)  # type: ignore[union-attr]
         self._report(ep.api, rec)
         k.record(rec, time.perf_counter())
         return rec
 
-    def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None,
-                  call: Call | None) -> RequestRecord:
-        headers, cls, hangups, adapter, images = self.headers, None, {}, None, None
+    def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
+                  task: SessionTask | None, cls: int | None) -> RequestRecord:
+        headers, hangups, images = self.headers, {}, None
         if call is None:
-            plan = self.sampler.next()  # type: ignore[union-attr]
+            plan = self.sampler.next() if cls is None else self.sampler.next_of(cls)  # type: ignore[union-attr]
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
-            if cls is not None:
-                ep, headers = self.classes[cls]
-            if ep.adapters is not None:  # a LoRA adapter of the model: the worker's picker says which
-                ep = dataclasses.replace(ep, model=(adapter := self.kneecap.samplers.adapter(cls)))
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
                 extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
                 prompts += [self.sampler.next().prompt for _ in range(extra)]  # type: ignore[union-attr]
         else:
             prompts, max_tokens = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens
+            cls = task.cls if task is not None else None
+        if cls is not None:
+            ep, headers = self.classes[cls]
+        # a LoRA adapter of the model: the worker's picker says which (a session keeps the one it drew)
+        adapter = task.adapter if task is not None else None if ep.adapters is None else \
+            self.kneecap.samplers.adapter(cls)
+        if adapter is not None:
+            ep = dataclasses.replace(ep, model=adapter)
         k = self.kneecap
         while True:
             asked = k.continuous_usage
@@ -216,35 +230,3 @@ class LLMUser(SessionTurns, FastHttpUser):
             words = sum(p.words for p in prompts)
             self.sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
         return rec
-
-    def _client_error(self, exc: Exception, conn: Connection, start: float,
-                      intended_start: float | None) -> RequestRecord:
-        """``exc`` escaped the request path: a failed request of class client_error; the traceback, once per type."""
-        conn.close()  # it may be anywhere in a response
-        kind = type(exc)
-        logged = self.kneecap.logged_errors
-        if kind not in logged:
-            logged.add(kind)
-            log.error("kneecap: client_error: %s in the request path (a bug in kneecap, or in a user class built on "
-                      "it); each such request counts as a failed client_error, this is logged once per exception type",
-                      kind.__name__, exc_info=exc)
-        detail = f"{kind.__name__}: {exc}"[:240] + " (traceback once in the worker's log)"
-        return RequestRecord(start=start, intended_start=intended_start, error="client_error", error_detail=detail,
-                             e2e_s=time.perf_counter() - start)
-
-    def _report(self, name: str, rec: RequestRecord) -> None:
-        env = self.environment
-        e2e_ms = (rec.e2e_s or 0.0) * 1000
-        if rec.cancelled is not None:  # neither a success nor a failure: a row of its own, at the hang-up
-            env.events.request.fire(request_type="POST", name=f"{name} cancelled", response_time=e2e_ms,
-                                    response_length=0, exception=None, context={})
-            return
-        exc = None if rec.ok else StreamFailure(f"{rec.error}: {ERROR_CLASSES.get(rec.error or '', '')}")
-        env.events.request.fire(request_type="POST", name=name, response_time=e2e_ms, response_length=0,
-                                exception=exc, context={})
-        if rec.ok and env.stats is not None:
-            if rec.ttft_s is not None:
-                env.stats.get("ttft", "LLM").log(rec.ttft_s * 1000, 0)
-            tpot = rec.tpot_s
-            if tpot is not None:
-                env.stats.get("tpot", "LLM").log(tpot * 1000, 0)

@@ -26,7 +26,11 @@ A class may instead hold a fixed number of the fleet's users (``users: 4`` for a
 classes by weight ("how many chat users can we hold while the batch runs?"); a step's users count them all
 (a staircase of 8, 16, 32 with a class of 4 users runs 4, 12, 28 chat users). Open loop has no users to fix.
 
-Not yet within a class: sessions, batches (embeddings), another ``api`` — each is refused with its key path.
+A class may run multi-turn sessions (``sessions:``, as the workload's own): a pick of that class is one whole
+session, turn by turn, so its weight is a share of the users' tasks (a session or a request), not of requests; its
+turns are its requests in every per-class figure, and the step's ``sessions`` block covers its sessions.
+
+Not yet within a class: batches (embeddings), another ``api`` — each is refused with its key path.
 Users who hang up (``cancel``, ``patience``: ``workload/cancel.py``) are a class's own, or the workload's for every
 class that sets none.
 """
@@ -115,9 +119,15 @@ def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Check
             check.fail(path, f"with mix, each class sets its own lengths: move {', '.join(given)} into the classes")
         cancel, patience = _hangups(node, path, check)
         images = images_from_spec(node["images"], f"{path}.images", check) if "images" in node else None
+        classes = _mix(node["mix"], f"{path}.mix", check, slo, seed)
+        for key in (*HANGUP_KEYS, "images"):  # the workload's go to every class, and sessions take none yet
+            talking = [c.name for c in classes if c.workload.sessions is not None]
+            if key in node and talking:
+                check.fail(f"{path}.{key}", f"applies to every class without its own, and {talking[0]} runs "
+                                            f"sessions, which take no {key} yet: move {key} into the other classes")
         classes = tuple(dataclasses.replace(c, workload=dataclasses.replace(  # the workload's for a class without
             c.workload, cancel=c.workload.cancel or cancel, patience=c.workload.patience or patience,
-            images=c.workload.images or images)) for c in _mix(node["mix"], f"{path}.mix", check, slo, seed))
+            images=c.workload.images or images)) for c in classes)
         return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed, mix=classes, cancel=cancel,
                         patience=patience, images=images)
     return _one_class(node, path, check, seed)
@@ -189,11 +199,10 @@ def _mix(node: Any, path: str, check: Checker, slo: Callable[[Any, str, Checker]
             check.fail(where, f"a second class named '{name}': class names must differ")
         seen.add(name)
         weight, users = _weight_or_users(item, where, check)
-        for key in ("sessions", "batch"):
-            if key in item:
-                check.fail(f"{where}.{key}", f"{key} within a mix class is not supported yet: run that traffic in "
-                                             "a scenario of its own")
-        lengths = {k: v for k, v in item.items() if k in _LENGTH_KEYS or k in HANGUP_KEYS}
+        if "batch" in item:
+            check.fail(f"{where}.batch", "batch within a mix class is not supported yet: run that traffic in a "
+                                         "scenario of its own")
+        lengths = {k: v for k, v in item.items() if k in _LENGTH_KEYS or k in HANGUP_KEYS or k == "sessions"}
         workload = _one_class(lengths, where, check, seed)
         endpoint = item.get("endpoint", {})
         if check.mapping(endpoint, f"{where}.endpoint", CLASS_ENDPOINT_KEYS) is not None:

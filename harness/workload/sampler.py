@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harness.workload.cancel import Cancel, Patience
 from harness.workload.images import ImageDrawer
@@ -94,18 +95,27 @@ class RequestSampler:
 
 class MixSampler:
     """``workload.mix``: each ``next()`` is the next request of the class ``pick()`` deals (a worker's one
-    ``ClassPicker``, shared by its users so the worker's requests keep the weights), from that class's sampler."""
+    ``ClassPicker``, shared by its users so the worker's requests keep the weights), from that class's sampler. A
+    class of sessions has a session sampler instead (``sessions[i]``; ``samplers[i]`` None): its pick is a whole
+    session, which the user runs turn by turn."""
 
-    def __init__(self, samplers: list[RequestSampler], pick: Callable[[], int], *, user: int = 0) -> None:
-        self._samplers, self._pick = samplers, pick
+    def __init__(self, samplers: list[RequestSampler | None], pick: Callable[[], int], *, user: int = 0,
+                 sessions: list[Any] | None = None) -> None:
+        self._samplers, self.pick = samplers, pick
         self.user = user
         """The worker's count of the user this sampler is for (its place among fixed ``users:``)."""
+        self.sessions: list[Any] = sessions or [None] * len(samplers)
+        """Per class: its ``SessionSampler`` (a class of sessions), else None."""
+        self.has_sessions = any(s is not None for s in self.sessions)
 
     def builder(self, class_index: int | None) -> PromptBuilder:
-        return self._samplers[class_index or 0].prompts
+        return self._samplers[class_index or 0].prompts  # type: ignore[union-attr]
 
     def next(self) -> PlannedRequest:
-        i = self._pick()
-        plan = self._samplers[i].next()
+        return self.next_of(self.pick())
+
+    def next_of(self, i: int) -> PlannedRequest:
+        """The next request of class ``i`` (a class of requests)."""
+        plan = self._samplers[i].next()  # type: ignore[union-attr]
         plan.class_index = i
         return plan

@@ -2,8 +2,8 @@
 the simulator's trace as the truth. Two workers share 1,000+ requests 3:1; each class's TPOT is its model's; each
 class's SLO is judged on its requests alone, in the step's verdict and the exit code; one class's requests go to
 three LoRA adapters in turn (counted per step); probes at 2/s beside them are reported apart and absent from the
-step's metrics; a third class holds 2 of the 16 users (``users: 2``). Each class's own tail, TTFT split, tokens and
-cost come from its requests alone."""
+step's metrics; a third class holds 2 of the 16 users (``users: 2``) and runs 3-turn sessions. Each class's own
+tail, TTFT split, tokens and cost come from its requests alone."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ SCENARIO = """
           output_tokens: 8
           endpoint: {model: slow}
           slo: {tpot: ["p(95)<15"], error_rate: "rate<0.01"}
-        - {name: nightly, users: 2, input_tokens: 40, output_tokens: 8}
+        - name: nightly
+          users: 2
+          sessions: {turns: 3, first_input_tokens: 60, turn_input_tokens: 10, output_tokens: 8, think_time_s: 0.05}
     load: {mode: constant, users: 16, duration_s: 9, step: {warmup_s: 1}, probes: {rate: 2, input_tokens: 16}}
     cost: {input_per_mtok: 1.0, output_per_mtok: 4.0, currency: EUR}
 """
@@ -68,6 +70,10 @@ def test_two_classes_keep_their_weights_speeds_and_verdicts(tmp_path):
     edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
     in_flight = list(itertools.accumulate(d for _, d in edges))
     assert max(in_flight) == 2 and len(spans) == nightly["requests"] - nightly["failed"], (max(in_flight), nightly)
+    # ... and runs sessions: its requests are their turns, the other classes' are single requests
+    turns = [rec["turn"] for rec in measured if rec["class"] == "nightly"]
+    assert set(turns) == {1, 2, 3} and all(rec["session"] is None for rec in measured if rec["class"] != "nightly")
+    assert step["sessions"]["ended"] >= 2 and step["sessions"]["turns_mean"] == 3, step["sessions"]
     # the chat class's LoRA adapters in turn on each worker: within one request per worker of each other
     adapters = step["adapters"]
     assert sum(adapters.values()) == chat["requests"] and max(adapters.values()) - min(adapters.values()) <= 2, adapters

@@ -62,8 +62,12 @@ def test_a_mix_gives_each_class_its_lengths_endpoint_and_slo():
     ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, slo: {itl: ['p(99)<50']}}]",
      "workload.mix.a.slo.itl: not judged per class"),
     ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, slo: {ttft: 'p(95)<x'}}]", "workload.mix.a.slo.ttft"),
-    ("[{name: a, weight: 1, sessions: {turns: 2}}]", "workload.mix.a.sessions: sessions within a mix class is not "
-                                                      "supported yet"),
+    ("[{name: a, weight: 1, sessions: {turns: 2}}]", "workload.mix.a.sessions: missing required key "
+                                                      "'first_input_tokens'"),
+    ("[{name: a, weight: 1, sessions: {turns: 2, first_input_tokens: 9, turn_input_tokens: 9, output_tokens: 9}, "
+     "input_tokens: 5}]", "workload.mix.a: sessions set their own lengths"),
+    ("[{name: a, weight: 1, batch: 2, input_tokens: 5, output_tokens: 5}]", "workload.mix.a.batch: batch within a "
+                                                                            "mix class is not supported yet"),
     ("[{name: a, weight: 1, input_tokens: 5, output_tokens: 5, wieght: 2}]",
      "workload.mix.a: unknown key 'wieght'; did you mean 'weight'?"),
     ("[{name: a, input_tokens: 5, output_tokens: 5}]", "workload.mix.a: missing required key 'weight' (a share of "
@@ -144,3 +148,54 @@ def test_a_grown_fleet_takes_back_the_places_its_worker_no_longer_has():
     # two workers now: worker 0 has places 0 and 2 of the 4; two of its users give theirs up as they ask
     assert sorted(f.pick(u, 2) is None for u in range(4)) == [False, False, True, True]
     assert [f.pick(u, 2) for u in range(4)].count(0) == 2
+
+
+def test_a_class_of_sessions_beside_a_class_of_requests():
+    s = _parse("""
+name: x
+endpoint: {api: chat, model: base}
+workload:
+  mix:
+    - {name: agent, weight: 1, sessions: {turns: 3, first_input_tokens: 900, turn_input_tokens: 50,
+       output_tokens: 40, think_time_s: 0.2}, endpoint: {model: agent-lora}}
+    - {name: chat, weight: 3, input_tokens: 300, output_tokens: 60}
+""")
+    agent, chat = s.workload.mix
+    assert agent.workload.sessions is not None and agent.workload.input_tokens is None
+    assert chat.workload.sessions is None and chat.workload.input_tokens is not None
+    assert s.class_endpoint(agent).model == "agent-lora"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("cancel: {share: 0.5, after_s: 1}", "workload.cancel: applies to every class without its own, and agent runs "
+                                         "sessions, which take no cancel yet"),
+    ("images: {count: 1, width: 64, height: 64}", "workload.images: applies to every class"),
+])
+def test_the_workloads_hangups_and_images_are_refused_beside_a_class_of_sessions(extra, message):
+    with pytest.raises(ScenarioError) as err:
+        _parse(f"""
+name: x
+endpoint: {{api: chat, model: base}}
+workload:
+  {extra}
+  mix:
+    - {{name: agent, weight: 1, sessions: {{turns: 3, first_input_tokens: 900, turn_input_tokens: 50,
+       output_tokens: 40}}}}
+    - {{name: chat, weight: 3, input_tokens: 300, output_tokens: 60}}
+""")
+    assert message in str(err.value), str(err.value)
+
+
+def test_session_metrics_and_embeddings_see_a_class_of_sessions():
+    base = """
+name: x
+endpoint: {api: %s, model: base}
+workload:
+  mix:
+    - {name: agent, weight: 1, sessions: {turns: 3, first_input_tokens: 900, turn_input_tokens: 50, output_tokens: 40}}
+    - {name: chat, weight: 3, input_tokens: 300, output_tokens: 60}
+slo: {session_ttft: ["p(95)<5000"]}
+"""
+    assert _parse(base % "chat").slo[0].metric == "session_ttft"  # a class's sessions make the session metrics
+    with pytest.raises(ScenarioError, match=r"workload\.mix\.agent\.sessions: embeddings have no conversations"):
+        _parse(base % "embeddings")
