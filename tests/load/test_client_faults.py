@@ -175,7 +175,9 @@ def test_kneecap_run_trusts_the_server_with_ca_file_or_insecure(tmp_path, https,
     code, summary, output = r.code, r.summary, r.output
     step = summary["steps"][0]
     assert step["ok"] > 20 and not step["failures"], output
-    assert code == 0 and "Traceback" not in output
+    # one 4 s step: a busy machine's loop lag may unjudge it (exit 4), and then the console says so
+    assert (code == 0 if step["generator"]["reliable"] else "UNRELIABLE: step 0" in output), output[-2000:]
+    assert "Traceback" not in output
 
 
 _REFUSED = json.dumps({"error": {"message": "Unrecognized request argument supplied: continuous_usage_stats",

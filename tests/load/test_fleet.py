@@ -47,7 +47,7 @@ def test_master_and_two_workers_merge_exactly(tmp_path):
     assert "Traceback" not in logs and "Uncaught exception" not in logs, logs[-3000:]
     summary = json.loads((results / "summary.json").read_text())
     records = [json.loads(line) for line in (results / "requests.jsonl").read_text().splitlines()]
-    assert summary["workers"] == 2 and {r["worker"] for r in records} == {0, 1}
+    assert summary["workers"] == 2 and {r["worker"] for r in records} == {0, 1}, (summary["workers"], logs[-3000:])
     step = summary["steps"][0]
     assert step["requests"] + step["warmup_requests"] == len(records) > 100
     assert step["failures"] == {} and all(r["ok"] for r in records)

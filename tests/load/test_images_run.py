@@ -11,11 +11,13 @@ import statistics
 import pytest
 
 from harness.sim.images import image_tokens
-from harness.workload.images import png_bytes
+from harness.workload.images import jpeg_bytes, png_bytes
 from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
 pytestmark = pytest.mark.integration
+
+encode = {"png": png_bytes, "jpeg": jpeg_bytes}
 
 SCENARIO = """
     name: pictures
@@ -25,17 +27,18 @@ SCENARIO = """
       input_tokens: 60
       output_tokens: 4
       images: {count: {dist: uniform, min: 0, max: 2}, width: {dist: uniform, min: 20, max: 300},
-               height: {dist: uniform, min: 20, max: 200}}
+               height: {dist: uniform, min: 20, max: 200}, format: FORMAT}
     load: {mode: constant, users: 4, duration_s: 5, step: {warmup_s: 1}}
 """
 
 
-@pytest.mark.parametrize("api", ["chat", "messages"])
-def test_the_simulator_reads_the_images_the_client_drew(tmp_path, api):
+@pytest.mark.parametrize("api, fmt", [("chat", "png"), ("messages", "jpeg")])
+def test_the_simulator_reads_the_images_the_client_drew(tmp_path, api, fmt):
     trace = tmp_path / "trace.jsonl"
     with start_sim("--preset", "tiny", "--tokens-per-word", "1.3", "--iter-per-seq-ms", "0",
                    "--trace-file", str(trace)) as sim:
-        r = kneecap_run(write_scenario(tmp_path, SCENARIO.replace("API", api)), "--save-requests", host=sim.url,
+        path = write_scenario(tmp_path, SCENARIO.replace("API", api).replace("FORMAT", fmt))
+        r = kneecap_run(path, "--save-requests", host=sim.url,
                         out=tmp_path / "out")
     assert r.code == 0, r.output
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
@@ -49,8 +52,8 @@ def test_the_simulator_reads_the_images_the_client_drew(tmp_path, api):
         assert rec["images"] == len(images), (rec, images)
         assert rec["image_pixels"] == sum(i["width"] * i["height"] for i in images), (rec, images)
         for i in images:
-            assert i["format"] == "png" and 20 <= i["width"] <= 300 and 20 <= i["height"] <= 200, i
-            assert i["bytes"] == len(png_bytes(3, i["width"], i["height"])), i  # the seed's picture of that size
+            assert i["format"] == fmt and 20 <= i["width"] <= 300 and 20 <= i["height"] <= 200, i
+            assert i["bytes"] == len(encode[fmt](3, i["width"], i["height"])), i  # the seed's picture of that size
             assert i["tokens"] == image_tokens(i["width"], i["height"])
         assert rec["prompt_tokens"] == row["prompt_tokens"]
     assert min(counts.values()) > 15, counts

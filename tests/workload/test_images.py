@@ -14,7 +14,7 @@ from harness.client.anthropic import build_messages_body
 from harness.client.openai import build_body
 from harness.scenario import ScenarioError
 from harness.sim.images import image_size, read_anthropic, read_openai
-from harness.workload.images import ImageCache, ImageDrawer, png_bytes
+from harness.workload.images import ImageCache, ImageDrawer, jpeg_bytes, png_bytes
 from harness.workload.prompts import PromptBuilder, SplicedBody
 from harness.workload.sampler import RequestSampler
 from tests.kit.scenarios import SMALL, parse_with
@@ -39,9 +39,6 @@ def test_the_block_parses_count_may_be_zero():
 
 
 @pytest.mark.parametrize("extra, problem", [
-    ("{images: {count: 1, width: 8, height: 8, format: jpeg}}",
-     "workload.images.format: jpeg needs an image encoder (Pillow) that kneecap does not declare as a dependency: "
-     "use format: png"),
     ("{images: {count: 1, width: 8, height: 8, format: gif}}", "workload.images.format"),
     ("{images: {count: 1, width: {dist: lognormal, median: 0}, height: 8}}", "workload.images.width"),
     ("{images: {count: 1, width: {dist: nope}, height: 8}}", "workload.images.width.dist"),
@@ -120,6 +117,32 @@ def test_the_png_decodes_to_its_size(width, height):
     with pil.open(io.BytesIO(png)) as im:
         im.load()
         assert im.size == (width, height) and im.mode == "RGB"
+
+
+@pytest.mark.parametrize("width, height", [(1, 1), (3, 2), (28, 28), (640, 480)])
+def test_the_jpeg_is_the_pngs_picture_and_decodes_to_its_size(width, height):
+    import io
+
+    from PIL import Image
+
+    jpeg = jpeg_bytes(5, width, height)
+    assert image_size(jpeg) == ("jpeg", width, height) and jpeg == jpeg_bytes(5, width, height)
+    with Image.open(io.BytesIO(jpeg)) as im, Image.open(io.BytesIO(png_bytes(5, width, height))) as ref:
+        assert im.size == (width, height) and im.mode == "RGB" and im.format == "JPEG"
+        # the same pixels, lossy: a few levels of 255 off each (the 4-bit noise is what JPEG drops), none on average
+        got, want = im.tobytes(), ref.convert("RGB").tobytes()
+        assert sum(abs(a - b) for a, b in zip(got, want, strict=True)) / len(want) < 8
+        assert abs(sum(got) - sum(want)) / len(want) < 1
+
+
+def test_format_jpeg_parses_and_its_parts_say_image_jpeg():
+    spec = parse_with("{images: {count: 1, width: 16, height: 8, format: jpeg}}").workload.images
+    assert spec.format == "jpeg"
+    cache = ImageCache()
+    chat, messages = cache.part("chat", 1, 16, 8, "jpeg"), cache.part("messages", 1, 16, 8, "jpeg")
+    assert str(chat["image_url"]["url"]).startswith("data:image/jpeg;base64,/9j/")
+    assert messages["source"]["media_type"] == "image/jpeg" and cache.encoded == 2
+    assert cache.part("chat", 1, 16, 8, "png") is not chat  # one picture per format
 
 
 def test_the_png_is_the_seeds_and_sizes_alone():
