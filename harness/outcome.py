@@ -15,6 +15,8 @@ import resource
 import signal
 from collections.abc import Callable
 
+from msgspec import UnsetType
+
 from harness import exitcodes
 from harness.analysis.classes import class_figures, class_tail_lines, mix_step, probe_line
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
@@ -114,7 +116,14 @@ def class_lines(summary: Summary) -> list[str]:
     at, probes = mix_step(summary), probe_line(summary)
     lines = [f"class {name} (step {at.index}): {text}" for name, text in class_figures(at)] if at else []
     tails = [f"class {name} {line}" for name, line in class_tail_lines(at, summary.knee.metric)] if at else []
-    return lines + tails + ([probes] if probes else [])
+    return lines + tails + ([probes] if probes else []) + _hangup_lines(summary)
+
+
+def _hangup_lines(summary: Summary) -> list[str]:
+    """Users who hung up: whether the server freed their slots, at the knee's step (else the last judged one)."""
+    steps = [st for st in summary.steps if not isinstance(st.cancelled_slots, UnsetType)]
+    at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1] if steps else None)
+    return [f"hang-ups (step {at.index}): {at.cancelled_slots.words}"] if at else []  # type: ignore[union-attr]
 
 
 def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | None = None, *,

@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from harness.analysis.cancel_slots import cancel_slots
 from harness.analysis.class_rows import add_cancelled, add_rows_detail
 from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
 from harness.analysis.decompose import ttft_split
@@ -44,7 +45,7 @@ from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.analysis.tail import StepTails
 from harness.analysis.tail_rows import columns, explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
-from harness.metrics.aggregate import Bucket, Fleet
+from harness.metrics.aggregate import BUSY_KEY, Bucket, Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
 
@@ -362,6 +363,7 @@ class Ledger:
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo
             r.server = st.server.summary() if st.server is not None else None
+            r.cancelled_slots = cancel_slots(bucket.extra.get(BUSY_KEY, 0), r.duration_s, r.server, r.cancelled)
             if self.scenario.cost is not None:
                 r.cost = self._cost(r, bucket, warmup)
             r.prefix_cache = cache_view(bucket, r.server, self.scenario.endpoint.api)

@@ -154,6 +154,8 @@ class StepResult:
     """``cancelled`` by reason: "cancel", "patience"."""
     cancelled_output_tokens: int = 0
     """Output tokens the cancelled requests received before the hang-up."""
+    cancelled_slots: dict | None = None
+    """With hang-ups and the server's running gauge: did the server free their slots (``analysis.cancel_slots``)."""
     cost: StepCost | None = None
     """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
     started_at: float | None = None
@@ -181,6 +183,8 @@ class StepResult:
             out.update(cancelled=self.cancelled, cancelled_share=round(self.cancelled / (self.requests +
                        self.cancelled), 4), cancelled_by=dict(self.cancelled_by),
                        cancelled_output_tokens=self.cancelled_output_tokens)
+            if self.cancelled_slots is not None:
+                out["cancelled_slots"] = self.cancelled_slots
         if self.server is not None:
             out["server"] = self.server
         if self.prefix_cache is not None:

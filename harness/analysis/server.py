@@ -48,7 +48,8 @@ class ServerStep:
 
         out: dict = {"samples": max(len(self.waiting), len(self.running)),
                      "waiting_max": stat(self.waiting, max), "waiting_mean": stat(self.waiting, mean),
-                     "running_max": stat(self.running, max), "kv_cache_usage_max": stat(self.kv, max),
+                     "running_max": stat(self.running, max), "running_mean": stat(self.running, mean),
+                     "kv_cache_usage_max": stat(self.kv, max),
                      "preemptions": round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None}
         if len(self.cache_queries) >= 2 and len(self.cache_hits) == len(self.cache_queries):
             # The step's delta between its first and last scrape (a scrape period at each end is not in it).

@@ -119,6 +119,7 @@ class Server(View, kw_only=True):
     waiting_max: float | None = None
     waiting_mean: float | None = None
     running_max: float | None = None
+    running_mean: float | UnsetType | None = UNSET
     kv_cache_usage_max: float | None = None
     preemptions: float | None = None
     prefix_cache_queries: float | UnsetType = UNSET
@@ -275,6 +276,15 @@ class TtftSplit(View, kw_only=True):
 
     client: TtftClient
     server: TtftServer
+
+
+class CancelSlots(View, kw_only=True):
+    """Did the server free the slots of cancelled requests (``analysis.cancel_slots``)."""
+
+    client_in_flight_mean: float
+    server_in_system_mean: float
+    freed: bool
+    words: str
 
 
 class ClassSpeed(View, kw_only=True):

@@ -28,6 +28,7 @@ from harness.analysis.summary_blocks import (
     Attribution,
     CacheClient,
     CacheServer,
+    CancelSlots,
     Generator,
     Percentiles,
     PrefixCache,
@@ -101,6 +102,8 @@ class Step(_View, kw_only=True):
     cancelled_share: float | UnsetType = UNSET
     cancelled_by: dict[str, int] | UnsetType = UNSET
     cancelled_output_tokens: int | UnsetType = UNSET
+    cancelled_slots: CancelSlots | UnsetType = UNSET
+    """With hang-ups and the server's running gauge: did it free their slots; absent otherwise."""
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
     adapters: dict[str, int] | UnsetType = UNSET

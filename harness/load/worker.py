@@ -22,7 +22,7 @@ from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
 from harness.load.samplers import Samplers
-from harness.metrics.aggregate import ADAPTER_KEY, CLASS_CANCEL_KEY, Recorder
+from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY, Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
@@ -70,6 +70,8 @@ class WorkerSide:
         self._usage_refused = False
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._told_warned = False
+        self._hangups = False
+        """The workload has users who hang up (cancel, patience): requests' durations are summed (``BUSY_KEY``)."""
         self.wall = worker_clock()
         self.clock_offset: float | None = None
         """Its wall clock minus the master's, as the master measured it (``load/clock.py``); None until then."""
@@ -93,6 +95,8 @@ class WorkerSide:
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
+        w = self.scenario.workload
+        self._hangups = any(x.cancel or x.patience for x in (w, *(c.workload for c in w.mix)))
         ep = self.scenario.endpoint
         if (self.env.host or ep.host or "").startswith("https:"):  # load the CAs now, not in a step's time
             tls_context(ep.tls.ca_file, ep.tls.verify and not self.source.option("insecure"))
@@ -146,6 +150,8 @@ class WorkerSide:
             self.recorder.note(f"{ADAPTER_KEY}{rec.model}", now)
         if rec.cancelled is not None and rec.class_index is not None:  # hang-ups are not rows: counted per class
             self.recorder.note(f"{CLASS_CANCEL_KEY}{rec.class_index}", now)
+        if self._hangups and rec.e2e_s is not None:  # did the server free their slots: the client's concurrency
+            self.recorder.note(BUSY_KEY, now, round(rec.e2e_s * 1000))
         if self.source.option("save_requests"):
             self._save(rec, step, phase, None if rec.class_index is None else
                        self.scenario.workload.mix[rec.class_index].name)

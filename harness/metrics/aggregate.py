@@ -25,11 +25,14 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache", "Recorder",
-           "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "Bucket", "Delta", "Fleet", "PrefixCache",
+           "Recorder", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
+BUSY_KEY = "busy_ms"
+"""``Bucket.extra``'s sum of the requests' durations (ms; cancelled ones to their hang-up) when users hang up: the
+client's mean concurrency by Little's law, against the server's gauges (``analysis/cancel_slots.py``)."""
 CLASS_CANCEL_KEY = "class_cancel:"
 """``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
 ROWS_CAP = 100_000
@@ -323,9 +326,9 @@ class Recorder:
             b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
         return key
 
-    def note(self, key: str, now: float) -> None:
-        """Count one event of ``key`` (``Bucket.extra``) in the current step and phase."""
-        self._bucket(now)[1]._count(key)
+    def note(self, key: str, now: float, n: int = 1) -> None:
+        """Count ``n`` events of ``key`` (``Bucket.extra``) in the current step and phase."""
+        self._bucket(now)[1]._count(key, n)
 
     def add_session(self, rec: SessionRecord, now: float) -> None:
         """An ended session goes to the bucket of the step and phase it ended in."""

@@ -22,8 +22,8 @@ class Job:
     """A request from arrival to its last byte."""
 
     __slots__ = ("arrival", "conn", "emitted", "engine", "fault", "fault_at", "first", "first_content",
-                 "first_reasoning", "first_tool_call", "gen", "held", "id", "last", "metrics", "pending", "plain",
-                 "seq", "seqs", "status", "times", "writer")
+                 "first_reasoning", "first_tool_call", "gen", "gone", "held", "id", "last", "metrics", "pending",
+                 "plain", "seq", "seqs", "status", "times", "writer")
 
     def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None, *,
                  engine: Engine, metrics: ModelMetrics) -> None:
@@ -45,6 +45,8 @@ class Job:
         self.last = arrival
         self.held: list[bytes] | None = None  # chunks held back during a stall
         self.status = "ok"
+        self.gone = False
+        """The client hung up and the server generates on (``--on-hang-up generate``)."""
         self.times: list[float] = []
 
     def phases(self, index: int, count: int, t: float) -> None:

@@ -96,6 +96,9 @@ class Behavior:
     timings: str = field(default="off", metadata={
         "help": "Chat and completions end with llama.cpp server's per-request timings object (prompt_ms = prefill, "
                 "predicted_ms = decode, cache_n = cached prompt tokens).", "choices": ("on", "off")})
+    on_hang_up: str = field(default="free", metadata={
+        "help": "When a client closes its stream: free its slot at once (vLLM aborts the request), or generate on "
+                "to the end for no one (a server that does not notice).", "choices": ("free", "generate")})
     image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
         "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
                 "(Qwen2-VL-like)."})
@@ -112,7 +115,7 @@ class Behavior:
             CountSpec.parse(self.reasoning_tokens)
         except ValueError as exc:
             out.append(str(exc))
-        for f in ("reasoning_field", "reasoning_usage", "strict_stream_options", "timings"):
+        for f in ("reasoning_field", "reasoning_usage", "strict_stream_options", "timings", "on_hang_up"):
             choices = self.__dataclass_fields__[f].metadata["choices"]
             if getattr(self, f) not in choices:
                 out.append(f"--{f.replace('_', '-')} must be one of {', '.join(choices)}, got {getattr(self, f)!r}")

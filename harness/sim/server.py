@@ -209,7 +209,9 @@ class SimServer:
         job.seqs, job.pending = seqs, len(seqs)
         for seq in seqs:
             self._jobs[seq.id] = job
-        conn.on_lost = lambda: self._abort(job, "client_gone")
+        # a server that does not notice a hang-up generates on for no one; the trace still says the client left
+        conn.on_lost = (lambda: self._abort(job, "client_gone")) if cfg.behavior.on_hang_up == "free" else \
+            (lambda: setattr(job, "gone", True))
         if gen.stream:
             conn.start_stream()
             for chunk in job.writer.opening():
@@ -243,6 +245,8 @@ class SimServer:
             job.metrics.e2e.observe(now - job.arrival)
             if job.gen.kind != "embeddings":
                 job.metrics.finished(job.seq)
+        if job.gone:  # generated to the end for a client that had left: the trace says it left
+            job.status = "client_gone"
         if self._trace is not None:
             self._trace.write(trace_line(job, now, self._wall_offset, self._cached_tokens(job)))
 

@@ -109,6 +109,10 @@ def test_cancelled_requests_count_apart_in_the_step_and_in_their_class(run):
         assert cls["requests"] == len(mine) - cls["cancelled"]
         assert cls["cancelled_share"] == pytest.approx(cls["cancelled"] / len(mine), abs=1e-5)
     assert 0.25 <= cancel["cancelled_share"] <= 0.75  # 0.5 of ~50 requests
+    # the simulator frees a slot as its client leaves: it holds about what the 8 users have in flight
+    slots = step["cancelled_slots"]
+    assert slots["freed"] is True and 6 <= slots["client_in_flight_mean"] <= 8.5, slots
+    assert f"hang-ups (step 0): {slots['words']}" in r.stdout
     assert "cancelled (" in r.stdout and "class impatient (step 0)" in r.stdout, r.stdout
 
 

@@ -1,0 +1,42 @@
+"""Did the server free the slots of users who hung up, end to end: a simulator that generates on for clients that
+left (``--on-hang-up generate``) holds more requests than the client has in flight, and the step says it kept
+working (the simulator that frees them at once: ``test_cancel_run.py``). Its trace as the truth."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
+from tests.kit.sim import start_sim
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = """
+    name: hang-ups-ignored
+    endpoint: {api: chat, model: sim-tiny}
+    workload:
+      seed: 4
+      input_tokens: 40
+      output_tokens: 200
+      cancel: {share: 0.5, after_s: 0.2}
+    load: {mode: constant, users: 8, duration_s: 5, step: {warmup_s: 1}}
+"""
+
+
+def test_a_server_that_generates_on_for_no_one_is_said_to_keep_the_slots(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with start_sim("--preset", "tiny", "--on-hang-up", "generate", "--trace-file", str(trace)) as sim:
+        r = kneecap_run(write_scenario(tmp_path, SCENARIO), host=sim.url, out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    assert step["cancelled"] > 5, r.output
+    slots = step["cancelled_slots"]
+    # 8 users in closed loop: about 8 in flight from the client; the server also holds the requests they left
+    assert 6 <= slots["client_in_flight_mean"] <= 8.5, slots
+    assert slots["freed"] is False and slots["server_in_system_mean"] > 1.3 * slots["client_in_flight_mean"], slots
+    assert f"hang-ups (step 0): {slots['words']}" in r.stdout and "kept working" in slots["words"]
+    # the truth: every request the client left was generated to its end all the same
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    gone = [row for row in rows if row["status"] == "client_gone"]
+    assert len(gone) >= step["cancelled"] and all(row["output_tokens"] == 200 for row in gone[:-8]), gone[-8:]
