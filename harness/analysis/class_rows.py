@@ -25,7 +25,7 @@ from harness.analysis.pricing import CostSpec
 from harness.analysis.tail import StepTails
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
 
-__all__ = ["MIN_ROWS", "add_cancelled", "add_rows_detail", "subset"]
+__all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_cancelled", "add_rows_detail", "subset"]
 
 MIN_ROWS = 50
 """A class's tail and TTFT split need at least this many rows (p99 of 50 is the largest but one)."""
@@ -39,9 +39,13 @@ def subset(cols: dict[str, list], idx: list[int]) -> dict[str, list]:
     return {k: list(get(v)) for k, v in cols.items()}
 
 
+NOT_PER_CLASS = {"stages_note": "not per class: the server's /metrics histograms are the whole step's (every "
+                                 "class); see the step's ttft_split"}
+"""A class's TTFT split has the server's side only where it is per request (llama.cpp's ``timings``)."""
+
+
 def add_rows_detail(classes: Sequence[ClassStep], cols: dict[str, list], *,
-                    explain: Callable[[dict[str, list]], StepTails], server: dict | None,
-                    cost: CostSpec | None) -> None:
+                    explain: Callable[[dict[str, list]], StepTails], cost: CostSpec | None) -> None:
     """Each class's tail (``explain``: the step's ``explain_rows`` with its queue and ITL bound), TTFT split,
     tokens and cost, into ``classes`` (in the mix's order, as ``class_steps`` made them)."""
     output_all = sum(o or 0 for o in cols["output"])
@@ -49,7 +53,7 @@ def add_rows_detail(classes: Sequence[ClassStep], cols: dict[str, list], *,
         mine = subset(cols, idx)
         if len(idx) >= MIN_ROWS:
             cls.tail = explain(mine).to_dict()
-            cls.ttft_split = ttft_split(mine, server)
+            cls.ttft_split = ttft_split(mine, NOT_PER_CLASS)
         tokens = _tokens(mine)
         cls.tokens = tokens
         cls.cost = _cost(cost, tokens, len(idx), output_all) if cost is not None else None

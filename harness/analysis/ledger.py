@@ -320,7 +320,7 @@ class Ledger:
         st.tails = explain_rows(cols, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50)
         st.ttft_split = ttft_split(cols, server)
         if st.classes:  # each class's tail among its own requests, its split, tokens, cost and hang-ups
-            add_rows_detail(st.classes, cols, server=server, cost=sc.cost, explain=lambda c: explain_rows(
+            add_rows_detail(st.classes, cols, cost=sc.cost, explain=lambda c: explain_rows(
                 c, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
             add_cancelled(st.classes, bucket.extra)
 

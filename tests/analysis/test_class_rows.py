@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.analysis.class_rows import MIN_ROWS, add_cancelled, add_rows_detail, subset
+from harness.analysis.class_rows import MIN_ROWS, NOT_PER_CLASS, add_cancelled, add_rows_detail, subset
 from harness.analysis.classes import class_steps
 from harness.analysis.pricing import CostSpec
 from harness.analysis.tail_rows import columns, explain_rows
@@ -41,7 +41,7 @@ def _explain(c):
 def test_a_class_tail_is_explained_among_its_own_requests():
     cols = columns(_rows())
     classes = class_steps(cols, CLASSES, rows_seen=len(cols["flags"]))
-    add_rows_detail(classes, cols, explain=_explain, server=None, cost=None)
+    add_rows_detail(classes, cols, explain=_explain, cost=None)
     chat, rag = classes
     p99 = {c.name: next(a for a in c.tail["attributions"] if a["metric"] == "ttft_s" and a["quantile"] == 0.99)
            for c in classes}
@@ -53,6 +53,8 @@ def test_a_class_tail_is_explained_among_its_own_requests():
     # the TTFT split is the class's: its client part counts its own successful requests
     assert rag.ttft_split is not None and chat.ttft_split is not None
     assert rag.ttft_split["client"]["ttft"]["n"] == rag.requests, rag.ttft_split["client"]
+    # the server's histograms are the whole step's: not split by class
+    assert rag.ttft_split["server"] == {"source": NOT_PER_CLASS["stages_note"]}
     assert chat.cost is None
 
 
@@ -69,7 +71,7 @@ def test_tokens_cost_and_a_class_too_small_for_a_tail():
     classes = class_steps(cols, [*CLASSES, TrafficClass(name="rare", weight=1, workload=W)],
                           rows_seen=len(cols["flags"]))
     spec = CostSpec(input_per_mtok=1.0, cached_input_per_mtok=0.25, output_per_mtok=4.0, currency="EUR")
-    add_rows_detail(classes, cols, explain=_explain, server=None, cost=spec)
+    add_rows_detail(classes, cols, explain=_explain, cost=spec)
     mine = {c.name: [i for i, k in enumerate(cols["class"]) if k == n] for n, c in enumerate(classes)}
     for c in classes:
         prompt = sum(cols["prompt"][i] for i in mine[c.name])
@@ -83,7 +85,7 @@ def test_tokens_cost_and_a_class_too_small_for_a_tail():
     assert classes[2].requests == MIN_ROWS - 1 and classes[2].tail is None and classes[2].ttft_split is None
     assert classes[0].tail is not None
     # a flat price alone: the output share to split it by, no metered figures
-    add_rows_detail(classes, cols, explain=_explain, server=None, cost=CostSpec(per_hour=2.0))
+    add_rows_detail(classes, cols, explain=_explain, cost=CostSpec(per_hour=2.0))
     assert set(classes[1].cost) == {"currency", "output_share"}
 
 
