@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.analysis.classes import ClassStep, class_rows
 from harness.analysis.decompose import ttft_split
-from harness.analysis.pricing import CostSpec
+from harness.analysis.pricing import CostSpec, Tokens
 from harness.analysis.tail import StepTails
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
 
@@ -78,8 +78,7 @@ def _tokens(c: dict[str, list]) -> dict[str, int]:
 def _cost(spec: CostSpec, tokens: dict[str, int], requests: int, output_all: int) -> dict[str, Any]:
     out: dict[str, Any] = {"currency": spec.currency,
                            "output_share": round(tokens["output"] / output_all, 6) if output_all else None}
-    if spec.metered:
-        test = (tokens["input"] * spec.input_per_mtok + tokens["cached_input"] * spec.cached_price  # type: ignore[operator]
-                + tokens["output"] * spec.output_per_mtok) / 1e6  # type: ignore[operator]
+    test = spec.metered_cost(Tokens(**tokens))
+    if test is not None:
         out.update(test_cost=round(test, 6), per_request=round(test / requests, 9) if requests else None)
     return out

@@ -77,6 +77,13 @@ class CostSpec:
     def prices(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    def metered_cost(self, tokens: Tokens) -> float | None:
+        """What ``tokens`` cost at the metered prices (``test_cost`` in the module docstring); None without them."""
+        p_in, p_cached, p_out = self.input_per_mtok, self.cached_price, self.output_per_mtok
+        if p_in is None or p_cached is None or p_out is None:
+            return None
+        return (tokens.input * p_in + tokens.cached_input * p_cached + tokens.output * p_out) / 1e6
+
 
 def cost_from_spec(node: Any, path: str, check: Checker) -> CostSpec | None:
     """The ``cost:`` mapping as a ``CostSpec``; problems go to ``check`` with their key path (None then)."""
@@ -172,10 +179,10 @@ def step_cost(spec: CostSpec, *, index: int, level: float, tokens: Tokens, outpu
     """One step's cost figures; ``tokens``: what the step consumed (the mix), ``output_tokens_per_s``: its
     sustained output throughput (measured part)."""
     notes: list[str] = []
-    test = blended = flat = capacity = even = None
+    blended = flat = capacity = even = None
     p_in, p_cached, p_out = spec.input_per_mtok, spec.cached_price, spec.output_per_mtok
-    if p_in is not None and p_cached is not None and p_out is not None:
-        test = (tokens.input * p_in + tokens.cached_input * p_cached + tokens.output * p_out) / 1e6
+    test = spec.metered_cost(tokens)
+    if test is not None and p_in is not None and p_cached is not None and p_out is not None:
         if tokens.output:
             blended = p_out + (tokens.input * p_in + tokens.cached_input * p_cached) / tokens.output
         else:

@@ -12,7 +12,8 @@ gradient under low-amplitude noise (4 random bits per channel: ~3 bytes a pixel,
 C-speed byte operations (``bytes.translate``, big-integer XOR, ``zlib`` Huffman-only): ~50 ms for 1024×1024. Its
 pixels depend only on the workload's seed and its size, so every worker and every run sends the same bytes for the
 same size. ``format: jpeg`` encodes the same pixels as a baseline JPEG (Pillow, quality 90, 4:4:4, imported only
-then: ~90 ms for 1024×1024 against the PNG's ~60 ms, ~8× fewer bytes), deterministic for one Pillow version.
+then: ~90 ms for 1024×1024 against the PNG's ~60 ms; ~8× fewer bytes at 640×480), deterministic for one Pillow
+version.
 
 Each picture is encoded once per worker and size and kept, base64 and all, in a small LRU (``ImageCache``,
 ``CACHE_SIZE`` sizes); the request's content part holds it as a ``prompts.Spliced``, so ``encode_body`` puts the
