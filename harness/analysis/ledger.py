@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import TYPE_CHECKING
 
 from harness.analysis.cancel_slots import cancel_slots
@@ -43,10 +45,11 @@ from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.analysis.tail import StepTails
-from harness.analysis.tail_rows import columns, explain_rows, gc_paused
+from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import BUSY_KEY, Bucket, Fleet
 from harness.metrics.protocol import Report
+from harness.metrics.row_sample import RowSample
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
 
 if TYPE_CHECKING:
@@ -293,17 +296,18 @@ class Ledger:
         if bucket.rows:
             with gc_paused():
                 self._judge_rows(st, bucket, reliable, duration)
-            bucket.rows = []
+            bucket.rows = RowSample(bucket.rows.cap)
 
     def _judge_rows(self, st: StepState, bucket: Bucket, reliable: bool, duration: float) -> None:
         """What the step's request rows say: probes apart, each class of a mix (its SLO in the step's, the knee on
         one class), the tail's causes and where TTFT went."""
-        info, sc, rows, seen = st.info, self.scenario, bucket.rows, bucket.rows_seen
+        info, sc, rows, seen = st.info, self.scenario, bucket.rows.joined(), bucket.rows_seen
         if sc.load.probes is not None:
-            probes = [r for r in rows if r[_CLASS] == PROBE_CLASS]
-            rows, seen = [r for r in rows if r[_CLASS] != PROBE_CLASS], seen - len(probes)
-            st.probes = probe_step(columns(probes)) if probes else None
-        cols = columns(rows)  # once for all: ~50 ms at 100k requests
+            probe = [c == PROBE_CLASS for c in rows.cols[_CLASS]]
+            probes = rows.take(list(compress(range(len(rows)), probe)))
+            rows, seen = rows.take(list(compress(range(len(rows)), map(not_, probe)))), seen - len(probes)
+            st.probes = probe_step(probes.columns()) if probes else None
+        cols = rows.columns()  # kept by column as the reports came (metrics.row_columns): nothing to build
         if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
             st.classes = class_steps(cols, sc.workload.mix, seen)
             st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")  # type: ignore[union-attr]

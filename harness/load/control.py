@@ -199,8 +199,8 @@ class StepControl:
         knee_text = (ledger.search_line() if ledger.search else f"knee at {knee.load:g} ({knee.confidence})"
                      if knee.found and knee.confirmed else "no knee confirmed yet")
         seen = Bucket()  # warm-up included: failures from the first second on are worth saying
-        seen.merge(ledger.fleet.bucket(cur.index, "warmup"))
-        seen.merge(ledger.measured(cur.index))
+        for b in (ledger.fleet.bucket(cur.index, "warmup"), ledger.measured(cur.index)):
+            seen.merge(b, rows=False, sketches=())  # its counts; copying 100k rows for a status line would not do
         failures = top_failures(seen)
         return (f"step {cur.index} | {cur.level:g} {level_unit(ledger.mode)} | "
                 f"{ledger.plan.samples_line(now - cur.started, measured, cur.warmup_s)}{p99} | {knee_text}"

@@ -11,15 +11,16 @@ seconds (tokens/s for ``tokens_per_s``); summaries print milliseconds.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 from harness.metrics.extract import add_request, add_session
 from harness.metrics.quantiles import ci_min_samples, ci_ranks, quantile_ci, summarize_sketch
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import encode_row, frozen_rows
+from harness.metrics.row_columns import RowColumns
+from harness.metrics.row_sample import RowSample
+from harness.metrics.rows import encode_row
 from harness.metrics.sessions import SessionRecord, SessionStats, turn_sketch
 from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
@@ -36,8 +37,9 @@ client's mean concurrency by Little's law, against the server's gauges (``analys
 CLASS_CANCEL_KEY = "class_cancel:"
 """``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
 ROWS_CAP = 100_000
-"""Request rows kept per bucket (a step's, on the master): ~40-55 MB (380 bytes a row by tracemalloc, ~560 with the
-allocator's share in a 30-minute soak); past it a uniform sample (``Bucket.add_rows``)."""
+"""Request rows kept per bucket (a step's, on the master): ~36-55 MB (360 bytes a row by tracemalloc, by column;
+most of it the values' own int objects); past it a uniform sample of half the cap to the cap
+(``metrics.row_sample``)."""
 
 LATENCIES = REQUEST_LATENCIES
 """The metrics that are durations (seconds in sketches, milliseconds in summaries); the registry says which."""
@@ -113,10 +115,10 @@ class Bucket:
     new_connections: int = 0
     """Requests (failed ones included) that opened a connection inside their own time (``RequestRecord.
     new_connection``): the first on a connection, or the server had closed the kept-alive one."""
-    rows: list[Sequence] = field(default_factory=list)
-    """Measured requests as compact rows (``metrics.rows``) for tail attribution: at most ``ROWS_CAP`` per bucket,
-    a uniform sample beyond (``rows_seen`` counts them all). Lists on a worker, tuples once off the wire
-    (``rows.frozen_rows``)."""
+    rows: RowSample = field(default_factory=lambda: RowSample(ROWS_CAP))
+    """Measured requests as compact rows (``metrics.rows``), kept by column (``metrics.row_columns``), for tail
+    attribution: at most ``ROWS_CAP`` per bucket, a uniform sample beyond (``metrics.row_sample``; ``rows_seen``
+    counts them all)."""
     rows_seen: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """The registry's counters that apply to some endpoints only, by bucket key, in the order first counted (the
@@ -215,28 +217,19 @@ class Bucket:
         if rows and other.rows:
             self.add_rows(other.rows, other.rows_seen)
 
-    def add_rows(self, rows: list[Sequence], seen: int) -> None:
-        """``rows``, a uniform sample of ``seen`` requests; past ``ROWS_CAP`` both are sampled down together."""
-        total = self.rows_seen + seen
-        if len(self.rows) + len(rows) <= ROWS_CAP:
-            self.rows.extend(rows)
-        else:  # each side keeps its share of the cap, drawn uniformly (seeded: the same data, the same rows)
-            rng = random.Random(total)
-            mine = round(ROWS_CAP * self.rows_seen / total)
-            keep = min(mine, len(self.rows))
-            new = rng.sample(rows, min(ROWS_CAP - mine, len(rows)))
-            # Drop a uniform choice of the rows this bucket loses and put the new ones in their places: O(batch),
-            # not O(cap), per merge — a master merges hundreds of small reports into a full bucket every 3 s.
-            drop = rng.sample(range(len(self.rows)), len(self.rows) - keep)
-            mine_rows = self.rows
-            for i, row in zip(drop, new, strict=False):  # the shorter decides; the rest below
-                mine_rows[i] = row
-            if len(drop) > len(new):  # this side shrank more than the other side adds (two large buckets)
-                gone = set(drop[len(new):])
-                mine_rows[:] = [r for i, r in enumerate(mine_rows) if i not in gone]
-            else:
-                mine_rows.extend(new[len(drop):])
-        self.rows_seen = total
+    def add_row(self, row: list) -> None:
+        """One request's row (``metrics.rows.encode_row``)."""
+        self.rows.append(row)
+        self.rows_seen += 1
+
+    def add_rows(self, rows: RowColumns | RowSample, seen: int) -> None:
+        """``rows``, a uniform sample of ``seen`` requests (another bucket's, or a report's off the wire)."""
+        if isinstance(rows, RowSample):
+            for block, rate in rows.blocks:
+                self.rows.add(block, rate)
+        else:
+            self.rows.add(rows, len(rows) / seen if seen > len(rows) else 1.0)
+        self.rows_seen += seen
 
     def to_wire(self) -> dict:
         out: dict = {"sk": {k: encode_sketch(s) for k, s in self.sketches.items()}}
@@ -256,7 +249,7 @@ class Bucket:
             out["cxl"] = dict(self.cancelled)
             out["cxlt"] = self.cancelled_tokens
         if self.rows:
-            out["rows"] = list(self.rows)
+            out["rows"] = self.rows.joined().rows()
             if self.rows_seen != len(self.rows):
                 out["rows_seen"] = self.rows_seen
         return out
@@ -266,14 +259,18 @@ class Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
         cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
-        rows = frozen_rows(list(d.get("rows", ())))  # tuples: out of the garbage collector's way on a master
+        wire_rows = RowColumns()
+        wire_rows.extend_rows(d.get("rows") or [])
+        seen = int(d.get("rows_seen", len(wire_rows)))
+        rows = RowSample(ROWS_CAP)
+        rows.add(wire_rows, len(wire_rows) / seen if seen > len(wire_rows) else 1.0)
         return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
                    extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
                    cancelled={str(k): int(v) for k, v in d.get("cxl", {}).items()},
                    cancelled_tokens=int(d.get("cxlt", 0)),
-                   rows=rows, rows_seen=int(d.get("rows_seen", len(rows))), **fields)
+                   rows=rows, rows_seen=seen, **fields)
 
 
 _COUNTED = {f.name for f in fields(Bucket)}
@@ -316,14 +313,14 @@ class Recorder:
         key, b = self._bucket(now)
         b.add(rec, self.good)
         if key[1] == "measure" and rec.cancelled is None:  # tail attribution's rows: judged, not cut short
-            b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
+            b.add_row(encode_row(rec, rec.start - (self.step_started or rec.start), self.worker))
         return key
 
     def add_row(self, rec: RequestRecord, now: float) -> tuple[int, str]:
         """A row only, in the measured part of a step (a probe: reported apart, in no metric of the step)."""
         key, b = self._bucket(now)
         if key[1] == "measure":
-            b.add_rows([encode_row(rec, rec.start - (self.step_started or rec.start), self.worker)], 1)
+            b.add_row(encode_row(rec, rec.start - (self.step_started or rec.start), self.worker))
         return key
 
     def note(self, key: str, now: float, n: int = 1) -> None:

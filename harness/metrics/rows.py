@@ -35,8 +35,7 @@ from operator import sub
 from harness.metrics.record import RequestRecord
 
 __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS",
-           "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "frozen_rows",
-           "long_gaps"]
+           "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
@@ -120,33 +119,6 @@ def check_rows(rows: object) -> None:
             row.extend([None] * (n - len(row)))
         if not isinstance(row, list) or len(row) != n or not isinstance(row[7], int) or not isinstance(row[9], int):
             raise ValueError(f"a request row has {n} fields with integer flags and send time, got {row!r:.80}")
-
-
-def frozen_rows(rows: object) -> list[tuple]:
-    """``check_rows``, then the rows as tuples, their ``gaps`` too: what a master keeps. Why: tuples of ints and
-    None leave the garbage collector's view once collected (CPython untracks them), lists never do; a step's 100k
-    rows as lists made every full collection walk 200k more objects (~30 ms: the master's loop blocked,
-    ``benchmarks/fleet_merge.py``). Read like lists (indexing, ``analysis.tail_rows.columns``); packed the same by
-    msgpack and JSON."""
-    n, out = len(ROW_FIELDS), []
-    append = out.append
-    for row in rows:  # type: ignore[attr-defined]
-        # the usual row in one pass (exact types: a bool flag or an int subclass takes check_rows' path)
-        if type(row) is not list or len(row) != n or type(row[7]) is not int or type(row[9]) is not int:
-            check_rows(rows)  # an older kneecap's rows are padded, a malformed one is refused by name
-            return list(map(_frozen, rows))  # type: ignore[call-overload]
-        gaps = row[_GAPS]  # _frozen, inlined: a call per row is a third of the loop
-        if gaps is not None:
-            row[_GAPS] = tuple(gaps)
-        append(tuple(row))
-    return out
-
-
-def _frozen(row: list) -> tuple:
-    gaps = row[_GAPS]
-    if gaps is not None:
-        row[_GAPS] = tuple(gaps)
-    return tuple(row)
 
 
 def _seconds(tenths: int | None) -> float | None:

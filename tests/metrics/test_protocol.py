@@ -10,7 +10,9 @@ import pytest
 from harness.metrics.aggregate import Bucket, PrefixCache
 from harness.metrics.protocol import PROTOCOL_VERSION, GeneratorSample, ProtocolError, Report, StepMessage
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import frozen_rows
+from harness.metrics.row_columns import RowColumns
+from harness.metrics.row_sample import RowSample
+from harness.metrics.rows import ROW_FIELDS
 from harness.metrics.sessions import SessionStats
 from harness.metrics.sketch import Sketch
 
@@ -74,14 +76,20 @@ def test_every_bucket_field_survives_the_wire_by_name():
                failure_samples={"reset": "connection reset by peer after 3 chunks"},
                cache=PrefixCache(21, 22, 23, 24),
                sessions=sessions, extra={"inputs": 61, "exact_chunks": 62}, cancelled={"cancel": 71, "patience": 72},
-               rows=[[1, None, 3, 4, 5, 6, None, 1, 2, 70, None, 0, 1, None, None, None, None, None],
-                     [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200], 3, 1]])
+               rows=_sample([[1, None, 3, 4, 5, 6, None, 1, 2, 70, None, 0, 1, None, None, None, None, None],
+                                   [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200], 3, 1]]))
     b.prompt_error_sum = 0.125
     back = Bucket.from_wire(msgpack.unpackb(msgpack.packb(b.to_wire()), strict_map_key=False))
-    assert back == dataclasses.replace(b, rows=frozen_rows([list(r) for r in b.rows]))  # rows arrive as tuples
+    assert back == b and back.rows.joined()[1][ROW_FIELDS.index("gaps")] == (120, 200)
     wire = b.to_wire()
     wire["fail"]["reset"] = 0
     assert b.failures == {"reset": 99}  # the payload is a copy
+
+
+def _sample(rows: list[list]) -> RowSample:
+    out = RowSample(100)
+    out.add(RowColumns.of(rows))
+    return out
 
 
 def test_report_without_health_or_records():

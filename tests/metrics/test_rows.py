@@ -8,7 +8,9 @@ import pytest
 from harness.metrics import aggregate
 from harness.metrics.aggregate import Bucket, Recorder
 from harness.metrics.record import RequestRecord
-from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row, frozen_rows, long_gaps
+from harness.metrics.row_columns import RowColumns
+from harness.metrics.row_sample import BLOCK_ROWS, RowSample
+from harness.metrics.rows import ROW_FIELDS, check_rows, decode_row, encode_row, long_gaps
 
 
 def rec(**kw) -> RequestRecord:
@@ -90,30 +92,73 @@ def test_the_recorder_keeps_rows_of_the_measured_part_only():
     r.add(rec(start=100.2), 100.5)  # warm-up
     r.add(rec(start=101.5), 102.0)
     buckets = {phase: b for _, phase, b in r.drain()}
-    assert buckets["warmup"].rows == [] and len(buckets["measure"].rows) == 1
-    assert decode_row(buckets["measure"].rows[0])["t_in_step_s"] == 1.5
+    assert not buckets["warmup"].rows and len(buckets["measure"].rows) == 1
+    assert decode_row(buckets["measure"].rows.joined()[0])["t_in_step_s"] == 1.5
     wire = Bucket.from_wire(msgpack.unpackb(msgpack.packb(buckets["measure"].to_wire())))
-    assert list(map(list, wire.rows)) == buckets["measure"].rows and wire.rows_seen == 1
+    assert wire.rows == buckets["measure"].rows and wire.rows_seen == 1
 
 
-def test_rows_off_the_wire_are_tuples_with_the_same_values_and_bytes():
-    """A master keeps rows as tuples (out of the garbage collector's way, ``frozen_rows``): same values, gaps
-    included, and the same bytes when packed again."""
+def test_rows_off_the_wire_join_the_columns_with_the_same_values_and_bytes():
+    """A master keeps rows by column (``metrics.row_columns``): the same values, gaps as tuples (out of the
+    garbage collector's way), the same bytes when shipped again; an older kneecap's rows padded; a malformed
+    batch refused whole, by name."""
     import gc
 
     rows = [encode_row(rec(start=101.5), 1.5, 4) for _ in range(3)]
     rows[1][ROW_FIELDS.index("gaps")] = [120, 200]
     packed = msgpack.packb(rows)
-    frozen = frozen_rows(msgpack.unpackb(packed))
-    assert all(type(r) is tuple for r in frozen) and frozen[1][ROW_FIELDS.index("gaps")] == (120, 200)
-    assert msgpack.packb(frozen) == packed and decode_row(frozen[0])["t_in_step_s"] == 1.5
+    kept = RowColumns()
+    kept.extend_rows(msgpack.unpackb(packed))
+    assert len(kept) == 3 and kept[1][ROW_FIELDS.index("gaps")] == (120, 200)
+    assert msgpack.packb(kept.rows()) == packed and decode_row(kept[0])["t_in_step_s"] == 1.5
+    assert kept.columns()["t_ms"] == [1500] * 3 and len(kept.cols) == len(ROW_FIELDS)
     older = [row[:15] for row in msgpack.unpackb(packed)]  # an older kneecap's rows, and a bool flag: check_rows' way
     older[2][7] = True
-    assert frozen_rows(older) == [(*row[:15], None, None, None, None) for row in frozen[:2]] + [
-        (*frozen[2][:7], True, *frozen[2][8:15], None, None, None, None)]
+    padded = RowColumns.of(older)
+    assert list(padded) == [(*row[:15], None, None, None, None) for row in kept.rows()[:2]] + [
+        (*kept[2][:7], True, *kept[2][8:15], None, None, None, None)]
+    for bad in ([*rows, "x" * len(ROW_FIELDS)], [*rows, dict.fromkeys(range(len(ROW_FIELDS)), 0)],
+                [*rows, [*rows[0][:15], 5, *rows[0][16:]]], [*rows, [*rows[0][:7], 1.5, *rows[0][8:]]], {"rows": 1}):
+        with pytest.raises(ValueError, match="row"):
+            kept.extend_rows(bad)  # type: ignore[arg-type]
+    assert len(kept) == 3  # nothing of a refused batch
     gc.collect()
-    gc.collect()  # a row is untracked once its gaps tuple is (CPython checks each tuple's items as it collects)
-    assert not any(map(gc.is_tracked, frozen))  # what they are for
+    gc.collect()  # a gaps tuple is untracked once collected (CPython checks each tuple's items as it collects)
+    assert not any(map(gc.is_tracked, kept.cols[ROW_FIELDS.index("gaps")]))
+
+
+def test_rows_are_taken_and_compressed_by_column():
+    kept = RowColumns.of([encode_row(rec(start=100.0 + k), k, 4) for k in range(6)])
+    t = ROW_FIELDS.index("t_ms")
+    assert [r[t] for r in kept.take([4, 1])] == [4000, 1000] and len(kept.take([2])) == 1 and not kept.take([])
+    assert kept.compressed(b"\x01\x00\x00\x01\x01\x00").columns()["t_ms"] == [0, 3000, 4000]
+    assert kept.compressed(k % 2 == 0 for k in range(6)).columns()["t_ms"] == [0, 2000, 4000]
+
+
+def test_a_sample_past_its_cap_thins_one_block_a_report_at_one_rate():
+    """``RowSample``: below the cap every row; past it the rate halves and the blocks kept are thinned to it one a
+    report (never all at once), new rows as they come; ``joined`` brings every block to the rate."""
+    sample = RowSample(3 * BLOCK_ROWS)
+    for k in range(4):
+        sample.add(_rows(k, BLOCK_ROWS))
+    assert sample.rate == 0.5 and len(sample.blocks) == 4
+    assert [r for _, r in sample.blocks] == [0.5, 1.0, 1.0, 1.0]  # the first block thinned, the others wait
+    assert len(sample) == BLOCK_ROWS * 3.5 + (len(sample.blocks[0][0]) - BLOCK_ROWS / 2)
+    sample.add(_rows(9, 100))  # a report: thinned to the rate as it comes; one more block thinned
+    assert [r for _, r in sample.blocks] == [0.5, 0.5, 1.0, 1.0, 0.5]
+    joined = sample.joined()
+    assert all(r == 0.5 for _, r in sample.blocks) and len(joined) == len(sample)
+    workers = joined.columns()["worker"]
+    for k in range(4):
+        assert abs(workers.count(k) - BLOCK_ROWS / 2) < 4 * (BLOCK_ROWS / 4) ** 0.5  # binomial(n, 1/2): 4 sd
+    assert 20 <= workers.count(9) <= 80
+
+
+def _rows(worker: int, n: int, k: int | None = None) -> RowColumns:
+    """``n`` rows of ``worker`` (``k`` in the ``headers`` field), built by column."""
+    cols = [[None] * n for _ in ROW_FIELDS]
+    cols[ROW_FIELDS.index("worker")], cols[ROW_FIELDS.index("headers")] = [worker] * n, [k] * n
+    return RowColumns(cols)
 
 
 def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):
@@ -121,34 +166,37 @@ def test_past_the_cap_rows_are_a_uniform_sample_of_every_worker(monkeypatch):
     fleet = Bucket()
     for worker, n in ((0, 3000), (1, 1000)):  # worker 0 sent 3x the requests: 3/4 of the kept rows
         b = Bucket()
-        b.add_rows([[None] * 11 + [worker, None, None, None] for _ in range(n)], n)
+        b.add_rows(_rows(worker, n), n)
         fleet.merge(b)
-    assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
-    assert 700 <= sum(r[11] == 0 for r in fleet.rows) <= 800
+    kept = fleet.rows.joined()
+    assert fleet.rows_seen == 4000 and 450 <= len(kept) <= 1000, len(kept)  # between half the cap and the cap
+    assert abs(len(kept) - 4000 * fleet.rows.rate) <= 4 * (4000 * fleet.rows.rate) ** 0.5  # each request at one rate
+    assert 0.7 <= sum(r[11] == 0 for r in kept) / len(kept) <= 0.8
 
 
 def test_small_reports_into_a_full_bucket_keep_the_sample_uniform(monkeypatch):
-    """The master's case: a full bucket takes many small reports; each costs O(report), and every request keeps
-    the same chance to be among the rows (here the first 2000 and the 40 later reports of 50 end up ~half each)."""
+    """The master's case: a full bucket takes many small reports; each costs O(report) (``metrics.row_sample``),
+    and every request keeps the same chance to be among the rows (here the first 2000 and the 40 later reports of
+    50 end up ~half each)."""
     monkeypatch.setattr(aggregate, "ROWS_CAP", 1000)
     fleet = Bucket()
     first = Bucket()
-    first.add_rows([[None] * 11 + [0, None, None, None] for _ in range(2000)], 2000)
+    first.add_rows(_rows(0, 2000), 2000)
     fleet.merge(first)
     for k in range(40):
         b = Bucket()
-        b.add_rows([[None] * 11 + [1, k, None, None] for _ in range(50)], 50)
+        b.add_rows(_rows(1, 50, k), 50)
         fleet.merge(b)
-    assert len(fleet.rows) == 1000 and fleet.rows_seen == 4000
-    assert 420 <= sum(r[11] == 1 for r in fleet.rows) <= 580
-    early, late = (sum(r[11] == 1 and r[12] < 20 for r in fleet.rows), sum(r[12] is not None and r[12] >= 20
-                                                                            for r in fleet.rows))
+    kept = fleet.rows.joined()
+    assert fleet.rows_seen == 4000 and 450 <= len(kept) <= 1000, len(kept)
+    assert 0.4 <= sum(r[11] == 1 for r in kept) / len(kept) <= 0.6
+    early, late = (sum(r[11] == 1 and r[12] < 20 for r in kept), sum(r[12] is not None and r[12] >= 20 for r in kept))
     assert 0.7 < early / late < 1.4  # neither the early nor the late reports crowd the others out
 
 
 def test_a_window_merge_can_leave_the_rows_out():
     b = Bucket()
-    b.add_rows([[None] * 15], 1)
+    b.add_rows(_rows(0, 1), 1)
     window = Bucket()
     window.merge(b, rows=False)
-    assert window.rows == [] and window.rows_seen == 0
+    assert not window.rows and window.rows_seen == 0

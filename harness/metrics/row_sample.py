@@ -1,0 +1,108 @@
+"""A bucket's request rows, at most a cap of them: a uniform sample of its requests, in blocks. Pure.
+
+Past the cap (``metrics.aggregate.ROWS_CAP``) the rows are a Bernoulli sample of every request at one rate, the
+same for all whichever worker and report they came in (so a uniform sample): a report's rows are thinned to the
+rate as they come, and when the rows pass the cap the rate halves. The rows already kept are thinned to the new
+rate one block (``BLOCK_ROWS``) per report, not all at once — each thinning a random byte a row and a C-level pass
+a column, ~1-2 ms a block, where halving 100k rows at once held a master's loop for tens of milliseconds. When the
+step is judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept.
+
+Why not a fixed-size reservoir: replacing a row at a random place costs a write into every column, each a cache
+miss (~0.4 µs: 19 a row), most of a 1,000-worker fleet's merge once its step passed the cap
+(``benchmarks/fleet_merge.py``). Seeded: the same reports in the same order, the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from harness.metrics.row_columns import RowColumns
+
+__all__ = ["BLOCK_ROWS", "RowSample"]
+
+BLOCK_ROWS = 8192
+_HALVING = [bytes(int(b < 256 >> j) for b in range(256)) for j in range(9)]
+"""``_HALVING[j]`` maps a random byte to 1 with probability 2^-j: a Bernoulli mask by ``bytes.translate``."""
+
+
+class RowSample:
+    """Usage: ``add(rows, rate)`` (``rows`` a uniform sample of their requests at ``rate``), ``append(row)`` (one
+    request's row, a worker), ``joined()`` the rows as one ``RowColumns``, every block at the sample's ``rate``."""
+
+    __slots__ = ("_n", "_rng", "blocks", "cap", "rate")
+
+    def __init__(self, cap: int) -> None:
+        self.blocks: list[list] = []
+        """[RowColumns, the rate its rows were sampled at], oldest first."""
+        self.cap = cap
+        self.rate = 1.0
+        """Each request's chance to be among the rows once every block is thinned to it."""
+        self._n = 0
+        self._rng: random.Random | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowSample) and self.joined() == other.joined()
+
+    def __repr__(self) -> str:
+        return f"RowSample({self._n} rows, rate {self.rate:g})"
+
+    def append(self, row: list) -> None:
+        """One request's row (``metrics.rows.encode_row``)."""
+        last = self.blocks[-1] if self.blocks else None
+        if self.rate == 1.0 and self._n < self.cap and last is not None and len(last[0]) < BLOCK_ROWS:
+            last[0].append(row)
+            self._n += 1
+        else:
+            self.add(RowColumns([[v] for v in row]))
+
+    def add(self, rows: RowColumns, rate: float = 1.0) -> None:
+        """``rows``, a uniform sample of their requests at ``rate`` (1: all of them); copied, never kept."""
+        if not rows:
+            return
+        if rate > self.rate:
+            rows = self._thinned(rows, self.rate / rate)
+        elif rate < self.rate:
+            self.rate = rate  # the blocks above it are thinned below, one a call
+        last = self.blocks[-1] if self.blocks else None
+        if last is None or last[1] != self.rate or len(last[0]) + len(rows) > BLOCK_ROWS:
+            last = [RowColumns(), self.rate]
+            self.blocks.append(last)
+        last[0].extend(rows)
+        self._n += len(rows)
+        while self._n > self.cap and sum(len(b) * self.rate / r for b, r in self.blocks) > self.cap:
+            self.rate /= 2
+        for entry in self.blocks:  # one block above the rate a call: the work spread over the reports
+            if entry[1] > self.rate:
+                self._thin(entry)
+                break
+
+    def joined(self) -> RowColumns:
+        """Every row, each block thinned to the rate: one ``RowColumns`` (new lists)."""
+        out = RowColumns()
+        for entry in self.blocks:
+            if entry[1] > self.rate:
+                self._thin(entry)
+            out.extend(entry[0])
+        return out
+
+    def _thin(self, entry: list) -> None:
+        before = len(entry[0])
+        entry[0] = self._thinned(entry[0], self.rate / entry[1])
+        entry[1] = self.rate
+        self._n -= before - len(entry[0])
+
+    def _thinned(self, rows: RowColumns, keep: float) -> RowColumns:
+        if self._rng is None:
+            self._rng = random.Random(0)
+        rng, n = self._rng, len(rows)
+        j = -math.log2(keep)
+        if j == int(j) and 0 < j < len(_HALVING):  # the usual case: a power of two, a random byte a row
+            return rows.compressed(rng.randbytes(n).translate(_HALVING[int(j)]))
+        return rows.compressed([rng.random() < keep for _ in range(n)])
