@@ -174,7 +174,7 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
         return list(c) if rows is None else list(map(c.__getitem__, rows))
 
     g = column(gaps)
-    pairs = np.array(list(chain.from_iterable(g)), np.int64)  # (offset, length) per silence, ms since the send
+    pairs = np.fromiter(chain.from_iterable(g), np.int64)  # (offset, length) per silence, ms since the send
     workers = len(set(worker))
     if len(pairs) < 2 * MIN_STREAMS:
         return StepPauses([], workers=workers, min_ms=min_ms)
