@@ -110,15 +110,20 @@ def main() -> None:
                    "KNEECAP_SOAK_EVERY_S": str(args.every_s)}
             out = os.path.join(tmp, "out")
             started = time.time()
+            # the console to a file, read at the end: a pipe nobody reads fills (64 KB) within the hour and the
+            # run then blocks writing its status line (found: a 60-minute soak hung at its end)
+            console_file = open(os.path.join(tmp, "console.txt"), "w+")  # noqa: SIM115 (closed below)
             run = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", path, "--workers", str(args.workers),
-                                    "--out", out, "--no-report"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                    "--out", out, "--no-report"], cwd=ROOT, env=env, stdout=console_file,
                                    stderr=subprocess.STDOUT, text=True)
             outside: dict[str, list[tuple[float, float, int]]] = {}
             me = psutil.Process(run.pid)
             while run.poll() is None:
                 _processes(me, outside, time.time() - started)
                 time.sleep(args.every_s)
-            console = run.stdout.read() if run.stdout else ""
+            console_file.seek(0)
+            console = console_file.read()
+            console_file.close()
             _report(args, rev, started, tmp, outside, url, run.returncode, console)
         finally:
             stop_procs(db)
