@@ -259,18 +259,17 @@ class Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
         cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
-        wire_rows = RowColumns()
-        wire_rows.extend_rows(d.get("rows") or [])
-        seen = int(d.get("rows_seen", len(wire_rows)))
-        rows = RowSample(ROWS_CAP)
-        rows.add(wire_rows, len(wire_rows) / seen if seen > len(wire_rows) else 1.0)
-        return cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
+        rows = RowColumns()
+        rows.extend_rows(d.get("rows") or [])
+        out = cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
                    extra={str(k): int(v) for k, v in d.get("x", {}).items()}, new_connections=int(d.get("conn", 0)),
                    cancelled={str(k): int(v) for k, v in d.get("cxl", {}).items()},
                    cancelled_tokens=int(d.get("cxlt", 0)),
-                   rows=rows, rows_seen=seen, **fields)
+                   **fields)
+        out.add_rows(rows, int(d.get("rows_seen", len(rows))))
+        return out
 
 
 _COUNTED = {f.name for f in fields(Bucket)}

@@ -2,8 +2,8 @@
 
 Why columns: the master receives rows by the hundred in every worker's report and reads them by column when it
 judges the step. Kept as rows (a tuple each) they cost a Python object per request, made one at a time per report
-(~2 µs a row: half of a 1,000-worker fleet's merge, ``benchmarks/fleet_merge.py``), and a pass over all of them
-per step to turn them into columns (~45 ms at 100k requests, ``benchmarks/tail_attribution.py``). Kept as columns,
+(a fifth of a 300-worker merge under cProfile, ``benchmarks/fleet_merge.py``), and a pass over all of them per
+step to turn them into columns (~45 ms at 100k requests, ``benchmarks/tail_attribution.py``). Kept as columns,
 a report's rows join them in one C-level pass per field, the step's columns are ready when it is judged, and the
 garbage collector sees 19 lists a bucket, not a tuple a request. Values are the rows' own (ints, None; ``gaps`` a
 tuple or None), so the answers are the same.
