@@ -159,7 +159,7 @@ def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: i
 
 
 def class_point(cols: dict[str, list], class_index: int, metric: str, *, index: int, load: float, reliable: bool,
-                duration_s: float) -> StepPoint:
+                duration_s: float, lag_ms: float = 0.0) -> StepPoint:
     """The step as the knee finder sees it when the knee follows one class (``load.knee.class``): the class's p99 of
     ``metric`` (ms, failures ranked as misses) and its order-statistic CI, and its own output tokens/s."""
     flags, col, out = cols["flags"], cols[metric], cols["output"]
@@ -174,7 +174,7 @@ def class_point(cols: dict[str, list], class_index: int, metric: str, *, index: 
     p99 = at(math.floor(0.99 * (n - 1))) if n else math.nan
     ci = (at(ci_ranks(n, 0.99)[0]), at(ci_ranks(n, 0.99)[1])) if n >= 2 else None
     work = sum(out[i] or 0 for i in mine if not flags[i] & FLAG_FAILED)
-    return StepPoint(index, load, p99, ci, work / max(duration_s, 1e-9), reliable, n)
+    return StepPoint(index, load, p99, ci, work / max(duration_s, 1e-9), reliable, n, lag_ms)
 
 
 def mix_step(summary: Summary) -> Step | None:

@@ -82,8 +82,10 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
     return b <= a * STATIONARY_RATIO or b - a < 0.002
 
 
-def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float) -> StepPoint:
-    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s."""
+def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float, *,
+               lag_ms: float = 0.0) -> StepPoint:
+    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s, and
+    the client's loop lag p99 (``lag_ms``)."""
     fails = misses(bucket, metric)
     s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
@@ -91,4 +93,4 @@ def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: b
     # Throughput in output tokens/s; an endpoint that generates nothing (embeddings) in input tokens/s.
     work = bucket.output_tokens or bucket.input_tokens or bucket.requests
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,
-                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails)
+                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails, lag_ms)

@@ -3,7 +3,9 @@
 Method (the queueing signature; README.md, "The knee"). For consecutive judged steps i−1 → i, with
 load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output tokens/s):
 
-- **significant rise**: step i's p99 CI lies entirely above step i−1's (noise cannot make a knee);
+- **significant rise**: step i's p99 CI lies entirely above step i−1's, by more than step i's client loop lag p99
+  (neither sampling noise nor a client too busy to read its streams on time can make a knee: a starved client's
+  stamps are late by about its loop lag, and fast TTFTs rise with it);
 - **faster than load**: latency elasticity e_P = Δln P / Δln L > ``min_latency_elasticity`` (1.0) —
   below capacity p99 is flat (e ≈ 0); past it, in a closed loop, each extra user waits a whole
   service time (Little's law), so p99 jumps;
@@ -38,6 +40,8 @@ class StepPoint:
     reliable: bool = True
     n: int = 0
     """Requests the p99 ranks (failures included: they rank as misses)."""
+    lag_ms: float = 0.0
+    """The client's event-loop lag p99 in the step (ms): a rise smaller than this may be the client's own."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ def _ci(p: StepPoint) -> tuple[float, float]:
     return p.ci if p.ci is not None else (p.p99, p.p99)
 
 
+def _above(b: StepPoint, a: StepPoint) -> bool:
+    """b's p99 is above a's beyond noise and beyond what b's client lag could add."""
+    return _ci(b)[0] > _ci(a)[1] + b.lag_ms
+
+
 def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float, float]:
     """Whether a → b shows the signature, with the two elasticities."""
     if a.load <= 0 or b.load <= a.load or a.p99 <= 0 or a.throughput <= 0 or b.throughput <= 0:
@@ -73,7 +82,7 @@ def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float
     dl = math.log(b.load / a.load)
     e_p = math.log(b.p99 / a.p99) / dl if b.p99 > 0 else 0.0
     e_t = math.log(b.throughput / a.throughput) / dl
-    significant = _ci(b)[0] > _ci(a)[1]
+    significant = _above(b, a)
     return significant and e_p > params.min_latency_elasticity and e_t < params.max_throughput_elasticity, e_p, e_t
 
 
@@ -95,7 +104,7 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label:
             continue
         after = pts[i + 1:i + 1 + params.confirm_steps]
         confirmed = len(after) == params.confirm_steps and all(
-            _ci(c)[0] > _ci(a)[1] and c.throughput <= a.throughput * (1 + params.plateau_tolerance) for c in after)
+            _above(c, a) and c.throughput <= a.throughput * (1 + params.plateau_tolerance) for c in after)
         if not confirmed and len(after) == params.confirm_steps:
             continue  # refuted by the steps after it: noise, keep scanning
         power = [(p.throughput / p.p99 if p.p99 > 0 else 0.0, p.index) for p in pts]

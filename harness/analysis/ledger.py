@@ -277,20 +277,21 @@ class Ledger:
         """The step as the knee finder sees it: its judgement's, or (not judged yet) from its data so far."""
         if st.judgement is not None:
             return st.judgement.point
-        info = st.info
+        info, health = st.info, (st.generator or self.generator()).health()
         return step_point(info.index, info.level, self.measured(info.index), self.scenario.load.knee_metric,
-                          (st.generator or self.generator()).health().reliable, info.measured_s(now))
+                          health.reliable, info.measured_s(now), lag_ms=health.lag_p99_ms or 0.0)
 
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go (both
         answers are kept: ~30 MB a 100k-request step is free again)."""
         info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        reliable = (st.generator or self.generator()).health().reliable
+        health = (st.generator or self.generator()).health()
+        reliable, lag_ms = health.reliable, health.lag_p99_ms or 0.0
         mid = info.started + info.warmup_s + duration / 2
         first, second = st.halves.split(mid)
         st.halves = Halves()
-        st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration),
+        st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration, lag_ms=lag_ms),
                                  evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
                                  sum(bucket.failures.values()) / bucket.requests)
         if bucket.rows:
@@ -315,7 +316,7 @@ class Ledger:
             if sc.load.knee_class is not None:  # the knee follows this class's requests alone
                 st.judgement = dataclasses.replace(st.judgement, point=class_point(  # type: ignore[arg-type]
                     cols, sc.workload.class_names.index(sc.load.knee_class), sc.load.knee_metric, index=info.index,
-                    load=info.level, reliable=reliable, duration_s=duration))
+                    load=info.level, reliable=reliable, duration_s=duration, lag_ms=st.judgement.point.lag_ms))
         if not rows:
             return
         itl = bucket.sketches.get("itl")

@@ -181,15 +181,8 @@ class MasterSide:
             return
         self.before_summary()
         lost = {e.worker for e in self.ledger.fleet_events if e.kind == "lost"}
-        # A worker that reported from past the plan's last step had delivered every step's data: its final flush
-        # carries only requests finished after the plan, and a headless Locust master gives it 0.5 s to arrive
-        # (MasterRunner.quit), which a busy machine can miss. Only a worker short of that lost data.
-        done = {w for w, step in self.ledger.fleet.worker_step.items() if step >= len(self.ledger.states)}
-        for worker in sorted(self.ledger.reporters - self.flushed - lost):  # died, or unreachable, at the end
-            if worker in done:
-                log.info("kneecap: worker %s's final report did not arrive before the master quit; it had "
-                         "delivered every step's data", worker)
-                continue
+        done = self.ledger.fleet.past(len(self.ledger.states))  # all steps' data in; a late flush adds no step's
+        for worker in sorted(self.ledger.reporters - self.flushed - lost - done):  # died, or unreachable, at the end
             self.control.fleet_change("lost", worker)
         self.control.finalized = True
         self.ledger.end_step(self.clock())

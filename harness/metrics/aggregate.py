@@ -356,6 +356,10 @@ class Fleet:
             self.steps.setdefault((index, phase), Bucket()).merge(b)
         self.worker_step[worker] = step
 
+    def past(self, index: int) -> set[str]:
+        """Workers whose last report came from step ``index`` or later (so every earlier step has their data)."""
+        return {w for w, step in self.worker_step.items() if step >= index}
+
     def forget(self, worker: str) -> None:
         """A lost worker: the steps it was in no longer wait for its reports."""
         self.worker_step.pop(worker, None)

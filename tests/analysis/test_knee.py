@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -85,3 +86,22 @@ def test_failures_as_infinite_p99_still_make_a_knee():
     loads = [4, 8, 12, 16]
     knee = find_knee(curve(loads, [50, 52, 55, math.inf], [100, 200, 300, 310]), KneeParams(confirm_steps=0))
     assert knee.found and knee.load == 12
+
+
+def test_a_rise_within_the_clients_own_lag_is_no_knee():
+    """The CI run that taught it (a CPU-starved client, 32 slots, 2-8 users): TTFT p99 10 -> 14.5 ms, CIs 1.5 ms
+    apart, with the client's loop lag p99 at 4 ms in the step that rose: its stamps, not the server, can explain it."""
+    def point(i, load, p99, ci, tput, lag):
+        return StepPoint(i, load, p99, ci, tput, True, 200, lag)
+
+    starved = [point(0, 2, 6.5, (6.0, 6.7), 758, 1.1), point(1, 4, 13.2, (12.2, 14.1), 1235, 3.2),
+               point(2, 6, 9.9, (9.2, 10.9), 1638, 2.0), point(3, 8, 14.5, (12.4, 17.1), 1872, 4.0)]
+    assert not find_knee(starved).found
+    calm = [dataclasses.replace(p, lag_ms=0.1) for p in starved]
+    assert find_knee(calm).found and find_knee(calm).load == 6  # the same figures on a calm client: a (low) knee
+    # a true knee rises by whole service times, far past any lag still judged reliable
+    loads = [4, 8, 12, 16, 20, 24]
+    p99, tp = closed_loop(16, loads)
+    lagging = [dataclasses.replace(p, lag_ms=9.0) for p in curve(loads, p99, tp)]
+    knee = find_knee(lagging)
+    assert knee.found and knee.confirmed and knee.load == 16

@@ -276,3 +276,18 @@ def test_a_latency_break_where_the_server_says_nothing_waited_is_not_a_bracket()
     assert (d.state, d.bracket, d.level) == ("growing", None, 144), d
     pts[1] = probe(1, 96, 70, 4200, None)  # a server that does not say: the latency half decides
     assert choose(pts, GRID).bracket == (64, 96)
+
+
+def test_a_wide_rise_within_the_clients_own_lag_is_not_bracketed():
+    """Between two probes wider than the resolution, p99 2.5x (10 -> 25 ms) while throughput grew only 1.5x is
+    looked into; the same rise in a step whose client loop lag p99 (14 ms) covers the gap between the CIs is not."""
+    def probes(lag_ms: float) -> list[Probe]:
+        a = StepPoint(0, 4, 10.0, (9.5, 10.5), 200.0, True, 2000)
+        b = StepPoint(1, 8, 25.0, (24.0, 26.0), 300.0, True, 2000, lag_ms)
+        return [Probe(a, requests_per_s=2.0), Probe(b, requests_per_s=3.0)]
+
+    grid = SearchGrid(2, 64, 2)
+    calm = choose(probes(0.5), grid, KneeParams())
+    assert calm.why.startswith("p99 rose faster than load between 4 and 8"), calm
+    starved = choose(probes(14.0), grid, KneeParams())
+    assert not starved.why.startswith("p99 rose faster") and starved.level > 8 and not starved.knee.found, starved
