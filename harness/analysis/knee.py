@@ -3,9 +3,9 @@
 Method (the queueing signature; README.md, "The knee"). For consecutive judged steps i−1 → i, with
 load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output tokens/s):
 
-- **significant rise**: step i's p99 CI lies entirely above step i−1's, by more than step i's client loop lag p99
-  (neither sampling noise nor a client too busy to read its streams on time can make a knee: a starved client's
-  stamps are late by about its loop lag, and fast TTFTs rise with it);
+- **significant rise**: step i's p99 CI lies entirely above step i−1's, by more than the client's loop lag p99
+  grew from step i−1 to i (neither sampling noise nor a client falling behind can make a knee: a busy client stamps
+  its chunks late by about its loop lag, so fast TTFTs rise with it; a lag both steps share is not a rise);
 - **faster than load**: latency elasticity e_P = Δln P / Δln L > ``min_latency_elasticity`` (1.0) —
   below capacity p99 is flat (e ≈ 0); past it, in a closed loop, each extra user waits a whole
   service time (Little's law), so p99 jumps;
@@ -41,7 +41,7 @@ class StepPoint:
     n: int = 0
     """Requests the p99 ranks (failures included: they rank as misses)."""
     lag_ms: float = 0.0
-    """The client's event-loop lag p99 in the step (ms): a rise smaller than this may be the client's own."""
+    """The client's event-loop lag p99 in the step (ms): a rise smaller than its growth may be the client's own."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ def _ci(p: StepPoint) -> tuple[float, float]:
 
 
 def _above(b: StepPoint, a: StepPoint) -> bool:
-    """b's p99 is above a's beyond noise and beyond what b's client lag could add."""
-    return _ci(b)[0] > _ci(a)[1] + b.lag_ms
+    """b's p99 is above a's beyond noise and beyond what the client's lag added since a."""
+    return _ci(b)[0] > _ci(a)[1] + max(0.0, b.lag_ms - a.lag_ms)
 
 
 def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float, float]:

@@ -179,7 +179,7 @@ def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, f
         if not (a.reliable and b.reliable) or a.p99 <= 0 or b.p99 <= 0 or a.load <= 0 or b.p99 != b.p99:
             continue
         lo_b = b.ci[0] if b.ci else b.p99
-        hi_a = (a.ci[1] if a.ci else a.p99) + b.lag_ms  # not a rise the client's own lag could make (knee.py)
+        hi_a = (a.ci[1] if a.ci else a.p99) + max(0.0, b.lag_ms - a.lag_ms)  # not the client's lag (knee.py)
         ratio = b.p99 / a.p99
         e_t = _elasticity(a.throughput, b.throughput, a.load, b.load)
         grew = ratio >= 2 * LATENCY_BRACKET_RATIO or (

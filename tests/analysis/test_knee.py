@@ -90,7 +90,7 @@ def test_failures_as_infinite_p99_still_make_a_knee():
 
 def test_a_rise_within_the_clients_own_lag_is_no_knee():
     """The CI run that taught it (a CPU-starved client, 32 slots, 2-8 users): TTFT p99 10 -> 14.5 ms, CIs 1.5 ms
-    apart, with the client's loop lag p99 at 4 ms in the step that rose: its stamps, not the server, can explain it."""
+    apart, while the client's loop lag p99 went 2 -> 4 ms: its stamps, not the server, can explain the rise."""
     def point(i, load, p99, ci, tput, lag):
         return StepPoint(i, load, p99, ci, tput, True, 200, lag)
 
@@ -102,6 +102,15 @@ def test_a_rise_within_the_clients_own_lag_is_no_knee():
     # a true knee rises by whole service times, far past any lag still judged reliable
     loads = [4, 8, 12, 16, 20, 24]
     p99, tp = closed_loop(16, loads)
-    lagging = [dataclasses.replace(p, lag_ms=9.0) for p in curve(loads, p99, tp)]
+    lagging = [dataclasses.replace(p, lag_ms=1.5 * p.index) for p in curve(loads, p99, tp)]  # a lag that grows
     knee = find_knee(lagging)
     assert knee.found and knee.confirmed and knee.load == 16
+
+
+def test_a_lag_both_steps_share_does_not_hide_a_rise():
+    """CI's embeddings staircase: e2e p99 26.5 -> 36.5 ms past the simulator's 4 slots, the client lagging ~4.5 ms
+    in both steps: the rise is the server's (its CI 1.2 ms clear of the lighter step's)."""
+    a = StepPoint(0, 4, 26.5, (25.0, 33.2), 73690, True, 461, 4.8)
+    b = StepPoint(1, 5, 36.5, (34.4, 39.8), 74148, True, 464, 4.5)
+    knee = find_knee([a, b])
+    assert knee.found and knee.load == 4
