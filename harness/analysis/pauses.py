@@ -243,8 +243,9 @@ def _merge(pauses: list[Pause]) -> list[Pause]:
 
 def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: Sequence,
                 pauses: Sequence[Pause]) -> list:
-    """For rows ``idx``: ms in flight (send to end) through one of ``pauses`` (sorted, disjoint: a ``StepPauses``'
-    list) seen on the row's worker or on ≥ 2 workers; None for a row without an end (a failure)."""
+    """For rows ``idx``: ms in flight (send to end: ``e2e``, or to the first token: the TTFT column) through one of
+    ``pauses`` (sorted, disjoint: a ``StepPauses``' list) seen on the row's worker or on ≥ 2 workers; None for a row
+    without an end (a failure)."""
     import numpy as np
 
     out: list = [None] * len(idx)

@@ -48,13 +48,16 @@ from harness.analysis.tail_features import (
     CAUSES,
     FEATURES,
     MISSING,
+    QUEUE_STATES,
     TailParams,
+    client_made,
     code_features,
     connect_cost,
     explains,
     feature_test,
     flat_tail,
     median_of,
+    mixture,
     share_phrase,
     time_test,
 )
@@ -68,11 +71,13 @@ __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "
            "explain_columns", "explain_tail", "pause_words"]
 
 METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E", "ttfo_s": "TTFO"}
-ONLY_FOR = {"send_ms": ("ttft_s", "ttfo_s", "e2e_s"), "loop_lag_ms": ("ttft_s", "ttfo_s")}
+ONLY_FOR = {"send_ms": ("ttft_s", "ttfo_s", "e2e_s"), "loop_lag_ms": ("ttft_s", "ttfo_s"),
+            "late_first": ("ttft_s", "ttfo_s"), "in_pause": ("tpot_s", "e2e_s"), "in_pause_first": ("ttft_s", "ttfo_s")}
 """Features tested for some metrics only: the ones whose time they can be in. Writing the request is inside TTFT,
 TTFO and E2E, never between two tokens; the loop's lag just before the send is inside none, but a loop behind at
 the send reads the first token late (where the kernel does not date it). Tested against TPOT or E2E they named the
-client for tails a busy machine made (7 of 38 attributions in 20 null runs, ``benchmarks/tail_null.py``)."""
+client for tails a busy machine made (7 of 38 attributions in 20 null runs, ``benchmarks/tail_null.py``). A pause
+after the first token cannot hold a TTFT back: TTFT and TTFO test ``in_pause_first``, the rest ``in_pause``."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TailRow:
@@ -98,6 +103,8 @@ class TailRow:
     """The previous request on this connection failed."""
     in_pause: bool | None = None
     """In flight through a server-wide pause (``analysis/pauses.py``); None when the stream could not say."""
+    in_pause_first: bool | None = None
+    """Waited for its first token through a server-wide pause: the part of ``in_pause`` that can hold a TTFT back."""
     send_ms: float | None = None
     """Writing the request (its connect left out), ms."""
     loop_lag_ms: float | None = None
@@ -105,6 +112,8 @@ class TailRow:
     late_stamps: bool | None = None
     """Some of its chunk times came from a late receive of several chunks (``RequestRecord.late_chunks``): the
     reader fell behind, so its TTFT (or a gap) may be the client's."""
+    late_first: bool | None = None
+    """Its first chunk came in such a receive (``metrics.rows.FLAG_LATE_FIRST``): its TTFT may be the reader's."""
     behind_long_prefill: bool | None = None
     """Waited for its first token while a long prompt was prefilled (``analysis/prefill_hol.py``); None for a long
     prompt itself."""
@@ -204,7 +213,6 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     if flat := flat_tail(medians, params):  # the tail is the distribution's own spread: no outliers to explain
         return TailAttribution(**head, verdict="none", causes=[], line=f"{ql} {label}: {flat}")
     import numpy as np
-
     at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
     found = (time_test(times[at], times[np.array(rest, dtype=np.int64)], params)
              if f == "t_in_step_s" else feature_test(f, coded[f], at, ex, params)
@@ -219,10 +227,10 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=said))
     counted = sorted((t for t in tests if t.significant and t.material and t.feature != "t_in_step_s"),
                      key=lambda t: -abs(t.effect))
+    counted, grew = client_made(counted)  # grew: what to say of the queue at send it took out, or ""
     shares = _shares(counted, tail, cols)
-    correction = f"Holm–Bonferroni over {len(tests)} tests, family-wise α = {params.alpha:g}"
     timed = next((t for t in tests if t.feature == "t_in_step_s" and t.significant and t.material), None)
-    if counted and timed is not None and {t.feature for t in counted} <= _QUEUE_STATES \
+    if counted and timed is not None and {t.feature for t in counted} <= QUEUE_STATES \
             and abs(timed.effect) > abs(counted[0].effect):
         # Only the queue at send separates the tail, and the tail sits in a few windows more than it follows the
         # queue: the queue grew because something stalled then (the server, or outside this test), not the load.
@@ -234,22 +242,23 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
         also = [w for w in dict.fromkeys(t.cause_words or re.sub(r" \(.*?\)", "", t.phrase) for t in counted[1:3])
                 if w != top.cause_words]  # its words, no figures, each once
         line = f"{ql} {label} requests {top.phrase}" + (f": {top.cause_words}" if top.cause_words else "")
-        line += f" (also: {'; '.join(also)})" if also else ""
-        verdict = "cause"
-        mixed = _mixture(shares, len(tail))
+        line, verdict = line + (f" (also: {'; '.join(also)})" if also else ""), "cause"
+        mixed = mixture(shares, len(tail))
         if len(mixed) > 1:  # several causes, each explaining tail requests the others do not: say so with shares
             parts = [f"{len(hit)} of {len(tail)} {phrase}" + (f" ({t.cause_words})" if t.cause_words else "")
                      for t, hit, phrase in mixed]
             line = f"{ql} {label}: {len(mixed)} causes — " + "; ".join(parts)
             first = [t for t, _, _ in mixed]
             counted = first + [t for t in counted if t not in first]
+        line += grew
     elif timed is not None:
         line, verdict = f"{ql} {label} requests {timed.phrase}: {timed.cause_words}", "time"
     else:
         line = f"{ql} {label}: no single cause ({len(tests)} features tested, Holm–Bonferroni at α = {params.alpha:g})"
         verdict = "none"
     return TailAttribution(**head, verdict=verdict, causes=[t.feature for t in counted] + ([timed.feature] if (
-        timed and not counted) else []), line=line, correction=correction, tests=tests,
+        timed and not counted) else []), line=line, tests=tests,
+        correction=f"Holm–Bonferroni over {len(tests)} tests, family-wise α = {params.alpha:g}",
         shares=[{"feature": t.feature, "explains": len(hit), "of": len(tail), "phrase": phrase}
                 for t, hit, phrase in shares])
 
@@ -263,23 +272,6 @@ def _shares(counted: list[FeatureTest], tail: list[int], cols: dict[str, list]) 
             col = cols[t.feature]
             out.append((t, {i for i in tail if explains(t.feature, col[i], t.over)}, phrase))
     return sorted(out, key=lambda x: -len(x[1]))
-
-
-def _mixture(shares: list[tuple[FeatureTest, set, str]], n_tail: int) -> list[tuple[FeatureTest, set, str]]:
-    """The causes of a mixed tail: by requests explained, each explaining at least a fifth of the tail (2 at
-    least) that the ones before it do not."""
-    floor = max(2, 0.2 * n_tail)
-    kept: list[tuple[FeatureTest, set, str]] = []
-    seen: set = set()
-    for t, hit, phrase in shares:
-        if len(hit) >= floor and len(hit - seen) >= floor:
-            kept.append((t, hit, phrase))
-            seen |= hit
-    return kept
-
-
-_QUEUE_STATES = {"server_waiting", "in_flight"}
-"""Features that are states at send, not properties of the request: a stall raises them too."""
 
 
 def _column(values: Sequence) -> tuple[list, int]:

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.rank_tests import chi2_independence, fisher_exact
 
@@ -56,8 +56,8 @@ class TailParams:
         if problems:
             raise ValueError("TailParams: " + "; ".join(problems))
 
-__all__ = ["CAUSES", "FEATURES", "MISSING", "TailParams", "code_features", "connect_cost", "explains", "feature_test",
-           "flat_tail", "median_of", "share_phrase", "time_test"]
+__all__ = ["CAUSES", "FEATURES", "MISSING", "QUEUE_STATES", "TailParams", "client_made", "code_features",
+           "connect_cost", "explains", "feature_test", "flat_tail", "median_of", "mixture", "share_phrase", "time_test"]
 
 CAUSES = {
     "prefill": "the tail is prefill-bound",
@@ -135,12 +135,19 @@ FLAGS = {  # feature: (tail has it more often, less often, cause when more often
                     "less often followed a failed request ({t} vs {r})", "after_errors"),
     "in_pause": ("were in flight through a server-wide pause ({a} of {n}, vs {r} of the rest)",
                  "were less often in flight through a server-wide pause ({t} vs {r})", "pauses"),
+    "in_pause_first": ("waited for their first token through a server-wide pause ({a} of {n}, vs {r} of the rest)",
+                       "less often waited for their first token through a server-wide pause ({t} vs {r})", "pauses"),
     "late_stamps": ("had chunk times from a late read: the load generator's reader fell behind ({t} vs {r})",
                     "less often had chunk times from a late read ({t} vs {r})", "client"),
+    "late_first": ("had their first chunk read late, together with the chunks after it ({t} vs {r})",
+                   "less often had their first chunk read late ({t} vs {r})", "client"),
     "behind_long_prefill": ("were held up by a long prompt's prefill, waiting for their first token or mid-stream "
                             "({t} vs {r})", "were less often held up by a long prompt's prefill ({t} vs {r})", "hol"),
 }
 FEATURES = (*(s.name for s in NUMERIC), *FLAGS, "worker", "t_in_step_s")
+QUEUE_STATES = {"server_waiting", "in_flight"}
+"""Features that are states at send, not properties of the request: a stall raises them too, and a client that
+falls behind (it sends in bursts)."""
 MISSING = -math.inf
 """A missing metric value in a column: sorts first, never above a threshold."""
 
@@ -310,3 +317,28 @@ def flat_tail(medians: tuple[float, float], params: TailParams) -> str | None:
         return (f"the tail is {100 * (tm / rm - 1):.0f}% above the rest (median {1000 * tm:,.1f} vs {1000 * rm:,.1f} "
                 "ms): nothing stands out to explain")
     return None
+
+
+def mixture(shares: list[tuple[Any, set, str]], n_tail: int) -> list[tuple[Any, set, str]]:
+    """The causes of a mixed tail: by requests explained, each explaining at least a fifth of the tail (2 at
+    least) that the ones before it do not."""
+    floor = max(2, 0.2 * n_tail)
+    kept: list[tuple[Any, set, str]] = []
+    seen: set = set()
+    for t, hit, phrase in shares:
+        if len(hit) >= floor and len(hit - seen) >= floor:
+            kept.append((t, hit, phrase))
+            seen |= hit
+    return kept
+
+
+def client_made(counted: list) -> tuple[list, str]:
+    """``counted`` (significant, material feature tests, largest effect first) without the queue at send when a
+    client feature separates the tail at least as much: a client that falls behind reads late and sends in bursts,
+    so the queue at send follows it, no cause of its own. Also the words for the line that say so ("" if kept)."""
+    grew = [t for t in counted if t.feature in QUEUE_STATES]
+    client = next((t for t in counted if t.cause == "client"), None)
+    if client is None or not grew or abs(client.effect) < abs(grew[0].effect):
+        return counted, ""
+    return ([t for t in counted if t.feature not in QUEUE_STATES],
+            f"; the queue at send grew with it ({grew[0].phrase.removeprefix('were ')})")

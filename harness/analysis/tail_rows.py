@@ -21,6 +21,7 @@ from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
 from harness.analysis.tail import StepTails, TailParams, explain_columns
 from harness.metrics.rows import (
     FLAG_AFTER_ERROR,
+    FLAG_LATE_FIRST,
     FLAG_LATE_STAMPS,
     FLAG_NEW_CONNECTION,
     GAP_FACTOR,
@@ -67,12 +68,11 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
                  waiting: Sequence[tuple[float, float]] = (), started: float = 0.0,
                  itl_p50_s: float | None = None) -> StepTails:
     """``explain_tail`` of ``rows`` (or their ``columns``, shared with the TTFT split). ``waiting``: the server's
-    waiting queue as scraped, (time, requests) on the
-    clock of ``started``, the step's start: each request gets the sample nearest its send. A failed request has no
-    latency and counts only as a feature of the request after it on its connection (``after_error``). The rows'
-    stream silences give the step's server-wide pauses (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's
-    ``itl_p50_s`` long) and each request's ``in_pause``; long prompts, ``behind_long_prefill``
-    (``analysis.prefill_hol``)."""
+    waiting queue as scraped, (time, requests) on the clock of ``started``, the step's start: each request gets the
+    sample nearest its send. A failed request has no latency and counts only as a feature of the request after it
+    on its connection (``after_error``). The rows' stream silences give the step's server-wide pauses
+    (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's ``itl_p50_s`` long) and each request's ``in_pause``
+    (``in_pause_first``: before its first token); long prompts, ``behind_long_prefill`` (``analysis.prefill_hol``)."""
     c = rows if isinstance(rows, dict) else columns(rows)
     flags, t_ms = c["flags"], c["t_ms"]
     times = [t for t, _ in waiting]
@@ -88,6 +88,7 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
                "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
                "late_stamps": lambda idx: [bool(flags[i] & FLAG_LATE_STAMPS) for i in idx],
+               "late_first": lambda idx: [bool(flags[i] & FLAG_LATE_FIRST) for i in idx],
                "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at,
                "send_ms": _ms(c["send"]), "loop_lag_ms": _ms(c["lag"])}
     pauses, words = _stream_features(c, itl_p50_s, derived)
@@ -110,6 +111,8 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
         found = pauses
         derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
                                            for ms in in_pause_ms(idx, t_ms, e2e, worker, found.pauses)]
+        derived["in_pause_first"] = lambda idx: [None if ms is None else ms > 0  # send to the first token
+                                                 for ms in in_pause_ms(idx, t_ms, c["ttft"], worker, found.pauses)]
     if hol is not None:
         held = pauses.prefills if pauses is not None else []
 

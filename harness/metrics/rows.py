@@ -34,14 +34,17 @@ from operator import sub
 
 from harness.metrics.record import RequestRecord
 
-__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION", "GAP_FACTOR", "GAP_MIN_CHUNKS",
-           "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row", "encode_row", "long_gaps"]
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_FIRST", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION",
+           "GAP_FACTOR", "GAP_MIN_CHUNKS", "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row",
+           "encode_row", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
 _OLDER_LENGTHS = (15, 16, 18)
 _GAPS = ROW_FIELDS.index("gaps")
-FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED, FLAG_LATE_STAMPS = 1, 2, 4, 8
+FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED, FLAG_LATE_STAMPS, FLAG_LATE_FIRST = 1, 2, 4, 8, 16
+"""``FLAG_LATE_FIRST``: the first output chunk came in a late receive together with the chunks after it, dated by
+the newest of them (``client/inflight.py``): its time, the TTFT, may be the reader's lateness, not the server's."""
 PROBE_CLASS = -1
 """The ``class`` of a probe's row (``load.probes``): kept apart from the step's requests by the master."""
 _LATENCY = 10_000  # tenths of a millisecond per second
@@ -82,7 +85,8 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
     """``rec`` as a row; ``sent_in_step_s``: its send, in seconds since this worker's step began."""
     ok = rec.error is None
     flags = (FLAG_NEW_CONNECTION if rec.new_connection else 0) | (FLAG_AFTER_ERROR if rec.after_error else 0) \
-        | (0 if ok else FLAG_FAILED) | (FLAG_LATE_STAMPS if rec.late_chunks else 0)
+        | (0 if ok else FLAG_FAILED) | (FLAG_LATE_STAMPS if rec.late_chunks else 0) \
+        | (FLAG_LATE_FIRST if rec.late_chunks and rec.late_chunks[0] == 0 else 0)
     return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
@@ -102,7 +106,8 @@ def decode_row(row: list) -> dict:
     return {"ttft_s": _seconds(ttft), "tpot_s": _seconds(tpot), "e2e_s": _seconds(e2e), "ttfo_s": _seconds(ttfo),
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
-            "failed": bool(flags & FLAG_FAILED), "late_stamps": bool(flags & FLAG_LATE_STAMPS), "in_flight": in_flight,
+            "failed": bool(flags & FLAG_FAILED), "late_stamps": bool(flags & FLAG_LATE_STAMPS),
+            "late_first": bool(flags & FLAG_LATE_FIRST), "in_flight": in_flight,
             "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
             "server_prefill_s": _seconds(prefill), "gaps_ms": gaps, "send_s": _seconds(send),

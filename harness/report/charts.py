@@ -270,7 +270,7 @@ _FEATURE_WORDS = {"prompt_tokens": "prompt tokens (median)", "output_tokens": "o
                   "in_flight": "in flight on the worker (median)", "turn": "session turn (median)",
                   "new_connection": "share on a new connection", "after_error": "share after a failure",
                   "worker": "share on the worker", "t_in_step_s": "share in the hot windows",
-                  "in_pause": "share through a pause"}
+                  "in_pause": "share through a pause", "in_pause_first": "share waiting through a pause"}
 
 
 def tail_features(summary: Summary, metric: str = "ttft_s", most: int = 4) -> str:

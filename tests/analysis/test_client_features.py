@@ -61,3 +61,36 @@ def test_the_loop_lag_at_send_is_no_cause_of_the_time_between_tokens():
     tpot = tails.get("tpot_s", 0.95)
     assert "loop_lag_ms" not in {t.feature for t in tpot.tests} and "load generator" not in tpot.line, tpot.line
     assert "loop_lag_ms" in {t.feature for t in tails.get("ttft_s", 0.95).tests}
+
+
+def test_a_client_made_tail_is_the_clients_and_the_queue_it_made_is_no_cause():
+    """A starved client (tests/load/test_tail_client.py, measured): its late reads make the TTFT tail, and the bursts
+    it sends once it runs again meet a queue at the server: both separate the tail, the late first chunk more. The
+    client is named; the queue at send is said to have grown with it, not named as a cause."""
+    rng = random.Random(11)
+    rows = []
+    for i in range(3000):
+        late = i % 20 == 3  # 5%: the reader was descheduled when their first chunk came
+        burst = (late and rng.random() < 0.7) or rng.random() < 0.1  # sent in a burst after the stall, mostly
+        rows.append(TailRow(ttft_s=rng.uniform(0.0035, 0.0045) + (rng.uniform(0.002, 0.004) if late else 0),
+                            prompt_tokens=32, late_first=late, late_stamps=True, server_waiting=1 if burst else 0,
+                            loop_lag_ms=rng.uniform(0, 0.5), worker=0, t_in_step_s=i * 0.002))
+    a = explain_tail(rows).get("ttft_s", 0.95)
+    assert a.causes[0] == "late_first" and "first chunk read late" in a.line and "load generator" in a.line, a.line
+    assert not {"server_waiting", "in_flight"} & set(a.causes), a.line
+    assert "the queue at send grew with it" in a.line, a.line
+    queued = next(t for t in a.tests if t.feature == "server_waiting")
+    assert queued.significant  # the queue did separate the tail: said, as the client's doing
+
+
+def test_a_true_queue_is_still_named_when_the_client_kept_up():
+    rng = random.Random(12)
+    rows = []
+    for i in range(3000):
+        queued = i % 20 == 3
+        rows.append(TailRow(ttft_s=rng.uniform(0.0035, 0.0045) + (rng.uniform(0.01, 0.02) if queued else 0),
+                            prompt_tokens=32, late_first=rng.random() < 0.02, late_stamps=rng.random() < 0.05,
+                            server_waiting=rng.randrange(3, 6) if queued else rng.randrange(0, 2),
+                            loop_lag_ms=rng.uniform(0, 0.5), worker=0, t_in_step_s=i * 0.002))
+    a = explain_tail(rows).get("ttft_s", 0.95)
+    assert a.causes[0] == "server_waiting" and "late_first" not in a.causes, a.line

@@ -122,25 +122,28 @@ def test_a_short_blip_between_periodic_pauses_keeps_the_period():
 
 
 def test_a_mixed_tail_names_both_causes_with_their_shares():
-    """Half the slow requests went through a pause, half had a long prompt: both named, each with its count."""
+    """Half the slow requests waited for their first token through a pause, half had a long prompt: both named, each
+    with its count."""
     from harness.analysis.tail import TailRow, explain_tail
 
     rng = random.Random(7)
-    rows, truth = [], {"in_pause": set(), "prompt_tokens": set()}
+    rows, truth = [], {"in_pause_first": set(), "prompt_tokens": set()}
     for i in range(2000):
         paused, long = i % 40 == 3, i % 40 == 23  # 2.5% each, never both
         ttft = rng.uniform(0.04, 0.06) + (0.3 if paused else 0) + (0.35 if long else 0)
         rows.append(TailRow(ttft_s=ttft, prompt_tokens=4000 + rng.randrange(100) if long else 400 + rng.randrange(200),
-                            in_pause=paused, worker=0, t_in_step_s=i * 0.01))
+                            in_pause_first=paused, worker=0, t_in_step_s=i * 0.01))
     tails = explain_tail(rows)
     a = tails.get("ttft_s", 0.95)
     tail = [i for i, r in enumerate(rows) if r.ttft_s > a.threshold_s]
-    for name, flag in (("in_pause", lambda r: r.in_pause), ("prompt_tokens", lambda r: r.prompt_tokens > 1000)):
+    for name, flag in (("in_pause_first", lambda r: r.in_pause_first),
+                       ("prompt_tokens", lambda r: r.prompt_tokens > 1000)):
         truth[name] = {i for i in tail if flag(rows[i])}
     shares = {s["feature"]: s["explains"] for s in a.shares}
     assert shares == {k: len(v) for k, v in truth.items()}, (a.shares, a.line)
     assert a.line.startswith("p95 TTFT: 2 causes — "), a.line
-    assert f"{len(truth['in_pause'])} of {a.n_tail} were in flight through a server-wide pause" in a.line, a.line
+    said = f"{len(truth['in_pause_first'])} of {a.n_tail} waited for their first token through a server-wide pause"
+    assert said in a.line, a.line
     assert "had prompts over" in a.line and "prefill-bound" in a.line, a.line
     assert explain_tail(rows).get("ttft_s", 0.95).line == a.line  # the same rows, the same answer
 

@@ -71,6 +71,9 @@ def test_a_silence_the_reader_made_is_no_stream_silence():
     d = decode_row(encode_row(rec(chunk_times=late, late_chunks=[20]), 1.0, worker=0))
     assert d["late_stamps"] and d["gaps_ms"] == []
     assert not decode_row(encode_row(rec(chunk_times=late), 1.0, worker=0))["late_stamps"]
+    assert not d["late_first"]  # the late receive came mid-stream: the first chunk kept its own time
+    first = decode_row(encode_row(rec(chunk_times=[0.02] * 3 + steady[3:], late_chunks=[0]), 1.0, worker=0))
+    assert first["late_first"] and first["late_stamps"]  # the TTFT is the newest of three chunks' arrival
 
 
 def test_a_failure_keeps_its_features_but_no_latency():
