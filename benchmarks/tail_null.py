@@ -66,7 +66,7 @@ load: {{mode: constant, users: {users}, duration_s: {seconds:g}, step: {{warmup_
 """
 SIM_ARGS = ["--jitter=0.1", "--prefill-per-ktoken-ms=0", "--iter-per-seq-ms=0", "--iter-per-kv-ktoken-ms=0",
             "--max-num-batched-tokens=65536"]
-CLIENT = ("send_ms", "loop_lag_ms")
+CLIENT = ("send_ms", "loop_lag_ms", "late_stamps", "late_first")  # the causes "client" (tail_features)
 METRIC_SERVER = {  # metric: the server's own time of it from a trace line (arrival = the request's first byte)
     "ttft_s": lambda t: t["first_token"] - t["arrival"],
     "ttfo_s": lambda t: t["first_token"] - t["arrival"],

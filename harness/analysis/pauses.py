@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
-from operator import is_not
+from operator import is_, is_not, itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -186,10 +186,12 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
     first = np.array(column(ttft), dtype=float)  # None: nan (a failure decodes nothing)
     last = np.array(column(e2e), dtype=float)
     known = ~(np.isnan(first) | np.isnan(last))
+    # stable: timsort takes the runs the rows come in (a worker's report, by time): 22 ms against 35 ms for
+    # quicksort on the 600k events of 100k streams through 29 pauses (benchmarks/tail_attribution.py)
     found = _runs(np.sort(np.concatenate([
         (silent_start + pairs[1::2] * _TENTHS_PER_MS) * 4 + _SILENT_END, silent_start * 4 + _SILENT_START,
         (sent[known] + last[known].astype(np.int64)) * 4 + _DECODE_END,
-        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START])), min_ms)
+        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START]), kind="stable"), min_ms)
     return StepPauses(_merge([Pause(start / _TENTHS_PER_MS, length / _TENTHS_PER_MS, s, d, (names[w].item(),))
                               for w, start, length, s, d in found]), workers=workers, min_ms=min_ms)
 
@@ -248,16 +250,19 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
     without an end (a failure)."""
     import numpy as np
 
-    out: list = [None] * len(idx)
-    by_worker: dict = {}
-    for j, i in enumerate(idx):
-        if e2e[i] is not None:
-            by_worker.setdefault(worker[i], []).append(j)
-    for w, js in by_worker.items():
+    if not idx:
+        return []
+    get = itemgetter(*idx) if len(idx) > 1 else lambda col: (col[idx[0]],)  # C-level gathers
+    ends = get(e2e)
+    sent = np.array(get(t_ms), dtype=float)
+    ended = sent + np.array(ends, dtype=float) / _TENTHS_PER_MS  # None: nan, and nan stays None below
+    total = np.zeros(len(idx))
+    names, code = np.unique(np.array(get(worker)), return_inverse=True)
+    for k, w in enumerate(names.tolist()):
         seen = [p for p in pauses if len(p.workers) > 1 or w in p.workers]
-        rows = [idx[j] for j in js]
-        sent = np.array([t_ms[i] for i in rows], dtype=float)
-        ended = sent + np.array([e2e[i] for i in rows], dtype=float) / _TENTHS_PER_MS
+        if not seen:
+            continue
+        mine = code == k
         # the time spent in pauses up to x is piecewise linear in x: a row's share is its value at the end minus at
         # the send (one interpolation for all rows)
         edges, spent, done = [], [], 0.0
@@ -265,7 +270,8 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
             edges += (p.start_ms, p.end_ms)
             spent += (done, done + p.length_ms)
             done += p.length_ms
-        total = np.interp(ended, edges, spent) - np.interp(sent, edges, spent) if seen else np.zeros(len(rows))
-        for j, ms in zip(js, np.round(total).astype(int).tolist(), strict=True):
-            out[j] = ms
+        total[mine] = np.interp(ended[mine], edges, spent) - np.interp(sent[mine], edges, spent)
+    out = np.round(np.nan_to_num(total)).astype(int).tolist()
+    for j in compress(range(len(out)), map(is_, ends, repeat(None))):  # failures: few, found in one C-level pass
+        out[j] = None
     return out
