@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import time
 
+import gevent
 from locust import LoadTestShape
 
-__all__ = ["KneecapShape"]
+__all__ = ["FINAL_REPORTS_S", "KneecapShape"]
+
+FINAL_REPORTS_S = 5.0
+"""Once the plan ends, how long the shape waits (at most) for every worker's report from past it before it lets
+Locust stop: a headless master gives the workers' final reports 0.5 s (``MasterRunner.quit``), which a busy machine
+can miss. A worker answers the step message that ends the plan within milliseconds, so a run's end waits that."""
 
 
 class KneecapShape(LoadTestShape):
@@ -21,5 +27,11 @@ class KneecapShape(LoadTestShape):
     ``-f locustfile.py,harness/load/shape_file.py``."""
 
     def tick(self) -> tuple[int, float] | None:
-        step = self.runner.environment.kneecap.master.control.tick(time.perf_counter())
-        return None if step is None else (step.users, step.spawn_rate)
+        control = self.runner.environment.kneecap.master.control
+        step = control.tick(time.perf_counter())
+        if step is not None:
+            return step.users, step.spawn_rate
+        deadline = time.perf_counter() + FINAL_REPORTS_S
+        while not control.reported_past_plan() and time.perf_counter() < deadline:
+            gevent.sleep(0.01)  # the workers' reports come in on the master's other greenlets meanwhile
+        return None

@@ -144,6 +144,7 @@ class Fleet:
                 self.report()
         if answered_the_end:
             self.report()
+        self.past_plan = self.master.control.reported_past_plan()  # what the shape waits for before Locust stops
         self.report(FLUSH_MESSAGE, skip=unflushed)
         self.master.finalize()
         return json.loads((self.out / "summary.json").read_text())  # what a user gets
@@ -221,6 +222,7 @@ def test_a_final_report_that_never_came_is_a_loss_only_when_a_step_missed_data(l
     fleet = Fleet(locust, tmp_path)
     summary = fleet.run(answered_the_end=answered_the_end, unflushed=frozenset({1}))
     steps = summary["steps"]
+    assert fleet.past_plan == answered_the_end
     if answered_the_end:
         assert not summary["fleet_events"] and not summary["degraded"] and summary["exit_code"] == 0
         assert sum(s["requests"] + s["warmup_requests"] for s in steps) == len(fleet.sent)  # nothing was missing
