@@ -139,6 +139,12 @@ class Ledger:
         """The judged steps' judgements by step index."""
         return {s.index: s.judgement for s in self.states if s.judgement is not None}
 
+    def behind_the_plan(self) -> set[str]:
+        """Workers not lost whose last report came from inside the plan: a step's data may still be on its way
+        (once a worker reports from past the plan's last step, every step has its data)."""
+        lost = {e.worker for e in self.fleet_events if e.kind == "lost"}
+        return self.reporters - lost - self.fleet.past(len(self.states))
+
     def state(self, index: int) -> StepState | None:
         return self.states[index] if 0 <= index < len(self.states) else None
 

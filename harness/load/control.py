@@ -143,13 +143,6 @@ class StepControl:
             self.step_message = StepMessage(index=len(self.ledger.states), end=True)
             self.send_step(self.step_message)
 
-    def reported_past_plan(self) -> bool:
-        """Every worker not lost has reported from past the plan's last step (its answer to the step message that
-        ended it): every step's data is in."""
-        ledger = self.ledger
-        lost = {e.worker for e in ledger.fleet_events if e.kind == "lost"}
-        return not ledger.reporters - lost - ledger.fleet.past(len(ledger.states))
-
     def stop(self, reason: str) -> None:
         """End the plan for ``reason`` (the shape then returns None and Locust stops the users)."""
         self.stop_reason = reason

@@ -180,9 +180,8 @@ class MasterSide:
         if self.finalized or not self.run_id:
             return
         self.before_summary()
-        lost = {e.worker for e in self.ledger.fleet_events if e.kind == "lost"}
-        done = self.ledger.fleet.past(len(self.ledger.states))  # all steps' data in; a late flush adds no step's
-        for worker in sorted(self.ledger.reporters - self.flushed - lost - done):  # died, or unreachable, at the end
+        # a worker past the plan had delivered every step's data: a late final flush adds no step's
+        for worker in sorted(self.ledger.behind_the_plan() - self.flushed):  # died, or unreachable, at the end
             self.control.fleet_change("lost", worker)
         self.control.finalized = True
         self.ledger.end_step(self.clock())

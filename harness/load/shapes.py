@@ -32,6 +32,6 @@ class KneecapShape(LoadTestShape):
         if step is not None:
             return step.users, step.spawn_rate
         deadline = time.perf_counter() + FINAL_REPORTS_S
-        while not control.reported_past_plan() and time.perf_counter() < deadline:
+        while control.ledger.behind_the_plan() and time.perf_counter() < deadline:
             gevent.sleep(0.01)  # the workers' reports come in on the master's other greenlets meanwhile
         return None

@@ -144,7 +144,7 @@ class Fleet:
                 self.report()
         if answered_the_end:
             self.report()
-        self.past_plan = self.master.control.reported_past_plan()  # what the shape waits for before Locust stops
+        self.past_plan = not self.master.ledger.behind_the_plan()  # what the shape waits for before Locust stops
         self.report(FLUSH_MESSAGE, skip=unflushed)
         self.master.finalize()
         return json.loads((self.out / "summary.json").read_text())  # what a user gets
