@@ -39,7 +39,7 @@ from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
-from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
+from harness.analysis.results import FleetEvent, GeneratorHealth, SloCheck, StepResult, level_unit
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
@@ -196,7 +196,7 @@ class Ledger:
         if gen is not None:
             if (st := self.state(report.step)) is not None:
                 st.generator = st.generator or self.generator()
-                st.generator.merge(gen.lag, gen.cpu, gen.gc[0] if gen.gc else None)
+                st.generator.merge(gen.lag, gen.cpu, gen.gc[0] if gen.gc else None, gen.kernel_stamps)
             for index, seconds in gen.cpu_s.items():  # CPU is charged to the step it was spent in
                 if (st := self.state(index)) is not None:
                     st.generator = st.generator or self.generator()
@@ -283,17 +283,18 @@ class Ledger:
         """The step as the knee finder sees it: its judgement's, or (not judged yet) from its data so far."""
         if st.judgement is not None:
             return st.judgement.point
-        info, health = st.info, (st.generator or self.generator()).health()
-        return step_point(info.index, info.level, self.measured(info.index), self.scenario.load.knee_metric,
-                          health.reliable, info.measured_s(now), lag_ms=health.lag_p99_ms or 0.0)
+        info, bucket = st.info, self.measured(st.info.index)
+        health = _health(st.generator or self.generator(), bucket)
+        return step_point(info.index, info.level, bucket, self.scenario.load.knee_metric,
+                          health.reliable, info.measured_s(now), lag_ms=health.tail_lag_ms)
 
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go (both
         answers are kept: ~30 MB a 100k-request step is free again)."""
         info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        health = (st.generator or self.generator()).health()
-        reliable, lag_ms = health.reliable, health.lag_p99_ms or 0.0
+        health = _health(st.generator or self.generator(), bucket)
+        reliable, lag_ms = health.reliable, health.tail_lag_ms
         mid = info.started + info.warmup_s + duration / 2
         first, second = st.halves.split(mid)
         st.halves = Halves()
@@ -386,3 +387,8 @@ class Ledger:
                 r.probes = st.probes.to_json() if st.probes is not None else None
             out.append(r)
         return out
+
+
+def _health(generator: Generator, bucket: Bucket) -> GeneratorHealth:
+    """The generator's health with the step's shared stamps (whether its loop lag may have reached the p99s)."""
+    return generator.health(0, bucket.extra.get("shared_stamps", 0), bucket.ok)

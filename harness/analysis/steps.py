@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from harness.analysis.judge import miss_quantile
-from harness.analysis.results import GeneratorHealth, StepResult, Throughput
+from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
 from harness.analysis.slo import LATENCY_METRICS
 from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
@@ -17,11 +17,6 @@ __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generato
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
 server, was adding latency (see benchmarks/client_accuracy.py for where timing noise starts to grow)."""
-SHARED_STAMP_LIMIT = 0.01
-"""A step where more than this share of successful requests had chunk times that may be late by more than 1 ms
-(``RequestRecord.shared_stamps``) is flagged (``stamps_flagged``, and a console line). It stays judged: an error of
-a few ms in a few % of requests moves ITL and fast TTFTs, not a knee's p99 (the loop lag's 10 ms limit is what
-makes a step unreliable)."""
 CONNECT_SHARE_WARN = 0.5
 """Past this share of measured requests paying a new connection, the server is not keeping connections alive
 (a kept-alive fleet pays one connect per user, in the first step's warm-up): the run says so once."""
@@ -77,9 +72,12 @@ class Generator:
     """The longest garbage-collector pause of any worker in the step's reports; None when not measured."""
     lag_limit_ms: float = LAG_LIMIT_MS
     """The scenario's ``load.step.max_lag_ms``: past it the step is not reliable."""
+    kernel_stamps: bool = True
+    """Every worker's receives were dated by the kernel."""
 
-    def merge(self, lag: Sketch, cpu: float, gc_max_s: float | None = None) -> None:
+    def merge(self, lag: Sketch, cpu: float, gc_max_s: float | None = None, kernel_stamps: bool = True) -> None:
         self.lag.merge(lag)
+        self.kernel_stamps = self.kernel_stamps and kernel_stamps
         self.cpu_max_pct = max(self.cpu_max_pct, cpu)
         if gc_max_s is not None:
             self.gc_max_s = max(self.gc_max_s or 0.0, gc_max_s)
@@ -97,7 +95,7 @@ class Generator:
                     if self.cpu_s is not None and output_tokens else None,
                     gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
                     shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
-                    stamps_flagged=share > SHARED_STAMP_LIMIT)
+                    stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps)
         if self.lag.count == 0:
             return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True,
                                    lag_limit_ms=self.lag_limit_ms, **cost)

@@ -22,6 +22,7 @@ import time
 
 import gevent
 
+from harness.client.inflight import SO_TIMESTAMPNS
 from harness.metrics.protocol import GeneratorSample
 from harness.metrics.sketch import Sketch
 
@@ -95,7 +96,8 @@ class GeneratorMonitor:
     def sample(self, cpu_pct: float, step: int) -> GeneratorSample:
         """Everything since the last sample; the monitor starts empty again."""
         self.charge(step)
-        out = GeneratorSample(self.lag, cpu_pct, cpu_s=self._cpu_steps, gc=self.gc.take())
+        out = GeneratorSample(self.lag, cpu_pct, cpu_s=self._cpu_steps, gc=self.gc.take(),
+                              kernel_stamps=SO_TIMESTAMPNS is not None)
         self.lag, self._cpu_steps = Sketch(), {}
         return out
 

@@ -81,9 +81,14 @@ class GeneratorSample:
     gc: tuple[float, float, int] | None = None
     """Garbage-collector pauses since the last report: the longest and the total (seconds) and how many
     collections; None when not measured."""
+    kernel_stamps: bool = True
+    """The worker's receives are dated by the kernel (``client.inflight.SO_TIMESTAMPNS``); on the wire only when
+    not ("ks": false), so payloads keep their bytes."""
 
     def to_wire(self) -> dict:
         out: dict = {"lag": encode_sketch(self.lag), "cpu": self.cpu}
+        if not self.kernel_stamps:
+            out["ks"] = False
         if self.cpu_s:  # only then: payloads of workers that do not measure it keep their bytes
             out["cpu_s"] = [[step, seconds] for step, seconds in sorted(self.cpu_s.items())]
         if self.gc is not None:
@@ -97,7 +102,8 @@ class GeneratorSample:
             raise ValueError(f"gen.gc has 3 numbers (longest, total, collections), got {gc!r}")
         return cls(decode_sketch(g["lag"]), float(g["cpu"]),
                    cpu_s={int(step): float(seconds) for step, seconds in g.get("cpu_s", ())},
-                   gc=None if gc is None else (float(gc[0]), float(gc[1]), int(gc[2])))
+                   gc=None if gc is None else (float(gc[0]), float(gc[1]), int(gc[2])),
+                   kernel_stamps=bool(g.get("ks", True)))
 
 
 @dataclass(kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from harness.analysis.steps import StepInfo, connection_warning, step_result
 from harness.metrics.aggregate import Bucket
@@ -162,3 +163,38 @@ def test_the_report_tabulates_the_generators_cost():
     page = report_html(_one_step(r))
     assert "<th>CPU µs/token</th>" in page and "<td>50.0</td>" in page and "<th>GC pause max</th>" in page
     assert "<th>late stamps %</th>" in page
+
+
+def test_the_loop_lag_reaches_the_knees_p99_only_through_late_times():
+    """A step's loop lag widens the knee's margin (``knee._above``) only when it could have moved the p99: more than
+    1% of its requests had chunk times a late receive shared, or a worker's receives were not dated by the kernel.
+    A client that lagged 4.5 ms while every request kept its kernel times (an embeddings step: one receive each)
+    moved none of them, and its true knee must not be hidden (the fresh-clone run of 2026-12-03 missed one so)."""
+    from harness.analysis.ledger import Ledger
+    from harness.metrics.protocol import GeneratorSample, Report
+    from harness.metrics.sketch import Sketch
+    from harness.scenario import default_scenario
+
+    def lagged(kernel_stamps: bool = True) -> Report:
+        lag = Sketch()
+        for _ in range(100):
+            lag.add(0.0045)
+        return Report(step=0, gen=GeneratorSample(lag, 30.0, kernel_stamps=kernel_stamps))
+
+    def step(shared: int, kernel_stamps: bool = True) -> float:
+        ledger = Ledger(default_scenario())
+        ledger.begin_step(4, now=0.0, wall=0.0)
+        bucket = _bucket(200, 0)
+        bucket.extra["shared_stamps"] = shared
+        ledger.fleet.steps[(0, "measure")] = bucket
+        ledger.merge("a", lagged(kernel_stamps), now=1.0)
+        point = ledger.point(ledger.states[0], now=5.0)
+        assert point.load == 4 and point.n == 200
+        return point.lag_ms
+
+    assert step(shared=0) == 0.0 and step(shared=2) == 0.0  # 1% and under: the p99 kept its times
+    assert step(shared=3) == pytest.approx(4.5, rel=0.02)  # 1.5%: the p99 may be a late time
+    assert step(shared=0, kernel_stamps=False) == pytest.approx(4.5, rel=0.02)  # every late read is a late time
+    wire = msgpack.unpackb(msgpack.packb(lagged(False).to_wire()), strict_map_key=False)
+    assert wire["gen"]["ks"] is False and Report.from_wire(wire).gen.kernel_stamps is False
+    assert "ks" not in lagged().to_wire()["gen"]  # kernel stamps: the payload keeps its bytes
