@@ -28,6 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
+from harness.load.locust_waits import quit_when_workers_have, wait_for_workers
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
 from harness.load.soak import start_soak_sampler
@@ -38,10 +39,13 @@ from harness.scenario import ScenarioError, url_problem
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
 
-__all__ = ["LOCAL_FLUSH_S", "Kneecap", "setup"]
+__all__ = ["LOCAL_FLUSH_S", "WORKERS_WAIT_S", "Kneecap", "setup"]
 
 log = logging.getLogger("kneecap")
 LOCAL_FLUSH_S = 1.0
+WORKERS_WAIT_S = 10.0
+"""A headless master waits this long for its ``--expect-workers`` at ``init`` (``load/locust_waits.py``), then
+Locust's own once-a-second wait goes on."""
 
 
 @dataclass
@@ -107,6 +111,11 @@ def _on_init(environment: Any, **_: Any) -> None:
 
         register_web(environment, m.view)
     environment.events.quitting.add_listener(m.finalize)
+    if isinstance(runner, MasterRunner):  # last: a SIGTERM meanwhile ends the plan (above)
+        quit_when_workers_have(runner)
+        opts = environment.parsed_options
+        if opts is not None and opts.headless:
+            wait_for_workers(runner, opts.expect_workers, WORKERS_WAIT_S)
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:

@@ -1,4 +1,4 @@
-"""harness/load/wiring.py patches Locust in two places. These tests fail when a Locust upgrade makes a patch wrong
+"""harness/load/wiring.py patches Locust in three places. These tests fail when a Locust upgrade makes a patch wrong
 (it would no longer take effect, or would change what Locust does) or unnecessary (Locust fixed it), so the
 patch gets revisited instead of lingering. They read Locust's source (ast) rather than running a fleet.
 
@@ -6,6 +6,9 @@ patch gets revisited instead of lingering. They read Locust's source (ast) rathe
    option of every spawn message, and each call builds a whole argument parser (a 100-200 ms worker stall).
 2. Shape runs get our own SIGTERM handler: in ``locust.main.main`` a headless run starts (and a shape run is
    joined) before Locust installs its SIGTERM handler, so without ours a shape run dies without results.
+3. The master's fixed waits (``harness/load/locust_waits.py``): ``MasterRunner.quit`` is replaced by one that waits
+   for the workers' ``quit`` instead of 0.5 s, and a headless master waits for its workers at ``init`` in 10 ms polls
+   so that Locust's once-a-second check finds them at once (~3 s a run: a 1 s run took 7.0 s, now 4.1-4.3 s).
 """
 
 from __future__ import annotations
@@ -136,3 +139,65 @@ def test_a_headless_shape_run_blocks_until_the_shape_ends(locust):
     joins = [n for n in ast.walk(start) if _is_call(n, "join") and ast.unparse(n.func).endswith("shape_greenlet.join")]
     assert joins, ("start_automatic_run no longer waits for the shape greenlet: Locust's SIGTERM handler may now be "
                    "in place during a shape run, making wiring.py's own one unnecessary")
+
+
+# -- 3. the master's fixed waits -------------------------------------------------------------------------------
+
+
+def test_locust_quit_is_what_ours_mirrors(locust):
+    """Ours is Locust's ``MasterRunner.quit`` with its fixed sleep made a wait for the workers: stop without telling
+    the workers, ``quit`` to each, sleep 0.5 s, kill the runner's greenlets. A change there means revisiting ours."""
+    body = _function(locust.runners.MasterRunner.quit)
+    text = ast.unparse(body)
+    assert "self.stop(send_stop_to_client=False)" in text, text
+    assert "Message('quit', None, client.id)" in text and "for client in self.clients.all" in text, text
+    sleeps = [n for n in ast.walk(body) if _is_call(n, "sleep", "gevent")]
+    assert [ast.unparse(n.args[0]) for n in sleeps] == ["0.5"], text
+    assert "self.greenlet.kill(block=True)" in text, text
+
+
+def test_locust_waits_for_expected_workers_a_second_at_a_time(locust):
+    start = next(n for n in ast.walk(_function(locust.main.main))
+                 if isinstance(n, ast.FunctionDef) and n.name == "start_automatic_run")
+    loops = [n for n in ast.walk(start) if isinstance(n, ast.While) and "expect_workers" in ast.unparse(n.test)]
+    assert loops, "start_automatic_run no longer waits for --expect-workers: wait_for_workers may be unnecessary"
+    sleeps = [n for n in ast.walk(loops[0]) if _is_call(n, "sleep", "time")]
+    assert [ast.unparse(n.args[0]) for n in sleeps] == ["1"], ast.unparse(loops[0])
+    assert _first_statement(_function(locust.main.main).body, _is_init_fire) < _first_statement(
+        _function(locust.main.main).body, lambda n: _is_call(n, "start_automatic_run", "")), "init must come first"
+
+
+class _Clients:
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+
+    @property
+    def all(self) -> list:
+        return [type("Client", (), {"id": i})() for i in self.ids]
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_quit_waits_for_the_workers_quit_not_a_fixed_half_second(locust, answers):
+    """A fake runner (Locust's runner needs a fleet): the workers answer ``quit`` after 50 ms; the quit ends then,
+    not 0.5 s after. A worker that never answers gets the whole 0.5 s, as from Locust."""
+    import time
+
+    import gevent
+    import gevent.pool
+
+    from harness.load.locust_waits import FINAL_REPORTS_S, quit_when_workers_have
+
+    sent, clients = [], _Clients(["w1", "w2"])
+    runner = type("Runner", (), {})()
+    runner.clients = clients
+    runner.stop = lambda send_stop_to_client: sent.append(("stop", send_stop_to_client))
+    runner.server = type("Server", (), {"send_to_client": lambda self, msg: sent.append((msg.type, msg.node_id))})()
+    runner.greenlet = gevent.pool.Group()
+    quit_when_workers_have(runner)
+    if answers:
+        gevent.spawn_later(0.05, clients.ids.clear)
+    t = time.monotonic()
+    runner.quit()
+    took = time.monotonic() - t
+    assert sent == [("stop", False), ("quit", "w1"), ("quit", "w2")]
+    assert (took < FINAL_REPORTS_S / 2) if answers else (took >= FINAL_REPORTS_S), took
