@@ -60,6 +60,8 @@ class Generator(View, kw_only=True):
     shared_stamps: int | UnsetType = UNSET  # these three: absent from files older than shared stamps
     shared_stamp_share: float | UnsetType = UNSET
     stamps_flagged: bool | UnsetType = UNSET
+    kernel_stamps: bool | UnsetType = UNSET  # absent from older files; false: some worker's receives were not
+    # dated by the kernel (not Linux), so a late read was a late time
 
 
 class SloCheck(View, kw_only=True):
