@@ -4,8 +4,10 @@ A headless master run pays ~3 s of fixed sleeps that wait for nothing kneecap st
 run: 7.0 s from start to exit):
 
 - **At start**, Locust checks for ``--expect-workers`` once a second: workers started beside the master connect
-  ~0.1 s after it, and the load then begins a second later. ``wait_for_workers`` (called at ``init``) waits for
-  them in 10 ms polls, so Locust's check finds them at once.
+  ~0.1 s after it, and the load then begins a second later. ``wait_for_workers`` (called at ``init``) waits in
+  10 ms polls until each has said kneecap's hello (its handlers are up, its start-up done: a worker counts as
+  ready to Locust before its ``init`` runs, and load sent into a worker still starting up was late by 240 ms in
+  an open-loop step), so Locust's check then finds them at once.
 - **At the end**, ``MasterRunner.quit`` sends ``quit`` to the workers and sleeps 0.5 s "for final stats report
   from all workers" — and a headless shape run calls it four times (the shape's end, "Shape test completed", the
   ``quitting`` event, the shutdown). A worker sends its last reports before its own ``quit`` message, on the same
@@ -17,6 +19,7 @@ run: 7.0 s from start to exit):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -29,11 +32,11 @@ FINAL_REPORTS_S = 0.5
 POLL_S = 0.01
 
 
-def wait_for_workers(runner: Any, expected: int, timeout_s: float) -> bool:
-    """Wait (yielding to the master's loop) until ``expected`` workers are ready or ``timeout_s`` passed; whether
-    they are. Locust's own once-a-second wait follows and handles the rest (its log lines, its max wait)."""
+def wait_for_workers(ready: Callable[[], int], expected: int, timeout_s: float) -> bool:
+    """Wait (yielding to the master's loop) until ``ready()`` counts ``expected`` workers or ``timeout_s`` passed;
+    whether it does. Locust's own once-a-second wait follows and handles the rest (its log lines, its max wait)."""
     deadline = time.monotonic() + timeout_s
-    while len(runner.clients.ready) < expected:
+    while ready() < expected:
         if time.monotonic() >= deadline:
             return False
         gevent.sleep(POLL_S)

@@ -96,8 +96,9 @@ def _on_init(environment: Any, **_: Any) -> None:
         if runner is not None:
             runner.quit()
         raise SystemExit(exitcodes.USAGE) from None
+    greeted: set[str] = set()  # workers whose kneecap handlers are up (their HELLO came)
     if isinstance(runner, MasterRunner):
-        _master(environment, k)
+        _master(environment, k, greeted)
     else:
         _local(environment, k)
     m = k.master
@@ -115,7 +116,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         quit_when_workers_have(runner)
         opts = environment.parsed_options
         if opts is not None and opts.headless:
-            wait_for_workers(runner, opts.expect_workers, WORKERS_WAIT_S)
+            wait_for_workers(lambda: len(greeted), opts.expect_workers, WORKERS_WAIT_S)
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:
@@ -152,7 +153,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
     runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 
-def _master(environment: Any, k: Kneecap) -> None:
+def _master(environment: Any, k: Kneecap, greeted: set[str]) -> None:
     from harness.load.master import MasterSide  # here: a worker process never needs the master's sinks
 
     runner, ev = environment.runner, environment.events
@@ -181,6 +182,7 @@ def _master(environment: Any, k: Kneecap) -> None:
     def on_hello(msg: Any, **_: Any) -> None:
         # A worker's handlers are up (a message sent as it connects would be dropped): tell it the step under way.
         # Its users wait for this, so its first records are that step's; the watch marks the step the join changed.
+        greeted.add(msg.node_id)
         if m.control.step_message is not None:
             runner.send_message(STEP_MESSAGE, m.control.step_message.to_wire(), client_id=msg.node_id)
 
