@@ -12,7 +12,9 @@ load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output
 - **throughput plateau**: throughput elasticity e_T = Δln T / Δln L < ``max_throughput_elasticity``
   (0.5) — below capacity T grows with load (e ≈ 1), past it T is flat (e ≈ 0).
 
-The knee is step i−1: the largest load before the break, the endpoint's practical capacity. It is
+The knee is step i−1: the largest load before the break, the endpoint's practical capacity. A step i−1 whose p99 CI
+reaches into step i's (at the slot count its p99 is still low, a few queued requests stretch its CI up to the
+queue's) is neither below the break nor past it: the break is then looked for from step i−2, the knee being i−2. It is
 *confirmed* when the next ``confirm_steps`` steps stay broken (p99 above the knee's CI, throughput
 within ``plateau_tolerance`` of the knee's), *refuted* (and the scan goes on) when they do not, and
 pending while those steps are still to come; confidence is "high" when confirmed and Kleinrock's
@@ -100,6 +102,11 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label:
     for i in range(1, len(pts)):
         a, b = pts[i - 1], pts[i]
         broke, e_p, e_t = _breaks(a, b, params)
+        if not broke and i >= 2 and _ci(a)[1] >= _ci(b)[0]:
+            # a's tail already reaches b's (a step at the slot count: its p99 low, its CI up to the queue's): it is
+            # neither below the break nor past it; the knee is the step before it, if the break shows from there
+            a = pts[i - 2]
+            broke, e_p, e_t = _breaks(a, b, params)
         if not broke:
             continue
         after = pts[i + 1:i + 1 + params.confirm_steps]

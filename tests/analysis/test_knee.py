@@ -114,3 +114,23 @@ def test_a_lag_both_steps_share_does_not_hide_a_rise():
     b = StepPoint(1, 5, 36.5, (34.4, 39.8), 74148, True, 464, 4.5)
     knee = find_knee([a, b])
     assert knee.found and knee.load == 4
+
+
+def test_a_step_whose_tail_reaches_the_next_ones_is_skipped_not_a_wall():
+    """A full-suite run of 2026-12-03 (8 slots, seed 2): the 8-user step's p99 12.6 ms had its CI up to 76.9 ms (a
+    few queued requests at the slot count), the 10-user step's 66.5 ms a CI from 65.2: no step's CI cleared the one
+    before it, and no knee was found. A step whose CI reaches the next one's is neither below the break nor past it:
+    the break is looked for from the step before. 6 -> 10 breaks but is refuted (throughput still grew past 6: 1,575
+    -> 1,850 tokens/s); 8 -> 12 breaks (12.6 -> 93.5 ms, +5%) and holds: the knee is 8 users, the slot count."""
+    figures = [(2, 7.2, (6.9, 7.6), 748, 1.4), (4, 8.8, (8.3, 11.3), 1247, 1.3), (6, 17.4, (13.7, 19.1), 1575, 3.7),
+               (8, 12.6, (11.9, 76.9), 1770, 3.4), (10, 66.5, (65.2, 153.8), 1806, 13.2),
+               (12, 93.5, (91.6, 134.5), 1850, 5.8), (14, 95.4, (93.5, 96.8), 1849, 7.4),
+               (16, 99.2, (97.3, 109.1), 1854, 5.2)]
+    pts = [StepPoint(i, load, p, ci, tp, True, 500, lag) for i, (load, p, ci, tp, lag) in enumerate(figures)]
+    knee = find_knee(pts)
+    assert knee.found and knee.confirmed and knee.load == 8, knee
+    assert "from 8 to 12 load" in knee.reason, knee.reason
+    # a step whose CI stays clear of the next one's is no such step: the pair is judged as it is (no knee here)
+    clear = [*pts[:3], dataclasses.replace(pts[3], ci=(11.9, 20.0), p99=14.0, throughput=1800),
+             dataclasses.replace(pts[4], p99=15.0, ci=(14.0, 16.0), throughput=2200)]
+    assert not find_knee(clear).found
