@@ -28,7 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
-from harness.load.locust_waits import quit_when_workers_have, wait_for_workers
+from harness.load.locust_waits import quit_when_workers_have
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
 from harness.load.soak import start_soak_sampler
@@ -39,13 +39,10 @@ from harness.scenario import ScenarioError, url_problem
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
 
-__all__ = ["LOCAL_FLUSH_S", "WORKERS_WAIT_S", "Kneecap", "setup"]
+__all__ = ["LOCAL_FLUSH_S", "Kneecap", "setup"]
 
 log = logging.getLogger("kneecap")
 LOCAL_FLUSH_S = 1.0
-WORKERS_WAIT_S = 10.0
-"""A headless master waits this long for its ``--expect-workers`` at ``init`` (``load/locust_waits.py``), then
-Locust's own once-a-second wait goes on."""
 
 
 @dataclass
@@ -96,9 +93,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         if runner is not None:
             runner.quit()
         raise SystemExit(exitcodes.USAGE) from None
-    greeted: set[str] = set()  # workers whose kneecap handlers are up (their HELLO came)
     if isinstance(runner, MasterRunner):
-        _master(environment, k, greeted)
+        _master(environment, k)
     else:
         _local(environment, k)
     m = k.master
@@ -112,11 +108,8 @@ def _on_init(environment: Any, **_: Any) -> None:
 
         register_web(environment, m.view)
     environment.events.quitting.add_listener(m.finalize)
-    if isinstance(runner, MasterRunner):  # last: a SIGTERM meanwhile ends the plan (above)
+    if isinstance(runner, MasterRunner):
         quit_when_workers_have(runner)
-        opts = environment.parsed_options
-        if opts is not None and opts.headless:
-            wait_for_workers(lambda: len(greeted), opts.expect_workers, WORKERS_WAIT_S)
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:
@@ -153,7 +146,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
     runner.send_message(HELLO_MESSAGE)  # now the answer can be heard: the step under way, if one is (protocol.py)
 
 
-def _master(environment: Any, k: Kneecap, greeted: set[str]) -> None:
+def _master(environment: Any, k: Kneecap) -> None:
     from harness.load.master import MasterSide  # here: a worker process never needs the master's sinks
 
     runner, ev = environment.runner, environment.events
@@ -182,7 +175,6 @@ def _master(environment: Any, k: Kneecap, greeted: set[str]) -> None:
     def on_hello(msg: Any, **_: Any) -> None:
         # A worker's handlers are up (a message sent as it connects would be dropped): tell it the step under way.
         # Its users wait for this, so its first records are that step's; the watch marks the step the join changed.
-        greeted.add(msg.node_id)
         if m.control.step_message is not None:
             runner.send_message(STEP_MESSAGE, m.control.step_message.to_wire(), client_id=msg.node_id)
 

@@ -6,9 +6,8 @@ patch gets revisited instead of lingering. They read Locust's source (ast) rathe
    option of every spawn message, and each call builds a whole argument parser (a 100-200 ms worker stall).
 2. Shape runs get our own SIGTERM handler: in ``locust.main.main`` a headless run starts (and a shape run is
    joined) before Locust installs its SIGTERM handler, so without ours a shape run dies without results.
-3. The master's fixed waits (``harness/load/locust_waits.py``): ``MasterRunner.quit`` is replaced by one that waits
-   for the workers' ``quit`` instead of 0.5 s, and a headless master waits for its workers at ``init`` in 10 ms polls
-   so that Locust's once-a-second check finds them at once (~3 s a run: a 1 s run took 7.0 s, now 4.1-4.3 s).
+3. The master's fixed waits at its end (``harness/load/locust_waits.py``): ``MasterRunner.quit`` is replaced by one
+   that waits for the workers' ``quit`` instead of 0.5 s (four calls at a headless shape run's end: ~2 s a run).
 """
 
 from __future__ import annotations
@@ -154,17 +153,6 @@ def test_locust_quit_is_what_ours_mirrors(locust):
     sleeps = [n for n in ast.walk(body) if _is_call(n, "sleep", "gevent")]
     assert [ast.unparse(n.args[0]) for n in sleeps] == ["0.5"], text
     assert "self.greenlet.kill(block=True)" in text, text
-
-
-def test_locust_waits_for_expected_workers_a_second_at_a_time(locust):
-    start = next(n for n in ast.walk(_function(locust.main.main))
-                 if isinstance(n, ast.FunctionDef) and n.name == "start_automatic_run")
-    loops = [n for n in ast.walk(start) if isinstance(n, ast.While) and "expect_workers" in ast.unparse(n.test)]
-    assert loops, "start_automatic_run no longer waits for --expect-workers: wait_for_workers may be unnecessary"
-    sleeps = [n for n in ast.walk(loops[0]) if _is_call(n, "sleep", "time")]
-    assert [ast.unparse(n.args[0]) for n in sleeps] == ["1"], ast.unparse(loops[0])
-    assert _first_statement(_function(locust.main.main).body, _is_init_fire) < _first_statement(
-        _function(locust.main.main).body, lambda n: _is_call(n, "start_automatic_run", "")), "init must come first"
 
 
 class _Clients:
