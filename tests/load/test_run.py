@@ -151,10 +151,12 @@ def test_ctrl_c_leaves_a_valid_partial_summary(tmp_path):
     load = STAIRS.replace("max_duration_s: 5", "max_duration_s: 60").replace("min_requests: 60",
                                                                              "min_requests: 100000")
     proc = start_kneecap_run(scenario(tmp_path, load), out=out)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list(out.glob("*")):
+    # the run under way (its first step begun), not just its folder: a busy machine's master took 4 s to start,
+    # and an interrupt before the first step leaves no step to write (a fresh-clone CI run of 2026-12-03)
+    log, deadline = out / "master.log", time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "kneecap: step 0" in log.read_text()):
         time.sleep(0.2)
-    time.sleep(5)
+    time.sleep(3)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     summary = json.loads((out / "summary.json").read_text())
