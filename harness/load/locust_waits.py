@@ -22,9 +22,9 @@ from typing import Any
 import gevent
 from locust.rpc import Message
 
-__all__ = ["FINAL_REPORTS_S", "POLL_S", "quit_when_workers_have"]
+__all__ = ["POLL_S", "QUIT_WAIT_S", "quit_when_workers_have"]
 
-FINAL_REPORTS_S = 0.5
+QUIT_WAIT_S = 0.5
 """Locust's own wait for the workers' final reports at ``quit``: the longest ours waits."""
 POLL_S = 0.01
 
@@ -37,7 +37,7 @@ def quit_when_workers_have(runner: Any) -> None:
         runner.stop(send_stop_to_client=False)
         for client in runner.clients.all:
             runner.server.send_to_client(Message("quit", None, client.id))
-        deadline = time.monotonic() + FINAL_REPORTS_S
+        deadline = time.monotonic() + QUIT_WAIT_S
         while runner.clients.all and time.monotonic() < deadline:
             gevent.sleep(POLL_S)
         runner.greenlet.kill(block=True)

@@ -18,8 +18,9 @@ __all__ = ["FINAL_REPORTS_S", "KneecapShape"]
 
 FINAL_REPORTS_S = 5.0
 """Once the plan ends, how long the shape waits (at most) for every worker's report from past it before it lets
-Locust stop: a headless master gives the workers' final reports 0.5 s (``MasterRunner.quit``), which a busy machine
-can miss. A worker answers the step message that ends the plan within milliseconds, so a run's end waits that."""
+Locust stop: a headless master gives the workers' final reports at most 0.5 s once it quits
+(``load/locust_waits.QUIT_WAIT_S``), which a busy machine can miss. A worker answers the step message that ends
+the plan within milliseconds, so a run's end waits that."""
 
 
 class KneecapShape(LoadTestShape):
