@@ -212,6 +212,12 @@ class StepPlan:
             return "min"
         return "precision" if p99_precision is not None and p99_precision <= self.precision else None
 
+    def next_mark_s(self, elapsed_s: float, *, warmup_s: float | None = None) -> float | None:
+        """Seconds until the step's next time mark (its min duration after warm-up, then its max duration), when
+        ``step_end`` may change its answer; None past both."""
+        measured = elapsed_s - (self.warmup_s if warmup_s is None else warmup_s)
+        return next((mark - measured for mark in (self.min_duration_s, self.max_duration_s) if measured < mark), None)
+
     def samples_line(self, elapsed_s: float, measured_requests: int, warmup_s: float | None = None) -> str:
         warmup = self.warmup_s if warmup_s is None else warmup_s
         measured = max(0.0, elapsed_s - warmup)

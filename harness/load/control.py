@@ -95,6 +95,13 @@ class StepControl:
             log.info("kneecap: %s", self._progress_line(cur, now, measured))
         return self._users(cur.level, spawn)
 
+    def next_mark_s(self, now: float) -> float | None:
+        """Seconds until the running step may end by time (``StepPlan.next_mark_s``); None without one."""
+        cur = self.ledger.current
+        if cur is None or cur.ended is not None or self.stop_reason is not None:
+            return None
+        return self.ledger.plan.next_mark_s(now - cur.started, warmup_s=cur.warmup_s)
+
     def _step_end(self, cur: StepInfo, now: float, measured: int) -> str | None:
         """Why the running step is done (``StepPlan.step_end``), or None; the p99's precision only when asked for."""
         plan, st = self.ledger.plan, self.ledger.state(cur.index)

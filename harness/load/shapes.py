@@ -1,7 +1,8 @@
 """The knee-seeking load shape (master side). Thin: the steps are ``load/control.py``'s, the plan, the judging
 and the knee pure code in analysis/.
 
-``KneecapShape`` follows the scenario's ``load`` section: each tick (~1 s) asks the master's step control for
+``KneecapShape`` follows the scenario's ``load`` section: each tick (~1 s, or at a step's time mark when one
+comes sooner) asks the master's step control for
 the users to run now (it advances the step when the plan says the step has enough data, judges steps whose
 data is complete, and stops once the knee is confirmed, on an error storm / abort_on_fail threshold, or after
 the last level).
@@ -14,7 +15,7 @@ import time
 import gevent
 from locust import LoadTestShape
 
-__all__ = ["FINAL_REPORTS_S", "KneecapShape"]
+__all__ = ["FINAL_REPORTS_S", "MARK_SLACK_S", "TICK_S", "KneecapShape"]
 
 FINAL_REPORTS_S = 5.0
 """Once the plan ends, how long the shape waits (at most) for every worker's report from past it before it lets
@@ -22,16 +23,31 @@ Locust stop: a headless master gives the workers' final reports at most 0.5 s on
 (``load/locust_waits.QUIT_WAIT_S``), which a busy machine can miss. A worker answers the step message that ends
 the plan within milliseconds, so a run's end waits that."""
 
+TICK_S = 1.0
+"""Locust's shape tick: ``shape_worker`` calls ``tick`` once a second (less the time the call took)."""
+MARK_SLACK_S = 0.002
+"""Past a step's time mark by this much, so that the tick after the wait is surely past it."""
+
 
 class KneecapShape(LoadTestShape):
     """Scenario-driven staircase / constant / open-loop plan. Use with ``kneecap run``, or
     ``-f locustfile.py,harness/load/shape_file.py``."""
 
+    _last: tuple[int, float] | None = None
+    """The users last returned: Locust applies a tick's answer when it changes."""
+
     def tick(self) -> tuple[int, float] | None:
         control = self.runner.environment.kneecap.master.control
         step = control.tick(time.perf_counter())
+        mark = control.next_mark_s(time.perf_counter()) if step is not None else None
+        if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == self._last:
+            # Locust ticks once a second: meet the step's time mark on time, not up to a second after it (only
+            # with no change of users to hand Locust now: it applies what tick returns)
+            gevent.sleep(mark + MARK_SLACK_S)
+            step = control.tick(time.perf_counter())
         if step is not None:
-            return step.users, step.spawn_rate
+            self._last = step.users, step.spawn_rate
+            return self._last
         deadline = time.perf_counter() + FINAL_REPORTS_S
         while control.ledger.behind_the_plan() and time.perf_counter() < deadline:
             gevent.sleep(0.01)  # the workers' reports come in on the master's other greenlets meanwhile

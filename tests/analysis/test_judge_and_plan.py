@@ -78,6 +78,16 @@ def test_staircase_levels_and_step_hold():
     assert StepPlan.constant(10, 30, 2).levels == (10,)
 
 
+def test_the_next_time_mark_is_the_min_duration_then_the_max():
+    """The shape waits for it when it comes before Locust's next tick (``load/shapes.py``)."""
+    plan = StepPlan.staircase(4, 4, 16, warmup_s=5, min_duration_s=20, min_requests=200, max_duration_s=60)
+    assert plan.next_mark_s(0) == 25 and plan.next_mark_s(24.5) == 0.5  # warm-up, then 20 s measured
+    assert plan.next_mark_s(30) == 35 and plan.next_mark_s(64.75) == 0.25  # past the min: the max
+    assert plan.next_mark_s(65) is None and plan.next_mark_s(100) is None
+    assert plan.next_mark_s(2, warmup_s=0) == 18  # a step with its own warm-up (a drain)
+    assert StepPlan.constant(10, 30, 2).next_mark_s(31.5) == 0.5
+
+
 def test_stop_reasons():
     assert stop_reason(Knee(True, confirmed=True, load=16), [0.0], []) == "knee confirmed at 16"
     assert stop_reason(Knee(True, confirmed=False, load=16), [0.0], []) is None

@@ -113,6 +113,8 @@ def test_slo_decides_the_exit_code(tmp_path, budget, code):
         assert "cost" not in summary and "cost" not in step_keys(summary) and "<h2>Cost</h2>" not in report
     # the client's own side: connections paid, worker CPU per token, GC pauses, each process's CPU
     (step,) = summary["steps"]
+    # the step lasts its plan: the shape meets the time mark, not Locust's next once-a-second tick after it
+    assert step["duration_s"] == pytest.approx(3, abs=0.1) and step["ended"] == "max_duration", step["duration_s"]
     gen = step["generator"]
     assert 0 <= step["new_connection_share"] <= 1 and step["new_connections"] <= step["requests"], step
     assert gen["output_tokens"] >= 20 * step["requests"] and 0 < gen["cpu_s"] < 3 * 2, gen  # 3 s, 2 cores at most
