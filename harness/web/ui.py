@@ -16,6 +16,7 @@ from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
 if TYPE_CHECKING:
+    from harness.analysis.steps import StepInfo
     from harness.load.master import RunView
 
 __all__ = ["llm_rows", "register", "status_line", "why_tab_rows"]
@@ -27,11 +28,21 @@ _SKETCHES = (("ttft", "ttft (ms)", 1000.0), ("tpot", "tpot (ms)", 1000.0), ("itl
              ("session_context", "session final context (tokens)", 1.0))
 
 
+def _shown_step(view: RunView) -> StepInfo | None:
+    """The running step; once the run ended in a step's warm-up (a knee confirmed just after the next step began),
+    the last step with a measured request, whose figures the page then keeps showing."""
+    ledger = view.ledger
+    cur = ledger.current
+    if cur is None or view.stop_reason is None or ledger.measured(cur.index).requests:
+        return cur
+    return next((s for s in reversed(ledger.steps) if ledger.measured(s.index).requests), cur)
+
+
 def llm_rows(view: RunView) -> list[dict]:
     """The running step's merged percentiles (from the fleet's sketches, not Locust's rounded ones): one row a
     metric that has data, every column after ``metric`` a number."""
     ledger = view.ledger
-    step = ledger.current
+    step = _shown_step(view)
     if step is None:
         return []
     b = ledger.measured(step.index)
@@ -47,7 +58,7 @@ def llm_rows(view: RunView) -> list[dict]:
 def status_line(view: RunView) -> str:
     """The running step: its level, requests, goodput, failures, and whether its generator was reliable."""
     ledger = view.ledger
-    step = ledger.current
+    step = _shown_step(view)
     if step is None:
         return "waiting for the first step"
     b = ledger.measured(step.index)

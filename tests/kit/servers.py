@@ -14,6 +14,7 @@ import socketserver
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -71,6 +72,8 @@ class CannedServer:
         """The server's side of each connection, in accept order (a test may write to an idle one)."""
         self.received: list[tuple[bytes, bytes]] = []
         """(head, body) of every request, in arrival order."""
+        self.arrivals: list[tuple[int, float]] = []
+        """(connection, ``time.monotonic()``) of every request, in arrival order: connections in accept order."""
         self.handshake_errors: list[str] = []
         self._lock = threading.Lock()
         outer = self
@@ -81,6 +84,7 @@ class CannedServer:
                 with outer._lock:
                     outer.connections += 1
                     outer.sockets.append(sock)
+                    conn = outer.connections - 1
                 if outer.tls is not None:
                     try:
                         sock = outer.tls.wrap_socket(sock, server_side=True)
@@ -88,7 +92,7 @@ class CannedServer:
                         outer.handshake_errors.append(str(exc))
                         return
                 with contextlib.suppress(OSError):
-                    outer._serve(sock)
+                    outer._serve(sock, conn)
 
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -97,7 +101,7 @@ class CannedServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, conn: int) -> None:
         buf = b""
         while True:
             while b"\r\n\r\n" not in buf:
@@ -118,6 +122,7 @@ class CannedServer:
                 self.requests += 1
                 n = self.requests
                 self.received.append((head, body))
+                self.arrivals.append((conn, time.monotonic()))
             sock.sendall(self.answer(n))
             if self.close_after_each:
                 return  # the handler's socket closes on return

@@ -42,8 +42,14 @@ def test_429_with_retry_after_makes_each_user_wait(tmp_path):
     """Issue 11: 2 users against 429 + Retry-After: 2 sent 2,735 requests in 3.5 s. Now one per second each."""
     with CannedServer(RATE_LIMITED) as srv:
         records, output = locust(tmp_path, srv.url)
-    assert 2 * 4 <= srv.requests <= 2 * 6, (srv.requests, output[-2000:])  # 4 s: at 0, 1, 2, 3 (and 4) s
-    assert {r["error"] for r in records} == {"http_429"} and len(records) >= 8  # every one still counts
+    assert 2 * 2 <= srv.requests <= 2 * 6, (srv.requests, output[-2000:])  # 4 s: at 0, 1, 2, 3 (and 4) s
+    # each user waits the second it was told between requests (a 429 closes its connection, so the server cannot
+    # tell the users apart): no three requests within a second. A busy machine may start the users late (6
+    # requests in a full-suite run), never send them sooner.
+    times = sorted(t for _conn, t in srv.arrivals)
+    assert all(times[i + 2] - times[i] >= 0.98 for i in range(len(times) - 2)), (
+        [round(t - times[0], 3) for t in times], output[-2000:])
+    assert {r["error"] for r in records} == {"http_429"} and len(records) == srv.requests  # every one still counts
     assert {r["retry_after_s"] for r in records} == {1.0}
     assert "Traceback" not in output
 

@@ -265,6 +265,21 @@ def test_the_web_views_read_the_master(locust, tmp_path):
     assert [p["level"] for p in live["steps"]] == sorted(p["level"] for p in live["steps"])
 
 
+def test_a_run_stopped_in_a_steps_warm_up_keeps_showing_the_step_before(locust, tmp_path):
+    """The knee can be confirmed just after the next step began (the shape meets time marks): the page keeps the
+    last step with data, not "no requests yet"."""
+    from harness.web.ui import llm_rows, status_line
+
+    fleet = Fleet(locust, tmp_path)
+    fleet.run()
+    view, ledger = fleet.master.view, fleet.master.ledger
+    last, shown = ledger.current, llm_rows(view)
+    assert shown and view.stop_reason
+    ledger.begin_step(24, fleet.clock(), 0.0, 5)  # begun as the knee was confirmed: no request measured in it
+    assert ledger.current is not last and not ledger.measured(ledger.current.index).requests
+    assert llm_rows(view) == shown and status_line(view).startswith(f"step {last.index}: 20 users"), status_line(view)
+
+
 def test_a_clock_that_moves_during_the_run_is_warned_about_once_and_its_last_figures_kept(locust, tmp_path, caplog):
     from harness.metrics.clock import ClockOffset
 
