@@ -174,9 +174,11 @@ def test_responses_and_anthropic_messages_time_reasoning_and_count_tokens_like_t
 
 @pytest.mark.timing  # the simulator's own iterations are real time: a busy machine moves its knee (found at 6)
 def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
-    """Embeddings are prefill-only sequences in the simulator: with 4 slots and 10 ms iterations it embeds at most
-    4 inputs per iteration, 400 inputs/s. A user's 2-input request takes ~2 iterations (it waits for the one
-    under way), so 4 users saturate it: input tokens/s flat past 4, e2e up."""
+    """Embeddings are prefill-only sequences in the simulator: with 4 slots and 20 ms iterations it embeds at most
+    4 inputs per iteration, 200 inputs/s. A user's 2-input request takes ~2 iterations (it waits for the one
+    under way), so 4 users saturate it: input tokens/s flat past 4, e2e up. (10 ms iterations made a p99 of
+    ~25 ms that a busy machine's 10-19 ms of loop lag blurred: no knee in 1 of 2 runs; 20 ms: 43 -> 64 ms at
+    4 -> 5 users, its CIs apart, in 2 of 2.)"""
     r = run(tmp_path, """
         name: embeddings
         endpoint: {api: embeddings, model: sim-tiny}
@@ -185,7 +187,7 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
           mode: staircase
           users: {start: 2, step: 1, max: 6}
           step: {warmup_s: 0.5, min_duration_s: 2.5, min_requests: 40, max_duration_s: 4}
-    """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=10", "--prefill-per-ktoken-ms=1")
+    """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=20", "--prefill-per-ktoken-ms=1")
     summary, records, output = r.summary, r.records, r.output
     knee = summary["knee"]
     # the knee is at the slots, or a step it needed was not judged (a busy machine's loop lag) and the console said so
