@@ -47,8 +47,12 @@ def _untrusted(summary: Summary) -> list[str]:
     out = []
     for st in summary.steps:
         g = st.generator
-        if not g.reliable:
-            limit = g.lag_limit_ms or LAG_LIMIT_MS  # UNSET in files from before load.step.max_lag_ms
+        limit = g.lag_limit_ms or LAG_LIMIT_MS  # UNSET in files from before load.step.max_lag_ms
+        if not g.reliable and g.send_lag_p99_ms and g.send_lag_p99_ms > limit:
+            out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its requests went out late (send lag p99 "
+                       f"{g.send_lag_p99_ms} ms, limit {limit:g}; event-loop lag p99 {g.lag_p99_ms} ms): the load "
+                       "generator added latency, so the knee search skips it")
+        elif not g.reliable:
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its event-loop lag p99 was {g.lag_p99_ms} ms "
                        f"(limit {limit:g}): the load generator added latency, so the knee search skips it")
         if g.stamps_flagged is True:

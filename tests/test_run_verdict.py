@@ -37,3 +37,14 @@ def test_the_cost_line_is_said_from_the_figures(tmp_path):
     said: list[str] = []
     say_verdict(str(tmp_path), said.append)
     assert line in said and "an older kneecap's prose" not in said
+
+
+def test_a_step_sent_late_is_said_unreliable_with_its_send_lag(tmp_path):
+    summary = written("open")
+    gen = summary["steps"][0]["generator"]
+    gen.update(reliable=False, send_lag_p99_ms=15.2, lag_limit_ms=10)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    said: list[str] = []
+    say_verdict(str(tmp_path), said.append)
+    assert any(line.startswith("UNRELIABLE: step 0 (") and "its requests went out late (send lag p99 15.2 ms, "
+               "limit 10; event-loop lag p99 2.0 ms)" in line for line in said), said

@@ -43,7 +43,7 @@ from harness.analysis.results import FleetEvent, GeneratorHealth, SloCheck, Step
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
-from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.analysis.steps import Generator, StepInfo, send_lag_p99_s, step_result
 from harness.analysis.tail import StepTails
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
@@ -390,5 +390,6 @@ class Ledger:
 
 
 def _health(generator: Generator, bucket: Bucket) -> GeneratorHealth:
-    """The generator's health with the step's shared stamps (whether its loop lag may have reached the p99s)."""
-    return generator.health(0, bucket.extra.get("shared_stamps", 0), bucket.ok)
+    """The generator's health with the step's shared stamps (whether its loop lag may have reached the p99s) and,
+    open loop, its send lag."""
+    return generator.health(0, bucket.extra.get("shared_stamps", 0), bucket.ok, send_lag_p99_s(bucket))

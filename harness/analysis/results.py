@@ -64,7 +64,7 @@ class GeneratorHealth:
     lag_max_ms: float | None
     cpu_max_pct: float
     reliable: bool
-    """Loop-lag p99 within ``lag_limit_ms``: the generator did not add latency."""
+    """Loop-lag p99 (and, open loop, send-lag p99) within ``lag_limit_ms``: the generator did not add latency."""
     lag_limit_ms: float | None = None
     """The limit it was judged by (``load.step.max_lag_ms``, 10 ms unless the scenario says)."""
     cpu_s: float | None = None
@@ -86,6 +86,9 @@ class GeneratorHealth:
     kernel_stamps: bool = True
     """Every worker's receives were dated by the kernel (Linux's ``SO_TIMESTAMPNS``): a late read then moves no time,
     only a shared one does."""
+    send_lag_p99_ms: float | None = None
+    """Open loop: the p99 of how late the step's requests went out; past ``lag_limit_ms`` the step is not reliable
+    (its latencies from the intended start carry the generator's lateness). None in a closed loop."""
 
     @property
     def tail_lag_ms(self) -> float:

@@ -12,7 +12,7 @@ from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, Bucket, summarize_
 from harness.metrics.sketch import Sketch
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
-           "step_result"]
+           "send_lag_p99_s", "step_result"]
 
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
@@ -85,9 +85,13 @@ class Generator:
     def add_cpu(self, seconds: float) -> None:
         self.cpu_s = (self.cpu_s or 0.0) + seconds
 
-    def health(self, output_tokens: int = 0, shared_stamps: int = 0, ok: int = 0) -> GeneratorHealth:
+    def health(self, output_tokens: int = 0, shared_stamps: int = 0, ok: int = 0,
+               send_lag_p99_s: float | None = None) -> GeneratorHealth:
         """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token;
-        ``shared_stamps`` of ``ok`` measured successes had chunk times that may be late."""
+        ``shared_stamps`` of ``ok`` measured successes had chunk times that may be late; ``send_lag_p99_s``: open
+        loop, how late the step's requests went out (``send_lag_p99_s(bucket)``), judged by the same limit."""
+        send = None if send_lag_p99_s is None else round(send_lag_p99_s * 1000, 3)
+        sent_on_time = send is None or send <= self.lag_limit_ms
         cpu = round(self.cpu_max_pct, 1)
         share = shared_stamps / ok if ok else 0.0
         cost = dict(cpu_s=None if self.cpu_s is None else round(self.cpu_s, 3), output_tokens=output_tokens,
@@ -95,13 +99,20 @@ class Generator:
                     if self.cpu_s is not None and output_tokens else None,
                     gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
                     shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
-                    stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps)
+                    stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps, send_lag_p99_ms=send)
         if self.lag.count == 0:
-            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=True,
+            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=sent_on_time,
                                    lag_limit_ms=self.lag_limit_ms, **cost)
         p99 = self.lag.quantile(0.99) * 1000
         return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
-                               reliable=p99 <= self.lag_limit_ms, lag_limit_ms=self.lag_limit_ms, **cost)
+                               reliable=p99 <= self.lag_limit_ms and sent_on_time, lag_limit_ms=self.lag_limit_ms,
+                               **cost)
+
+
+def send_lag_p99_s(bucket: Bucket) -> float | None:
+    """Open loop: the p99 of how late the step's requests went out (``send_lag``); None in a closed loop."""
+    s = bucket.sketches.get("send_lag")
+    return s.quantile(0.99) if s is not None and s.count else None
 
 
 def _latency(bucket: Bucket) -> dict[str, dict]:
@@ -141,7 +152,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
         generator=(generator or Generator()).health(bucket.output_tokens + (warmup.output_tokens if warmup else 0),
-                                                    bucket.extra.get("shared_stamps", 0), bucket.ok),
+                                                    bucket.extra.get("shared_stamps", 0), bucket.ok,
+                                                    send_lag_p99_s(bucket)),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,

@@ -62,6 +62,7 @@ class Generator(View, kw_only=True):
     stamps_flagged: bool | UnsetType = UNSET
     kernel_stamps: bool | UnsetType = UNSET  # absent from older files; false: some worker's receives were not
     # dated by the kernel (not Linux), so a late read was a late time
+    send_lag_p99_ms: float | UnsetType | None = UNSET  # absent from older files; None: a closed loop
 
 
 class SloCheck(View, kw_only=True):

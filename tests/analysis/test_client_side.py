@@ -198,3 +198,20 @@ def test_the_loop_lag_reaches_the_knees_p99_only_through_late_times():
     wire = msgpack.unpackb(msgpack.packb(lagged(False).to_wire()), strict_map_key=False)
     assert wire["gen"]["ks"] is False and Report.from_wire(wire).gen.kernel_stamps is False
     assert "ks" not in lagged().to_wire()["gen"]  # kernel stamps: the payload keeps its bytes
+
+
+def test_an_open_loop_step_whose_requests_went_out_late_is_not_reliable():
+    """Open loop, a step's latencies count from each request's intended start: a generator that sent late (its
+    send-lag p99 past the loop-lag limit) added latency the server did not, whatever its loop lag said."""
+    def step(late_s: float | None) -> dict:
+        b = Bucket()
+        for i in range(200):  # 4 of 200 late: the p99
+            intended = None if late_s is None else 1.0 - (late_s if i >= 196 else 0.001)
+            b.add(RequestRecord(start=1.0, intended_start=intended, ttft_s=0.05, e2e_s=0.5, chunk_times=[0.05, 0.5],
+                                output_tokens=10))
+        g = step_result(StepInfo(0, 40, 0.0), b, None, now=10.0).generator
+        return {"reliable": g.reliable, "send": g.send_lag_p99_ms}
+
+    assert step(0.015) == {"reliable": False, "send": pytest.approx(15, rel=0.02)}
+    assert step(0.005) == {"reliable": True, "send": pytest.approx(5, rel=0.02)}
+    assert step(None) == {"reliable": True, "send": None}  # a closed loop has no send lag
