@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, redirect, request
 
 from harness.analysis.results import level_unit
+from harness.analysis.steps import StepInfo, send_lag_p99_s
 from harness.analysis.summary_model import Summary
 from harness.metrics.aggregate import summarize_sketch
 from harness.report.validate import as_summary
@@ -16,7 +17,6 @@ from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
 if TYPE_CHECKING:
-    from harness.analysis.steps import StepInfo
     from harness.load.master import RunView
 
 __all__ = ["llm_rows", "register", "status_line", "why_tab_rows"]
@@ -64,7 +64,8 @@ def status_line(view: RunView) -> str:
     b = ledger.measured(step.index)
     state = ledger.state(step.index)
     gen = state.generator if state is not None else None
-    reliable = "reliable" if gen is None or gen.health().reliable else "NOT reliable (lagging)"
+    reliable = "reliable" if gen is None or gen.health(send_lag_p99_s=send_lag_p99_s(b)).reliable else \
+        "NOT reliable (lagging)"
     ended = f"; run ended: {view.stop_reason}" if view.stop_reason else ""
     return (f"step {step.index}: {step.level:g} {level_unit(ledger.mode)}, {b.requests} requests ({b.good} good, "
             f"{sum(b.failures.values())} failed), generator {reliable}{ended}")
