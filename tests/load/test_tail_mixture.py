@@ -67,8 +67,11 @@ def test_pauses_and_long_prompts_are_both_named_with_their_shares(tmp_path):
     rows = [served[rec["response_id"]] for rec in tail]
     firsts = [row["first_token"] for row in served.values() if row["prompt_tokens"] >= 1000 and row["first_token"]]
     # A stall that a long prefill ended at once (one stop of 420 ms) may be taken for that prefill by any client;
-    # the stalls it can surely tell apart are those no long prompt's first token ended. Its share lies between.
-    alone = [(s, e) for s, e in stalls if not any(abs(b - e) < 0.005 for b in firsts)]
+    # the stalls it can surely tell apart are those no long prompt's first token ended: none came within the
+    # client's window for "at once" (5 ms + 10% of the pause: analysis/pauses.py, StepPauses.without_prefills; a
+    # 5 ms window here once counted 23 tail requests through stalls the client could not tell apart, 20 named).
+    # Its share lies between.
+    alone = [(s, e) for s, e in stalls if not any(abs(b - e) < 0.005 + 0.1 * (e - s) for b in firsts)]
     through_any, through_alone = (sum(1 for row in rows if any(s < row["finished"] and e > row["arrival"]
                                                                for s, e in some)) for some in (stalls, alone))
     assert through_alone - 2 <= shares["in_pause"] <= through_any + 2, (shares, through_alone, through_any,
