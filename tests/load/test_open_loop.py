@@ -38,10 +38,10 @@ def test_open_loop_rates_and_saturation(tmp_path):
     assert lat_high["ttft_intended"]["p99"] > 5 * lat_low["ttft_intended"]["p99"]
     # ...because of the server's queue, not the generator: requests left on time, or kneecap said they did not
     # (a send-lag p99 past the 10 ms limit unjudges the step: 10.8 and 15.4 ms in 2 of ~15 fresh-clone CI runs
-    # on this 2-core VM, whose moments of steal time no warm-up avoids)
+    # on this 2-core VM, whose moments of steal time no warm-up avoids; a p95 of 14.3 ms in a full-suite run at
+    # ~25% steal)
     for step in (low, high):
         lag, gen = step["latency_ms"]["send_lag"], step["generator"]
         assert gen["send_lag_p99_ms"] == pytest.approx(lag["p99"], abs=0.002), (gen, lag)
-        assert lag["p95"] < 10, lag
         assert (lag["p99"] < 10 and gen["reliable"]) or (
             not gen["reliable"] and f"UNRELIABLE: step {step['index']} (" in r.output), (lag, gen, r.output)
