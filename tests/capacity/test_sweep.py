@@ -218,7 +218,10 @@ def test_a_sweep_launching_the_simulator_per_slot_count_finds_knees_that_follow_
             assert cell["knee"]["found"] and cell["knee"]["load"] == slots, r.output[-3000:]
         else:
             assert "UNRELIABLE: step" in r.output, r.output[-3000:]
-    assert body["frontier"] and (out / "sweep.html").is_file() and "Best" in body["best"]["line"]
+    assert body["frontier"] and (out / "sweep.html").is_file()
+    # the best cell is a knee's; when neither cell's knee could be judged (said above), the line says so
+    found = any(cell["knee"]["found"] for cell in body["cells"])
+    assert ("Best" if found else "no cell found a knee") in body["best"]["line"], body["best"]
     running = os.popen("ps -eo args").read()
     for cell in ("cell-01", "cell-02"):
         info = json.loads((out / cell / "cell.json").read_text())["server"]
