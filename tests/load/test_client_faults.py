@@ -203,10 +203,11 @@ def test_an_endpoint_refusing_per_chunk_usage_is_asked_once_and_the_run_goes_on(
 
     monkeypatch.setenv("KNEECAP_TEST_GATEWAY", "s3cret")
     with CannedServer(answer) as srv:
-        records, output = locust(tmp_path, srv.url, users=1, seconds=3, overrides={
+        # 5 s: a lane's busy machine started the user late (one request in a 3 s run, in a fresh-clone CI run)
+        records, output = locust(tmp_path, srv.url, users=1, seconds=5, overrides={
             "endpoint.headers": {"X-Team": "perf", "X-Gateway-Key": {"env": "KNEECAP_TEST_GATEWAY"}}})
     asked = [b"continuous_usage_stats" in body for _, body in srv.received]
-    assert asked[0] and not any(asked[1:]) and len(asked) >= 3, asked  # asked once, then never again
+    assert asked[0] and not any(asked[1:]) and len(asked) >= 3, (asked, output[-2000:])  # asked once, then never
     assert records and all(r["ok"] for r in records), output[-2000:]  # the refusal was not the endpoint failing
     assert "answered HTTP 400 to stream_options.continuous_usage_stats" in output
     heads = [head.decode().lower() for head, _ in srv.received]
