@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -189,14 +190,25 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
           step: {warmup_s: 0.5, min_duration_s: 2.5, min_requests: 40, max_duration_s: 4}
     """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=20", "--prefill-per-ktoken-ms=1")
     summary, records, output = r.summary, r.records, r.output
-    knee = summary["knee"]
-    # the knee is at the slots, or a step it needed was not judged (a busy machine's loop lag) and the console said so
-    unjudged = [s["users"] for s in summary["steps"] if not s["generator"]["reliable"] and 3 <= s["users"] <= 6]
-    if not unjudged or knee["found"]:
-        assert knee["found"] and knee["metric"] == "e2e", output[-2000:]
-        assert 3 <= knee["users"] <= 5, knee["reason"]
-    else:
+    knee, steps = summary["knee"], summary["steps"]
+    # saturated at 4 users: requests/s flat past it (2 -> 4 users doubled it)
+    rps = {s["users"]: s["throughput"]["requests_per_s"] for s in steps}
+    assert rps[4] > 1.6 * rps[2] and max(rps[5], rps[6]) < 1.05 * rps[4], rps
+    # the knee is at the slots, or a step it needed was not judged (a busy machine's loop lag) and the console said
+    # so, or no step's p99 rose faster than its load: a closed loop past saturation waits in proportion to its
+    # users (Little's law: latency elasticity 1 with throughput flat), and the 4-user step, exactly at the slots,
+    # may already wait a third iteration when its client is a little late (p99 50 ms, then 62.7 at 5 users:
+    # elasticity 0.98, in a fresh-clone CI run); kneecap calls a knee only past 1 (docs/knee-and-slos.md)
+    unjudged = [s["users"] for s in steps if not s["generator"]["reliable"] and 3 <= s["users"] <= 6]
+    at, past = ({k: s["latency_ms"]["e2e"][k] for k in ("p99", "p99_ci")} for s in steps if s["users"] in (4, 5))
+    elasticity = math.log(past["p99"] / at["p99"]) / math.log(5 / 4)
+    if knee["found"]:
+        assert knee["metric"] == "e2e" and 3 <= knee["users"] <= 5, knee["reason"]
+    elif unjudged:
         assert "UNRELIABLE: step" in output, output[-2000:]
+    else:  # 4 -> 5 did not break: its tail grew no faster than its load, or their CIs touched
+        assert knee["reason"].startswith("no break up to 6"), output[-2000:]
+        assert elasticity <= 1.0 or past["p99_ci"][0] <= at["p99_ci"][1], (at, past, elasticity)
     assert records and all(r["ok"] and r["inputs"] == 2 and r["ttft_s"] is None for r in records)
     step = summary["steps"][0]
     assert step["stream"]["inputs_per_s"] == pytest.approx(2 * step["throughput"]["requests_per_s"], rel=0.01)
