@@ -33,21 +33,17 @@ class KneecapShape(LoadTestShape):
     """Scenario-driven staircase / constant / open-loop plan. Use with ``kneecap run``, or
     ``-f locustfile.py,harness/load/shape_file.py``."""
 
-    _last: tuple[int, float] | None = None
-    """The users last returned: Locust applies a tick's answer when it changes."""
-
     def tick(self) -> tuple[int, float] | None:
         control = self.runner.environment.kneecap.master.control
         step = control.tick(time.perf_counter())
         mark = control.next_mark_s(time.perf_counter()) if step is not None else None
-        if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == self._last:
+        if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == self.runner.shape_last_tick:
             # Locust ticks once a second: meet the step's time mark on time, not up to a second after it (only
-            # with no change of users to hand Locust now: it applies what tick returns)
+            # when Locust already runs these users: it applies what tick returns, and resets its last tick at start)
             gevent.sleep(mark + MARK_SLACK_S)
             step = control.tick(time.perf_counter())
         if step is not None:
-            self._last = step.users, step.spawn_rate
-            return self._last
+            return step.users, step.spawn_rate
         deadline = time.perf_counter() + FINAL_REPORTS_S
         while control.ledger.behind_the_plan() and time.perf_counter() < deadline:
             gevent.sleep(0.01)  # the workers' reports come in on the master's other greenlets meanwhile
