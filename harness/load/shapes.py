@@ -15,7 +15,7 @@ import time
 import gevent
 from locust import LoadTestShape
 
-__all__ = ["FINAL_REPORTS_S", "MARK_SLACK_S", "TICK_S", "KneecapShape"]
+__all__ = ["FINAL_REPORTS_S", "MARK_REPORTS_S", "MARK_SLACK_S", "TICK_S", "KneecapShape"]
 
 FINAL_REPORTS_S = 5.0
 """Once the plan ends, how long the shape waits (at most) for every worker's report from past it before it lets
@@ -27,6 +27,9 @@ TICK_S = 1.0
 """Locust's shape tick: ``shape_worker`` calls ``tick`` once a second (less the time the call took)."""
 MARK_SLACK_S = 0.002
 """Past a step's time mark by this much, so that the tick after the wait is surely past it."""
+MARK_REPORTS_S = 0.2
+"""After a time mark, how long the shape waits (at most) for the step to end: each worker reports at the mark on
+its own clock (``WorkerSide.step_marks``), which started when the step message reached it."""
 
 
 class KneecapShape(LoadTestShape):
@@ -41,7 +44,11 @@ class KneecapShape(LoadTestShape):
             # Locust ticks once a second: meet the step's time mark on time, not up to a second after it (only
             # when Locust already runs these users: it applies what tick returns, and resets its last tick at start)
             gevent.sleep(mark + MARK_SLACK_S)
+            cur, deadline = control.ledger.current, time.perf_counter() + MARK_REPORTS_S
             step = control.tick(time.perf_counter())
+            while step is not None and control.ledger.current is cur and time.perf_counter() < deadline:
+                gevent.sleep(0.01)  # the workers' reports at the mark (load/wiring.py) are on their way
+                step = control.tick(time.perf_counter())
         if step is not None:
             return step.users, step.spawn_rate
         deadline = time.perf_counter() + FINAL_REPORTS_S

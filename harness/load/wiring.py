@@ -136,9 +136,19 @@ def _worker(environment: Any, k: Kneecap) -> None:
         runner.send_message(FLUSH_MESSAGE, w.report().to_wire())
 
     ev.test_stop.add_listener(on_test_stop)
+    marks: list[gevent.Greenlet] = []
+
+    def report_in(delay_s: float) -> None:
+        gevent.sleep(delay_s)
+        runner.send_message(REPORT_MESSAGE, w.report().to_wire())
+
     def on_step(environment: Any, msg: Any, **_: Any) -> None:
-        w.on_step(StepMessage.from_wire(msg.data), time.perf_counter())
+        step = StepMessage.from_wire(msg.data)
+        w.on_step(step, time.perf_counter())
         runner.send_message(REPORT_MESSAGE, w.report().to_wire())  # the step before is complete at the master now
+        for g in marks:
+            g.kill(block=False)
+        marks[:] = [gevent.spawn(report_in, s) for s in w.step_marks(step)]  # its data in at its time marks
 
     runner.register_message(STEP_MESSAGE, on_step)
     watch_master(environment, runner)

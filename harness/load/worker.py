@@ -15,6 +15,7 @@ from typing import Any
 
 from gevent.event import Event
 
+from harness.analysis.plan import StepPlan
 from harness.analysis.slo import request_meets
 from harness.client.connection import tls_context
 from harness.load.clock import worker_clock
@@ -184,6 +185,15 @@ class WorkerSide:
             self.open_step = None
         elif msg.rate:
             self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
+
+    def step_marks(self, msg: StepMessage) -> list[float]:
+        """Seconds from the step's start to its time marks (its min duration after warm-up, then its max): a report
+        then lets the master end the step on time, not at Locust's next report (every 3 s). None after the plan."""
+        if msg.end:
+            return []
+        plan = StepPlan.for_load(self.scenario.load)
+        warmup = self.recorder.warmup_s
+        return sorted({warmup + plan.min_duration_s, warmup + plan.max_duration_s})
 
     def clock_measured(self, offset: float | None) -> None:
         """The master measured this worker's clock offset (``load/clock.py``): saved requests' wall times use it from

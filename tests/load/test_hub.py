@@ -319,3 +319,14 @@ def test_users_wait_for_the_step_under_way_and_without_an_answer_go_on_once_warn
     fleet.ticker.tick(fleet.clock())  # the shape begins step 0: the master tells both workers
     assert told.told.is_set()
     told.wait_for_step()  # returns at once
+
+
+def test_a_worker_reports_at_its_steps_time_marks(locust, tmp_path):
+    """Each step's min duration after warm-up, then its max (``WorkerSide.step_marks``): the wiring sends a report
+    then, so the master ends the step on time rather than at Locust's next 3 s report; none after the plan."""
+    w = Fleet(locust, tmp_path).workers[0]
+    w.on_step(StepMessage(index=0), 0.0)
+    assert w.step_marks(StepMessage(index=0)) == [1 + 4, 1 + 30]
+    w.on_step(StepMessage(index=1, warmup_s=2.5), 0.0)  # a step with its own warm-up (a search's drain)
+    assert w.step_marks(StepMessage(index=1, warmup_s=2.5)) == [2.5 + 4, 2.5 + 30]
+    assert w.step_marks(StepMessage(index=2, end=True)) == []
