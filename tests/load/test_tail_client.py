@@ -104,17 +104,20 @@ def test_the_server_is_not_blamed_for_a_client_made_ttft_tail(starved):
     measured_gap = median(v for v, _, _ in tail) - median(v for v, _, _ in rest)
     server_gap = median(s for _, s, _ in tail) - median(s for _, s, _ in rest)
     read_late = sum(late for _, _, late in tail) / len(tail)
+    rest_read_late = sum(late for _, _, late in rest) / len(rest)
     attribution = next(a for a in r.summary["steps"][0]["tail"]["attributions"]
                        if (a["metric"], a["quantile"]) == ("ttft_s", 0.95))
     print(f"p95 TTFT lead {1000 * measured_gap:.2f} ms, {1000 * server_gap:.2f} ms at the engine; first chunk read "
-          f"late in {read_late:.0%} of the tail: {attribution['line']}")
+          f"late in {read_late:.0%} of the tail, {rest_read_late:.0%} of the rest: {attribution['line']}")
     # The truth: the engine's times say the server did not make most of the lead, and the kernel's say the client
     # did (most tail requests had their first chunk read late, dated by the chunks after it). Then the client is
     # named, first (it explains the most tail requests), and a server cause, if one is named beside it, explains no
     # more tail requests than the client cannot: those whose first chunk the kernel dated alone left the server late
     # (the engine's trace dates tokens by the engine, not by its writes), so a server-wide pause among them may be
     # the server's, rightly (fresh-clone CI 2026-12-03: 27 of 43 read late, 11 of 43 through 9 pauses of ~11 ms).
-    if server_gap < measured_gap / 2 and read_late >= 0.5:
+    # The client made the tail only if the tail was read late more than the rest (a hog that starves every stream
+    # alike explains no tail: a full-suite run, 56% of the tail read late, named a pause alone).
+    if server_gap < measured_gap / 2 and read_late >= 0.5 and read_late >= 2 * rest_read_late:
         shares = {s["feature"]: s["explains"] for s in attribution["shares"]}
         server_explains = sum(n for f, n in shares.items() if f in SERVER_CAUSES)
         not_read_late = round((1 - read_late) * len(tail))
