@@ -36,8 +36,14 @@ class KneecapShape(LoadTestShape):
     """Scenario-driven staircase / constant / open-loop plan. Use with ``kneecap run``, or
     ``-f locustfile.py,harness/load/shape_file.py``."""
 
+    _hold_until = 0.0
+    """After a step changed at its mark, the next tick waits until a whole tick has passed (as Locust's own cadence
+    gave): a knee confirmed at once would end the run in the new step's warm-up, a step with no data."""
+
     def tick(self) -> tuple[int, float] | None:
         control = self.runner.environment.kneecap.master.control
+        if (hold := self._hold_until - time.perf_counter()) > 0:
+            gevent.sleep(hold)
         step = control.tick(time.perf_counter())
         mark = control.next_mark_s(time.perf_counter()) if step is not None else None
         if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == self.runner.shape_last_tick:
@@ -49,6 +55,8 @@ class KneecapShape(LoadTestShape):
             while step is not None and control.ledger.current is cur and time.perf_counter() < deadline:
                 gevent.sleep(0.01)  # the workers' reports at the mark (load/wiring.py) are on their way
                 step = control.tick(time.perf_counter())
+            if control.ledger.current is not cur:
+                self._hold_until = time.perf_counter() + TICK_S
         if step is not None:
             return step.users, step.spawn_rate
         deadline = time.perf_counter() + FINAL_REPORTS_S
