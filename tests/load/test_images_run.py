@@ -40,7 +40,10 @@ def test_the_simulator_reads_the_images_the_client_drew(tmp_path, api, fmt):
         path = write_scenario(tmp_path, SCENARIO.replace("API", api).replace("FORMAT", fmt))
         r = kneecap_run(path, "--save-requests", host=sim.url,
                         out=tmp_path / "out")
-    assert r.code == 0, r.output
+    # a busy lane's loop lag may unjudge the one step (exit 4: 107 ms in a fresh-clone CI run, the worker drawing
+    # pictures beside two other lanes), and then the console says so; what the simulator read is judged below
+    reliable = r.summary["steps"][0]["generator"]["reliable"]
+    assert r.code == 0 if reliable else (r.code == 4 and "UNRELIABLE: step 0" in r.output), r.output
     served = {row["id"]: row for row in map(json.loads, trace.read_text().splitlines())}
     records = sorted((rec for rec in r.records if rec["ok"]), key=lambda rec: rec["start"])
     assert len(records) > 100 and len(records) == len(r.records), r.output  # every request succeeded

@@ -43,7 +43,8 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
     assert code == 0 and f"knee: {knee['users']:g} users" in output
     # each step ended at its 2 s mark once its 60 requests were in (the workers report at the mark), not at
     # Locust's next 3 s report after it (2.5 s of a 1.5 s plan, before)
-    held = [(s["duration_s"], s["requests"]) for s in summary["steps"] if s["ended"] == "min"]
+    # (after the first step, whose users start up in it: 4.4 s with 164 requests in a fresh-clone CI run)
+    held = [(s["duration_s"], s["requests"]) for s in summary["steps"][1:] if s["ended"] == "min"]
     on_time = [d for d, n in held if n / d * 2 >= 1.2 * 60]  # at its rate, the 60 were in well before the mark
     assert on_time and max(on_time) < 2.3, held
     # where TTFT goes: past the knee, the server's queue takes a growing share of it (vLLM-style histograms)
