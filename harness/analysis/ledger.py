@@ -39,11 +39,11 @@ from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
-from harness.analysis.results import FleetEvent, GeneratorHealth, SloCheck, StepResult, level_unit
+from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
-from harness.analysis.steps import Generator, StepInfo, send_lag_p99_s, step_result
+from harness.analysis.steps import Generator, StepInfo, step_health, step_result
 from harness.analysis.tail import StepTails
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
@@ -284,7 +284,7 @@ class Ledger:
         if st.judgement is not None:
             return st.judgement.point
         info, bucket = st.info, self.measured(st.info.index)
-        health = _health(st.generator or self.generator(), bucket)
+        health = step_health(st.generator or self.generator(), bucket)
         return step_point(info.index, info.level, bucket, self.scenario.load.knee_metric,
                           health.reliable, info.measured_s(now), lag_ms=health.tail_lag_ms)
 
@@ -293,7 +293,7 @@ class Ledger:
         answers are kept: ~30 MB a 100k-request step is free again)."""
         info, metric = st.info, self.scenario.load.knee_metric
         duration = info.measured_s(info.ended)  # type: ignore[arg-type]
-        health = _health(st.generator or self.generator(), bucket)
+        health = step_health(st.generator or self.generator(), bucket)
         reliable, lag_ms = health.reliable, health.tail_lag_ms
         mid = info.started + info.warmup_s + duration / 2
         first, second = st.halves.split(mid)
@@ -387,9 +387,3 @@ class Ledger:
                 r.probes = st.probes.to_json() if st.probes is not None else None
             out.append(r)
         return out
-
-
-def _health(generator: Generator, bucket: Bucket) -> GeneratorHealth:
-    """The generator's health with the step's shared stamps (whether its loop lag may have reached the p99s) and,
-    open loop, its send lag."""
-    return generator.health(0, bucket.extra.get("shared_stamps", 0), bucket.ok, send_lag_p99_s(bucket))

@@ -212,11 +212,15 @@ class StepPlan:
             return "min"
         return "precision" if p99_precision is not None and p99_precision <= self.precision else None
 
+    def time_marks_s(self, *, warmup_s: float | None = None) -> list[float]:
+        """Seconds from a step's start to its time marks, when ``step_end`` may change its answer: its min duration
+        after warm-up, then its max duration (one mark when they are the same: a constant plan)."""
+        warmup = self.warmup_s if warmup_s is None else warmup_s
+        return sorted({warmup + self.min_duration_s, warmup + self.max_duration_s})
+
     def next_mark_s(self, elapsed_s: float, *, warmup_s: float | None = None) -> float | None:
-        """Seconds until the step's next time mark (its min duration after warm-up, then its max duration), when
-        ``step_end`` may change its answer; None past both."""
-        measured = elapsed_s - (self.warmup_s if warmup_s is None else warmup_s)
-        return next((mark - measured for mark in (self.min_duration_s, self.max_duration_s) if measured < mark), None)
+        """Seconds until the step's next time mark (``time_marks_s``); None past them."""
+        return next((m - elapsed_s for m in self.time_marks_s(warmup_s=warmup_s) if elapsed_s < m), None)
 
     def samples_line(self, elapsed_s: float, measured_requests: int, warmup_s: float | None = None) -> str:
         warmup = self.warmup_s if warmup_s is None else warmup_s

@@ -12,7 +12,7 @@ from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, Bucket, summarize_
 from harness.metrics.sketch import Sketch
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
-           "send_lag_p99_s", "step_result"]
+           "step_health", "step_result"]
 
 LAG_LIMIT_MS = 10.0
 """A step whose generator loop lag p99 exceeds this is marked unreliable: the load generator, not the
@@ -89,7 +89,7 @@ class Generator:
                send_lag_p99_s: float | None = None) -> GeneratorHealth:
         """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token;
         ``shared_stamps`` of ``ok`` measured successes had chunk times that may be late; ``send_lag_p99_s``: open
-        loop, how late the step's requests went out (``send_lag_p99_s(bucket)``), judged by the same limit."""
+        loop, how late the step's requests went out (``step_health``), judged by the same limit."""
         send = None if send_lag_p99_s is None else round(send_lag_p99_s * 1000, 3)
         sent_on_time = send is None or send <= self.lag_limit_ms
         cpu = round(self.cpu_max_pct, 1)
@@ -109,10 +109,12 @@ class Generator:
                                **cost)
 
 
-def send_lag_p99_s(bucket: Bucket) -> float | None:
-    """Open loop: the p99 of how late the step's requests went out (``send_lag``); None in a closed loop."""
+def step_health(generator: Generator, bucket: Bucket, output_tokens: int = 0) -> GeneratorHealth:
+    """The generator's health in the step whose measured data is ``bucket``: with its shared stamps (whether the loop
+    lag may have reached the p99s) and, open loop, the p99 of how late its requests went out (``send_lag``)."""
     s = bucket.sketches.get("send_lag")
-    return s.quantile(0.99) if s is not None and s.count else None
+    send = s.quantile(0.99) if s is not None and s.count else None
+    return generator.health(output_tokens, bucket.extra.get("shared_stamps", 0), bucket.ok, send)
 
 
 def _latency(bucket: Bucket) -> dict[str, dict]:
@@ -151,9 +153,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         output_tokens_counted=bucket.counted_outputs,
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
-        generator=(generator or Generator()).health(bucket.output_tokens + (warmup.output_tokens if warmup else 0),
-                                                    bucket.extra.get("shared_stamps", 0), bucket.ok,
-                                                    send_lag_p99_s(bucket)),
+        generator=step_health(generator or Generator(), bucket,
+                              bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
         stream=_stream(bucket, duration), new_connections=bucket.new_connections,

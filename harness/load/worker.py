@@ -187,13 +187,12 @@ class WorkerSide:
             self.open_step = OpenStep(msg.index, msg.rate, now, msg.stride)
 
     def step_marks(self, msg: StepMessage) -> list[float]:
-        """Seconds from the step's start to its time marks (its min duration after warm-up, then its max): a report
-        then lets the master end the step on time, not at Locust's next report (every 3 s). None after the plan."""
+        """Seconds from the step's start to its time marks (``StepPlan.time_marks_s``, with the step's warm-up): a
+        report then lets the master end the step on time, not at Locust's next report (every 3 s). Empty after the
+        plan's end."""
         if msg.end:
             return []
-        plan = StepPlan.for_load(self.scenario.load)
-        warmup = self.recorder.warmup_s
-        return sorted({warmup + plan.min_duration_s, warmup + plan.max_duration_s})
+        return StepPlan.for_load(self.scenario.load).time_marks_s(warmup_s=self.recorder.warmup_s)
 
     def clock_measured(self, offset: float | None) -> None:
         """The master measured this worker's clock offset (``load/clock.py``): saved requests' wall times use it from

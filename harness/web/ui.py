@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, redirect, request
 
 from harness.analysis.results import level_unit
-from harness.analysis.steps import StepInfo, send_lag_p99_s
+from harness.analysis.steps import StepInfo, step_health
 from harness.analysis.summary_model import Summary
 from harness.metrics.aggregate import summarize_sketch
 from harness.report.validate import as_summary
@@ -64,8 +64,7 @@ def status_line(view: RunView) -> str:
     b = ledger.measured(step.index)
     state = ledger.state(step.index)
     gen = state.generator if state is not None else None
-    reliable = "reliable" if gen is None or gen.health(send_lag_p99_s=send_lag_p99_s(b)).reliable else \
-        "NOT reliable (lagging)"
+    reliable = "reliable" if gen is None or step_health(gen, b).reliable else "NOT reliable (lagging)"
     ended = f"; run ended: {view.stop_reason}" if view.stop_reason else ""
     return (f"step {step.index}: {step.level:g} {level_unit(ledger.mode)}, {b.requests} requests ({b.good} good, "
             f"{sum(b.failures.values())} failed), generator {reliable}{ended}")
