@@ -72,8 +72,8 @@ class CannedServer:
         """The server's side of each connection, in accept order (a test may write to an idle one)."""
         self.received: list[tuple[bytes, bytes]] = []
         """(head, body) of every request, in arrival order."""
-        self.arrivals: list[tuple[int, float]] = []
-        """(connection, ``time.monotonic()``) of every request, in arrival order: connections in accept order."""
+        self.arrivals: list[float] = []
+        """``time.monotonic()`` of every request, in arrival order."""
         self.handshake_errors: list[str] = []
         self._lock = threading.Lock()
         outer = self
@@ -84,7 +84,6 @@ class CannedServer:
                 with outer._lock:
                     outer.connections += 1
                     outer.sockets.append(sock)
-                    conn = outer.connections - 1
                 if outer.tls is not None:
                     try:
                         sock = outer.tls.wrap_socket(sock, server_side=True)
@@ -92,7 +91,7 @@ class CannedServer:
                         outer.handshake_errors.append(str(exc))
                         return
                 with contextlib.suppress(OSError):
-                    outer._serve(sock, conn)
+                    outer._serve(sock)
 
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -101,7 +100,7 @@ class CannedServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
-    def _serve(self, sock: socket.socket, conn: int) -> None:
+    def _serve(self, sock: socket.socket) -> None:
         buf = b""
         while True:
             while b"\r\n\r\n" not in buf:
@@ -122,7 +121,7 @@ class CannedServer:
                 self.requests += 1
                 n = self.requests
                 self.received.append((head, body))
-                self.arrivals.append((conn, time.monotonic()))
+                self.arrivals.append(time.monotonic())
             sock.sendall(self.answer(n))
             if self.close_after_each:
                 return  # the handler's socket closes on return
