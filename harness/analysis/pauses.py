@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
@@ -76,29 +76,40 @@ class StepPauses:
     prefills: list[Pause] = field(default_factory=list)
     """Pauses that ended as a long prompt's first token came: its prefill held every stream (``without_prefills``)."""
 
-    def without_prefills(self, first_tokens_ms: Sequence[float]) -> StepPauses:
+    def without_prefills(self, first_tokens_ms: Sequence[float],
+                         prompt_tokens: Sequence[float] | None = None) -> StepPauses:
         """These pauses with those that ended when a long prompt's first token came (within 5 ms + 10% of the
         pause) moved to ``prefills``: an engine that prefills a long prompt in one piece holds every stream for it,
         and the same iteration ends the prefill and resumes the streams. A stall while a long prompt waited is not
         one of them (its prefill still follows it), unless the prefill came right after it: then the pause is more
-        than twice the prefills' usual length (of 3 or more) and stays the server's."""
-        first = sorted(first_tokens_ms)
+        than twice what the prefills usually cost (of 3 or more) and stays the server's. The cost is per prompt token
+        of the long prompts whose first tokens ended the pause (``prompt_tokens``, sorted with ``first_tokens_ms``;
+        per prompt without it): two long prompts prefilled in one batch hold the streams twice as long, and are
+        still a prefill (``tests/load/test_tail_mixture.py``, three runs side by side, once counted such a 246 ms pause
+        as a server stall)."""
+        weights = prompt_tokens if prompt_tokens is not None else [1.0] * len(first_tokens_ms)
+        firsts = sorted(zip(first_tokens_ms, weights, strict=True))
+        first, weight = [b for b, _ in firsts], [n for _, n in firsts]
         keep, moved, chance = [], [], []
         ends = [p.end_ms for p in self.pauses]
         span = max([*first, *ends], default=0.0) - min([*first, *(p.start_ms for p in self.pauses)], default=0.0)
         rate = len(first) / max(span, 1000.0)  # long prompts' first tokens per ms
         for p in self.pauses:
             tol = 5.0 + 0.1 * p.length_ms
-            k = bisect_left(first, p.end_ms - tol)
-            (moved if k < len(first) and first[k] <= p.end_ms + tol else keep).append(p)
+            k, j = bisect_left(first, p.end_ms - tol), bisect_right(first, p.end_ms + tol)
+            if j > k:
+                moved.append((p, sum(weight[k:j])))
+            else:
+                keep.append(p)
             chance.append(1 - math.exp(-rate * 2 * tol))
         if moved and _binomial_sf(len(moved), len(self.pauses), statistics.fmean(chance)) > COINCIDENCE_ALPHA:
             return self  # long prompts' first tokens come so often that as many pauses would end beside one by chance
-        if len(moved) >= 3:  # one far longer than the prefills' usual is a stall that a prefill ended: the server's
-            usual = statistics.median(p.length_ms for p in moved)
-            keep += [p for p in moved if p.length_ms > 2 * usual]
-            moved = [p for p in moved if p.length_ms <= 2 * usual]
-        return replace(self, pauses=sorted(keep, key=lambda p: p.start_ms), prefills=self.prefills + moved)
+        if len(moved) >= 3:  # one far longer than its prompts' prefill usually takes is a stall a prefill ended
+            usual = statistics.median(p.length_ms / w for p, w in moved)
+            keep += [p for p, w in moved if p.length_ms > 2 * usual * w]
+            moved = [(p, w) for p, w in moved if p.length_ms <= 2 * usual * w]
+        return replace(self, pauses=sorted(keep, key=lambda p: p.start_ms),
+                       prefills=self.prefills + [p for p, _ in moved])
 
     @property
     def period(self) -> tuple[float, float] | None:

@@ -47,11 +47,14 @@ class LongPrefills:
         self.t_ms, self.ttft, self.prompt, self.threshold = t_ms, ttft, prompt, threshold
         prompts = np.array(prompt, dtype=float)  # None: nan, never long
         long = np.flatnonzero(prompts >= threshold).tolist()
-        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS) for i in long if ttft[i] is not None)
-        self.starts = np.array([a for a, _ in windows], dtype=float)
-        self.reach = np.maximum.accumulate(np.array([b for _, b in windows], dtype=float))  # latest end of the first k
-        self.first_tokens = sorted(b for _, b in windows)
+        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS, prompt[i]) for i in long if ttft[i] is not None)
+        self.starts = np.array([a for a, _, _ in windows], dtype=float)
+        self.reach = np.maximum.accumulate(np.array([b for _, b, _ in windows], dtype=float))  # latest end of first k
+        firsts = sorted((b, n) for _, b, n in windows)
+        self.first_tokens = [b for b, _ in firsts]
         """When each long prompt's first token came (ms): its prefill ended then."""
+        self.first_token_prompts = [n for _, n in firsts]
+        """The prompt tokens of each of ``first_tokens``: what its prefill cost grows with."""
 
     @property
     def count(self) -> int:

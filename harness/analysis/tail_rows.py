@@ -107,7 +107,7 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
         pauses = find_pauses(t_ms, c["ttft"], e2e, c["gaps"], worker, min_ms=min_ms)
         if hol is not None:
-            pauses = pauses.without_prefills(hol.first_tokens)
+            pauses = pauses.without_prefills(hol.first_tokens, hol.first_token_prompts)
         found = pauses
         derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
                                            for ms in in_pause_ms(idx, t_ms, e2e, worker, found.pauses)]

@@ -183,6 +183,23 @@ def test_pauses_that_ended_with_a_long_prompts_first_token_were_its_prefill():
     assert split.to_dict()["long_prefills"] == 3 and split.to_dict()["count"] == 2
 
 
+def test_two_long_prompts_prefilled_in_one_batch_are_a_prefill_a_stall_before_one_is_not():
+    # three single prefills (120 ms, 2,000 tokens each); two 2,000-token prompts prefilled together (240 ms: their
+    # first tokens came at once); a 300 ms stall that one prefill followed (420 ms); a stall no prefill ended
+    stops = [(1.0, 1.12, set()), (2.5, 2.62, set()), (4.0, 4.12, set()), (5.0, 5.24, set()), (6.0, 6.42, set()),
+             (8.0, 8.3, set())]
+    found = _find(_step(stops, workers=1))
+    ends = [p.end_ms + 1 for p in found.pauses[:5]]
+    firsts, prompts = [*ends, ends[3] + 0.5], [2000] * 6  # the batched pair's two first tokens
+    split = found.without_prefills(firsts, prompts)
+    assert [round(p.start_ms / 1000, 1) for p in split.prefills] == [1.0, 2.5, 4.0, 5.0]
+    assert [round(p.start_ms / 1000, 1) for p in split.pauses] == [6.0, 8.0]
+    # per prompt, not per token: the same (each long prompt costs the usual prefill)
+    assert len(found.without_prefills(firsts).prefills) == 4
+    # a prompt twice as long, alone, prefills twice as long: still a prefill with its tokens counted
+    assert len(found.without_prefills(ends, [2000, 2000, 2000, 4000, 2000]).prefills) == 4
+
+
 def test_pauses_that_end_beside_long_first_tokens_no_more_often_than_chance_stay_the_servers():
     # 30 long prompts' first tokens a second (a dense step): a 120 ms pause's ±17 ms window holds one about 2 times
     # in 3 by chance, so 5 pauses ending beside one say nothing about prefills (a synthetic 100k-request step once
