@@ -133,11 +133,14 @@ def test_tool_calls_are_successes_with_their_own_time(tmp_path):
         row = served[r["response_id"]]
         assert row["tool_call"] and r["ttfo_s"] is None and r["tool_call_chunks"] >= 2
         offsets.append(r["start"] + r["tool_call_s"] - row["first_tool_call"])
-    # Client time of the first tool-call delta − the server's send time: median within 1 ms like TTFT's (a late
-    # chunk would be one ~10 ms iteration off); single requests may be late by a CPU-starved reader whose one
-    # receive took several chunks (the kernel stamps a receive with its last segment), so only a gross bound.
+    # Client time of the first tool-call delta − the server's send time: median within 1 ms like TTFT's, and nine in
+    # ten within 5 ms (the wrong delta would be one ~10 ms iteration off, every time). Single requests may be late:
+    # a CPU-starved reader whose one receive took several chunks (dated by the newest: the kernel stamps a receive
+    # with its last segment), or a simulator descheduled between logging a delta and writing it (one 79 ms late in a
+    # full-suite run; a 50 ms bound on every request failed there).
     offsets.sort()
-    assert abs(_median(offsets)) < 0.001 and offsets[0] > -0.001 and offsets[-1] < 0.05, offsets
+    assert abs(_median(offsets)) < 0.001 and offsets[0] > -0.001, offsets
+    assert offsets[int(0.9 * (len(offsets) - 1))] < 0.005, offsets
     assert summary["steps"][0]["latency_ms"]["tool_call"]["count"] > 0
 
 
