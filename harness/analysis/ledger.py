@@ -44,7 +44,7 @@ from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.steps import Generator, StepInfo, step_health, step_result
-from harness.analysis.tail import StepTails
+from harness.analysis.tail import StepTails, TailParams
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import BUSY_KEY, Bucket, Fleet
@@ -329,11 +329,12 @@ class Ledger:
         itl = bucket.sketches.get("itl")
         itl_p50 = itl.quantile(0.5) if itl is not None and itl.count else None
         server = st.server.summary() if st.server is not None else None
-        st.tails = explain_rows(cols, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50)
+        params = TailParams(kernel_stamps=st.generator is not None and st.generator.kernel_stamps)
+        st.tails = explain_rows(cols, params, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50)
         st.ttft_split = ttft_split(cols, server)
         if st.classes:  # each class's tail among its own requests, its split, tokens, cost and hang-ups
             add_rows_detail(st.classes, cols, cost=sc.cost, explain=lambda c: explain_rows(
-                c, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
+                c, params, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
             add_cancelled(st.classes, bucket.extra)
 
     def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:

@@ -77,7 +77,9 @@ ONLY_FOR = {"send_ms": ("ttft_s", "ttfo_s", "e2e_s"), "loop_lag_ms": ("ttft_s", 
 TTFO and E2E, never between two tokens; the loop's lag just before the send is inside none, but a loop behind at
 the send reads the first token late (where the kernel does not date it). Tested against TPOT or E2E they named the
 client for tails a busy machine made (7 of 38 attributions in 20 null runs, ``benchmarks/tail_null.py``). A pause
-after the first token cannot hold a TTFT back: TTFT and TTFO test ``in_pause_first``, the rest ``in_pause``."""
+after the first token cannot hold a TTFT back: TTFT and TTFO test ``in_pause_first``, the rest ``in_pause``. When the
+kernel dated the receives (``TailParams.kernel_stamps``), a late read is in no time but ``late_first``'s, and
+``loop_lag_ms`` is not tested at all."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TailRow:
@@ -201,6 +203,11 @@ def _plain(x: object) -> object:
     return x
 
 
+def _tested(feature: str, metric: str, params: TailParams) -> bool:
+    """``ONLY_FOR``, and ``loop_lag_ms`` for none when the kernel dated the receives."""
+    return metric in ONLY_FOR.get(feature, METRICS) and not (feature == "loop_lag_ms" and params.kernel_stamps)
+
+
 def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
                uniform: list[int], cols: dict[str, list], coded: dict[str, Coded], times: np.ndarray, seconds: list,
                params: TailParams, sampled: str | None, words: Mapping[str, str],
@@ -216,7 +223,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
     found = (time_test(times[at], times[np.array(rest, dtype=np.int64)], params)
              if f == "t_in_step_s" else feature_test(f, coded[f], at, ex, params)
-             for f in FEATURES if metric in ONLY_FOR.get(f, METRICS))
+             for f in FEATURES if _tested(f, metric, params))
     raw = [r for r in found if r is not None]
     adjusted = holm([r["p"] for r in raw])
     tests = []

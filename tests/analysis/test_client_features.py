@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from harness.analysis.tail import TailRow, explain_tail
+from harness.analysis.tail import TailParams, TailRow, explain_tail
 
 
 def _rows(lagged: bool, sub_ms: bool = False) -> list[TailRow]:
@@ -23,6 +23,14 @@ def test_a_generator_behind_at_send_is_named_as_the_client():
     a = explain_tail(_rows(lagged=True)).get("ttft_s", 0.95)
     assert a.causes[0] == "loop_lag_ms", a.line
     assert "loop lagged" in a.line and "the load generator" in a.line, a.line
+
+
+def test_with_kernel_stamps_the_loops_lag_at_send_is_not_tested():
+    # the kernel dated every receive: a loop behind cannot have dated a first token late (a first chunk read with
+    # later ones is late_first), so a lag that goes with the tail is a symptom of a busy machine, not a cause
+    a = explain_tail(_rows(lagged=True), TailParams(kernel_stamps=True)).get("ttft_s", 0.95)
+    assert a.tests and "loop_lag_ms" not in {t.feature for t in a.tests} and "loop_lag_ms" not in a.causes, a.line
+    assert "loop_lag_ms" in {t.feature for t in explain_tail(_rows(lagged=True)).get("ttft_s", 0.95).tests}
 
 
 def test_lag_under_a_millisecond_is_no_cause():
