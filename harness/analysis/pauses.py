@@ -4,8 +4,12 @@ Each request row carries its stream's long silences (``metrics.rows.long_gaps``:
 least 4× the stream's own median gap and 5 ms). A *pause* on a worker is an interval in which at least
 ``SILENT_SHARE`` (90%) and at least ``MIN_STREAMS`` (3) of the worker's streams then decoding (first chunk
 received, last not yet; streams of at least 5 chunks) were inside such a silence, lasting at least ``min_ms``
-(the caller passes 4× the step's ITL p50, 5 ms at least). Streams still waiting for their first token are neither
-counted nor required: at overload most streams wait, and their silence is the queue, not a pause.
+(the caller passes 4× the step's ITL p50, 5 ms at least). A stream still waiting for its first token is neither
+counted nor required until it has waited ``WAIT_FACTOR`` × the step's median TTFT (and ``min_ms``): at overload
+most streams wait about that long, and their silence is the queue. Past it, it counts as a silent stream until its
+first token: a stall that caught every stream of a worker before its first token is a pause too (in a closed loop
+the users a stall released send again together, and the next stall may find them all waiting:
+``tests/load/test_tail_mixture.py`` saw one stall in five so, 5 tail requests).
 
 Pauses of several workers that overlap (within ``MERGE_MS``: their step clocks start a few ms apart) are one pause
 "on N workers": seen on every worker, it is the server (or the network to it); seen on one worker of several, it
@@ -35,11 +39,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MERGE_MS", "MIN_STREAMS", "PERIODIC_CV", "SILENT_SHARE", "Pause", "StepPauses", "find_pauses",
-           "in_pause_ms"]
+__all__ = ["MERGE_MS", "MIN_STREAMS", "PERIODIC_CV", "SILENT_SHARE", "WAIT_FACTOR", "Pause", "StepPauses",
+           "find_pauses", "in_pause_ms"]
 
 SILENT_SHARE = 0.9
 MIN_STREAMS = 3
+WAIT_FACTOR = 4.0
+"""A wait for the first token this many times the step's median TTFT is a silence (like ``metrics.rows.GAP_FACTOR``
+for the gaps between chunks)."""
 MERGE_MS = 10.0
 PERIODIC_CV = 0.25
 COINCIDENCE_ALPHA = 0.05
@@ -58,7 +65,8 @@ class Pause:
     streams: int
     """Silent streams at its fullest (summed over workers)."""
     decoding: int
-    """Streams decoding then (summed over workers)."""
+    """Streams decoding then, or waiting for their first token past ``WAIT_FACTOR`` × the median (summed over
+    workers)."""
     workers: tuple = ()
 
     @property
@@ -116,9 +124,10 @@ class StepPauses:
         """(median, sd) of the start-to-start intervals in seconds, when the pauses recur that regularly: at least 4
         within ``PERIODIC_CV``, or 3 whose two intervals agree within a third of it (a short step sees few); a
         pause shorter than half the median length (a scheduling blip among the server's stalls) is left out.
-        One occurrence may be missing (a stall while no stream was decoding shows no pause: "every 2 s" seen at
-        0, 2 and 6 s): an interval of twice the others counts as two, and the intervals per period must then agree
-        within a tenth of the limit (2.0 and 2.05 s, not 2.0 and 2.25: a grid fits loose intervals too easily)."""
+        One occurrence may be missing (a stall while no stream was decoding or long waiting shows no pause: "every
+        2 s" seen at 0, 2 and 6 s): an interval of twice the others counts as two, and the intervals per period must
+        then agree within a tenth of the limit (2.0 and 2.05 s, not 2.0 and 2.25: a grid fits loose intervals too
+        easily)."""
         lengths = [p.length_ms for p in self.pauses]
         cut = statistics.median(lengths) / 2 if lengths else 0.0
         starts = [p.start_ms for p in self.pauses if p.length_ms >= cut]
@@ -196,22 +205,27 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
     g = column(gaps)
     pairs = np.fromiter(chain.from_iterable(g), np.int64)  # (offset, length) per silence, ms since the send
     workers = len(set(worker))
-    if len(pairs) < 2 * MIN_STREAMS:
+    first = np.array(column(ttft), dtype=float)  # None: nan (a failure decodes nothing)
+    last = np.array(column(e2e), dtype=float)
+    known = ~(np.isnan(first) | np.isnan(last))
+    limit = int(max(min_ms * _TENTHS_PER_MS, WAIT_FACTOR * np.median(first[known]))) if known.any() else 0
+    waited = np.flatnonzero(known & (first > limit))  # nan compares false
+    if len(pairs) < 2 * MIN_STREAMS and len(waited) < MIN_STREAMS:
         return StepPauses([], workers=workers, min_ms=min_ms)
     names, code = np.unique(np.array(column(worker)), return_inverse=True)
     # each worker's events on its own stretch of one time line: one sort for the fleet, and since every start has its
     # end, the running counts are back to 0 between two workers' stretches
     sent = np.array(column(t_ms), np.int64) * _TENTHS_PER_MS + code.astype(np.int64) * _WORKER
     silent_start = np.repeat(sent, np.fromiter(map(len, g), np.int64, len(g)) // 2) + pairs[0::2] * _TENTHS_PER_MS
-    first = np.array(column(ttft), dtype=float)  # None: nan (a failure decodes nothing)
-    last = np.array(column(e2e), dtype=float)
-    known = ~(np.isnan(first) | np.isnan(last))
+    waits = (sent[waited] + limit) * 4, (sent[waited] + first[waited].astype(np.int64)) * 4  # counted and silent
     # stable: timsort takes the runs the rows come in (a worker's report, by time): 22 ms against 35 ms for
     # quicksort on the 600k events of 100k streams through 29 pauses (benchmarks/tail_attribution.py)
     found = _runs(np.sort(np.concatenate([
         (silent_start + pairs[1::2] * _TENTHS_PER_MS) * 4 + _SILENT_END, silent_start * 4 + _SILENT_START,
         (sent[known] + last[known].astype(np.int64)) * 4 + _DECODE_END,
-        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START]), kind="stable"), min_ms)
+        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START,
+        waits[1] + _SILENT_END, waits[1] + _DECODE_END, waits[0] + _SILENT_START, waits[0] + _DECODE_START]),
+        kind="stable"), min_ms)
     return StepPauses(_merge([Pause(start / _TENTHS_PER_MS, length / _TENTHS_PER_MS, s, d, (names[w].item(),))
                               for w, start, length, s, d in found]), workers=workers, min_ms=min_ms)
 

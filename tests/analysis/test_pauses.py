@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import statistics
 
 import pytest
 
-from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
+from harness.analysis.pauses import WAIT_FACTOR, StepPauses, find_pauses, in_pause_ms
 from harness.analysis.tail import pause_words
 from harness.analysis.tail_rows import explain_rows
 from harness.metrics.rows import long_gaps
@@ -88,6 +89,38 @@ def test_idle_streams_between_requests_are_not_a_pause():
                          ("gaps", long_gaps(ct)), ("worker", 0)):
                 cols[k].append(v)
     assert _find(cols, min_ms=5.0).pauses == []
+
+
+def _waiting_step(queued_ms: float, decoding_through: int) -> dict[str, list]:
+    """One worker: 100 plain requests (TTFT 20 ms, 40 ms of streaming, no silence), then 6 requests sent at 5.0 s
+    that wait ``queued_ms`` for their first token, and ``decoding_through`` streams receiving chunks all along."""
+    cols: dict[str, list] = {k: [] for k in ("t_ms", "ttft", "e2e", "gaps", "worker")}
+
+    def row(t_ms: int, ttft_ms: float, e2e_ms: float) -> None:
+        for k, v in (("t_ms", t_ms), ("ttft", round(ttft_ms * 10)), ("e2e", round(e2e_ms * 10)), ("gaps", []),
+                     ("worker", 0)):
+            cols[k].append(v)
+
+    for i in range(100):
+        row(40 * i, 20, 60)
+    for _ in range(6):
+        row(5000, queued_ms, queued_ms + 40)
+    for _ in range(decoding_through):
+        row(4900, 20, 700)  # first token at 4.92 s, chunks until 5.6 s
+    return cols
+
+
+def test_a_stall_that_caught_every_stream_before_its_first_token_is_a_pause():
+    # a closed loop's users sent together just before a 300 ms stall: none was decoding, all waited through it
+    found = _find(_waiting_step(320, 0))
+    assert [(round(p.start_ms), round(p.length_ms), p.streams) for p in found.pauses] == [(5080, 240, 6)]
+    assert in_pause_ms([100, 0], _waiting_step(320, 0)["t_ms"], _waiting_step(320, 0)["ttft"], [0] * 106,
+                       found.pauses) == [240, 0]  # waited through it (in_pause_first), a plain request did not
+
+
+def test_waits_beside_streams_that_go_on_or_near_the_usual_ttft_are_no_pause():
+    assert _find(_waiting_step(320, 3)).pauses == []  # 3 streams got chunks all along: the server was serving
+    assert _find(_waiting_step(70, 0)).pauses == []  # 3.5× the median wait: a queue, not yet a silence
 
 
 def test_requests_are_credited_with_the_pause_they_were_in_flight_through():
@@ -215,14 +248,19 @@ def test_pauses_that_end_beside_long_first_tokens_no_more_often_than_chance_stay
 
 def _plain_pauses(cols: dict[str, list], min_ms: float) -> list[tuple]:
     """The definition, read literally: per worker, at the middle of every interval between two event times, count
-    the streams inside a silence and those decoding; a pause is a run of intervals where ≥ 3 and ≥ 90% were silent."""
+    the streams inside a silence and those decoding (or waiting for their first token past 4× the median TTFT:
+    silent then too); a pause is a run of intervals where ≥ 3 and ≥ 90% were silent."""
     out = []
+    done = [i for i, g in enumerate(cols["gaps"]) if g is not None and None not in (cols["ttft"][i], cols["e2e"][i])]
+    limit = int(max(10 * min_ms, WAIT_FACTOR * statistics.median(cols["ttft"][i] for i in done))) if done else 0
     for w in sorted(set(cols["worker"])):
         rows = [i for i, g in enumerate(cols["gaps"]) if g is not None and cols["worker"][i] == w]
+        waits = [(10 * cols["t_ms"][i] + limit, 10 * cols["t_ms"][i] + cols["ttft"][i]) for i in rows
+                 if i in done and cols["ttft"][i] > limit]
         silences = [(10 * (cols["t_ms"][i] + g[k]), 10 * (cols["t_ms"][i] + g[k] + g[k + 1]))
-                    for i in rows for k in range(0, len(cols["gaps"][i]), 2) for g in [cols["gaps"][i]]]
+                    for i in rows for k in range(0, len(cols["gaps"][i]), 2) for g in [cols["gaps"][i]]] + waits
         streams = [(10 * cols["t_ms"][i] + cols["ttft"][i], 10 * cols["t_ms"][i] + cols["e2e"][i]) for i in rows
-                   if cols["ttft"][i] is not None and cols["e2e"][i] is not None]
+                   if cols["ttft"][i] is not None and cols["e2e"][i] is not None] + waits
         times = sorted({t for pair in silences + streams for t in pair})
         run = None
         for a, b in itertools.pairwise(times):
