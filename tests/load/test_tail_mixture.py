@@ -2,9 +2,9 @@
 prompts are long, prefilled in one piece (120 ms in which no stream gets a token). The client tells the two kinds
 of stop apart (a prefill's ends as the long prompt's first token comes): the p95 TTFT line names the prefills, the
 p95 E2E line the stalls (alone, or beside the prefills' victims), and the stalls' share lies within 2 requests of
-the simulator's truth: between the tail requests in flight through a stall that caught streams decoding and that
+the simulator's truth: between the tail requests in flight through a stall that caught streams in flight and that
 no prefill ended, and those in flight through any stall (its trace says when no token came out, when each request
-got its first token and when each long prompt's did)."""
+came and went, and when each long prompt's first token came)."""
 
 from __future__ import annotations
 
@@ -72,12 +72,12 @@ def test_pauses_and_long_prompts_are_both_named_with_their_shares(tmp_path):
     # the stalls it can surely tell apart are those no long prompt's first token ended: none came within the
     # client's window for "at once" (5 ms + 10% of the pause: analysis/pauses.py, StepPauses.without_prefills; a
     # 5 ms window here once counted 23 tail requests through stalls the client could not tell apart, 20 named).
-    # And a stall that caught no stream decoding (every user's request sent just before it, still waiting for its
-    # first token: the stalls line the closed loop's users up) shows the client no pause: waiting is a queue's
-    # silence too (analysis/pauses.py; a run here missed one such stall, 5 tail requests). The stalls a client can
-    # see had at least MIN_STREAMS streams decoding through them. Its share lies between.
-    seen = [(s, e) for s, e in stalls if sum(1 for row in served.values() if row["first_token"] is not None
-                                             and row["first_token"] < s and row["finished"] > e) >= MIN_STREAMS]
+    # And a client sees a stall only through the streams in flight through it, at least MIN_STREAMS of them: those
+    # decoding, and those that had waited for their first token past 4× the step's median TTFT (the stalls line a
+    # closed loop's users up, so one may catch every request still waiting: a run here once had one such stall, 5
+    # tail requests, when waits did not count; analysis/pauses.py). Its share lies between.
+    seen = [(s, e) for s, e in stalls
+            if sum(1 for row in served.values() if row["arrival"] < s and row["finished"] > e) >= MIN_STREAMS]
     alone = [(s, e) for s, e in seen if not any(abs(b - e) < 0.005 + 0.1 * (e - s) for b in firsts)]
     through_any, through_alone = (sum(1 for row in rows if any(s < row["finished"] and e > row["arrival"]
                                                                for s, e in some)) for some in (stalls, alone))
