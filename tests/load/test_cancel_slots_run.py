@@ -36,8 +36,10 @@ def test_a_server_that_generates_on_for_no_one_is_said_to_keep_the_slots(tmp_pat
     step = r.summary["steps"][0]
     assert step["cancelled"] > 5, r.output
     slots = step["cancelled_slots"]
-    # 8 users in closed loop: about 8 in flight from the client; the server also holds the requests they left
-    assert 6 <= slots["client_in_flight_mean"] <= 8.5, slots
+    # 8 users in closed loop: about 8 in flight from the client (Little's law over the step: a request sent before
+    # its end counts its whole duration, one sent in the warm-up none: 8.63 in a full-suite run); the server also
+    # holds the requests they left
+    assert 6 <= slots["client_in_flight_mean"] <= 9, slots
     assert slots["freed"] is False and slots["server_in_system_mean"] > 1.3 * slots["client_in_flight_mean"], slots
     assert f"hang-ups (step 0): {slots['words']}" in r.stdout and "kept working" in slots["words"]
     # the truth: every request the client left was generated to its end all the same
