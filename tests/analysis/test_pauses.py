@@ -248,11 +248,11 @@ def test_pauses_that_end_beside_long_first_tokens_no_more_often_than_chance_stay
 
 def _plain_pauses(cols: dict[str, list], min_ms: float) -> list[tuple]:
     """The definition, read literally: per worker, at the middle of every interval between two event times, count
-    the streams inside a silence and those decoding (or waiting for their first token past 4× the median TTFT:
+    the streams inside a silence and those decoding (or waiting for their first token past 4× the (upper) median TTFT:
     silent then too); a pause is a run of intervals where ≥ 3 and ≥ 90% were silent."""
     out = []
-    done = [i for i, g in enumerate(cols["gaps"]) if g is not None and None not in (cols["ttft"][i], cols["e2e"][i])]
-    limit = int(max(10 * min_ms, WAIT_FACTOR * statistics.median(cols["ttft"][i] for i in done))) if done else 0
+    done = [i for i, g in enumerate(cols["gaps"]) if g is not None and cols["ttft"][i] is not None]
+    limit = int(max(10 * min_ms, WAIT_FACTOR * statistics.median_high(cols["ttft"][i] for i in done))) if done else 0
     for w in sorted(set(cols["worker"])):
         rows = [i for i, g in enumerate(cols["gaps"]) if g is not None and cols["worker"][i] == w]
         waits = [(10 * cols["t_ms"][i] + limit, 10 * cols["t_ms"][i] + cols["ttft"][i]) for i in rows
