@@ -20,8 +20,9 @@ whose two intervals agree within a third of that ("every 2.0 s ± 0.1").
 Each request is credited with the time it was in flight (send to end) through a pause seen on its own worker or on
 two workers or more: ``in_pause_ms``. Tail attribution tests it as a flag (``tail_features``).
 
-Cost: rows without a long silence cost one pass; with pauses, the decoding intervals of the worker are sorted once
-(two sorts of its rows' ints) and only those inside a candidate window are swept.
+Cost: rows without a long silence or a long wait cost one pass; with a few, a count of the silent streams at once
+over the fleet (never ``MIN_STREAMS``: no pause, ~25 ms at 100k rows); only then the sweep of every row's decoding
+interval, one sort of the fleet's events (~60 ms at 100k rows).
 """
 
 from __future__ import annotations
