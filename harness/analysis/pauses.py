@@ -22,7 +22,7 @@ two workers or more: ``in_pause_ms``. Tail attribution tests it as a flag (``tai
 
 Cost: rows without a long silence or a long wait cost one pass; with a few, a count of the silent streams at once
 over the fleet (never ``MIN_STREAMS``: no pause, ~25 ms at 100k rows); only then the sweep of every row's decoding
-interval, one sort of the fleet's events (~60 ms at 100k rows).
+interval, one sort of the fleet's events (~70 ms at 100k rows).
 """
 
 from __future__ import annotations

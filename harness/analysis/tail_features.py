@@ -46,8 +46,9 @@ class TailParams:
     kernel_stamps: bool = False
     """The step's receives were dated by the kernel (``client/inflight.py``): a worker's loop that lagged cannot
     have dated a first token late (a first chunk read with later ones is ``late_first``), so ``loop_lag_ms`` is
-    not tested (``tail.ONLY_FOR``). Tested, it named the client for TTFT tails the client did not make (2 of 20
-    runs of ``benchmarks/tail_null.py`` on a busy machine: the tail's client part 0.29-0.39 ms, the rest's 0.14)."""
+    not tested (``tail.ONLY_FOR``). Tested, it named the client for TTFT tails the client did not make (once in each
+    of two sets of 20 runs of ``benchmarks/tail_null.py`` on a busy machine: the tail's client part 0.29 and 0.39
+    ms, the rest's 0.15 and 0.14)."""
 
     def __post_init__(self) -> None:
         problems = [f"quantiles: each must be in (0, 1), got {q!r}" for q in self.quantiles if not 0 < q < 1]

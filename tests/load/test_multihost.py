@@ -7,7 +7,7 @@ the tests below (it is the expensive part): a staircase on workers a and b; at s
 for 10 s (a partition: its TCP connections stay open, ZeroMQ queues what it sends); once the master has marked it
 lost, worker-c boots (``kneecap worker --master``) and joins; the link comes back and b's heartbeats and queued
 reports arrive late. Worker-c's clock is skewed +250 ms (``KNEECAP_FAKE_CLOCK_SKEW_S``) and drifts 2 ms a second
-(``KNEECAP_FAKE_CLOCK_DRIFT``): the master, measuring every 3 s, must say both. Whole run: ~45 s.
+(``KNEECAP_FAKE_CLOCK_DRIFT``): the master, measuring every 3 s, must say both. Whole run: ~40 s.
 
 Root only: skipped, saying why, where a namespace cannot be created. Everything is removed at the end, on failure
 too: processes killed by process group, namespaces deleted (their veths and the bridge go with them).
