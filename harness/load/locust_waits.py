@@ -9,6 +9,11 @@ A headless master run paid ~2 s of fixed sleeps at its end that wait for nothing
   ``quit_when_workers_have`` makes ``quit`` wait until then (at most the same 0.5 s), so the later calls, with no
   worker left, cost nothing. A worker that never answers (lost, unreachable) gets the full 0.5 s, as before.
 
+- **A plain ``-u/-t`` run** (no shape) went straight to that quit: a busy machine could miss the 0.5 s, and its
+  last step then lost a worker (a fleet test counted 1 of 2 workers once). ``end_the_plan_first`` ends it as a shape
+  run ends: the plan first (the step message past it, which every worker answers within a round trip), waiting
+  for those answers (at most ``shapes.FINAL_REPORTS_S``), then Locust's stop.
+
 Left as Locust has it: the once-a-second check for ``--expect-workers`` at start (~1 s a run). Cutting it
 (tried, 2026-12-03) started the load while workers were still starting up, and open-loop send lag rose past
 10 ms in a fresh-clone CI run: that second is the workers' settling time.
@@ -17,12 +22,17 @@ Left as Locust has it: the once-a-second check for ``--expect-workers`` at start
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust.rpc import Message
 
-__all__ = ["POLL_S", "QUIT_WAIT_S", "quit_when_workers_have"]
+from harness.load.shapes import FINAL_REPORTS_S
+
+if TYPE_CHECKING:
+    from harness.load.master import MasterSide
+
+__all__ = ["POLL_S", "QUIT_WAIT_S", "end_the_plan_first", "quit_when_workers_have"]
 
 QUIT_WAIT_S = 0.5
 """Locust's own wait for the workers' final reports at ``quit``: the longest ours waits."""
@@ -43,3 +53,18 @@ def quit_when_workers_have(runner: Any) -> None:
         runner.greenlet.kill(block=True)
 
     runner.quit = quit
+
+
+def end_the_plan_first(environment: Any, master: MasterSide) -> None:
+    """A plain run's master: when Locust begins to stop (``test_stopping``), end the plan and wait (at most
+    ``FINAL_REPORTS_S``) until every worker has reported from past it."""
+
+    def on_test_stopping(**_: Any) -> None:
+        if master.finalized:
+            return
+        master.control.end_plan()
+        deadline = time.perf_counter() + FINAL_REPORTS_S
+        while master.ledger.behind_the_plan() and time.perf_counter() < deadline:
+            gevent.sleep(POLL_S)  # the answers come in on the master's other greenlets meanwhile
+
+    environment.events.test_stopping.add_listener(on_test_stopping)

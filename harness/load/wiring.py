@@ -28,7 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
-from harness.load.locust_waits import quit_when_workers_have
+from harness.load.locust_waits import end_the_plan_first, quit_when_workers_have
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
 from harness.load.soak import start_soak_sampler
@@ -189,6 +189,8 @@ def _master(environment: Any, k: Kneecap) -> None:
             runner.send_message(STEP_MESSAGE, m.control.step_message.to_wire(), client_id=msg.node_id)
 
     ev.test_start.add_listener(on_test_start)
+    if environment.shape_class is None:
+        end_the_plan_first(environment, m)
     runner.register_message(HELLO_MESSAGE, on_hello)
     def merged(merge: Any, worker: str, payload: Any) -> None:
         merge(worker, payload)

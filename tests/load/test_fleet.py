@@ -49,10 +49,14 @@ def test_master_and_two_workers_merge_exactly(tmp_path):
     records = [json.loads(line) for line in (results / "requests.jsonl").read_text().splitlines()]
     assert summary["workers"] == 2 and {r["worker"] for r in records} == {0, 1}, (summary["workers"], logs[-3000:])
     step = summary["steps"][0]
-    assert step["requests"] + step["warmup_requests"] == len(records) > 100
+    # the plan ends as Locust begins to stop (load/locust_waits.end_the_plan_first): the few requests that end
+    # between the two are past it, in no step (a request a user at most)
+    in_step = [r for r in records if r["step"] == 0]
+    assert step["requests"] + step["warmup_requests"] == len(in_step) > 100
+    assert {r["step"] for r in records} <= {0, 1} and len(records) - len(in_step) <= 12, len(records)
     assert step["failures"] == {} and all(r["ok"] for r in records)
 
-    measured = [r for r in records if r["phase"] == "measure"]
+    measured = [r for r in in_step if r["phase"] == "measure"]
     assert len(measured) == step["requests"]
     for metric, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
         values = [r[key] * 1000 for r in measured if r[key] is not None]

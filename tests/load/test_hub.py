@@ -82,14 +82,18 @@ class Fleet:
         self.sent: list[RequestRecord] = []
         self.dead: set[int] = set()
         self.lose_at: int | None = None
+        self.answer_steps = False
+        """Each worker reports at once on a step message (else at the next ``report``)."""
         """Tick at which worker 1 dies (its unreported records are lost with it)."""
 
     def _wire(self, kind: str, data: dict, node: str):
         return self.Message.unserialize(self.Message(kind, data, node).serialize())
 
     def _send_step(self, msg: StepMessage) -> None:
-        for w in self.workers:
+        for i, w in enumerate(self.workers):
             w.on_step(StepMessage.from_wire(self._wire(STEP_MESSAGE, msg.to_wire(), "master").data), self.clock())
+            if self.answer_steps and i not in self.dead:  # as load/wiring.py's workers do: a report at once
+                self.master.merge(f"worker-{i}", self._wire("report", w.report().to_wire(), f"worker-{i}").data)
 
     def report(self, kind: str = "stats", skip: frozenset[int] = frozenset()) -> None:
         for i, w in enumerate(self.workers):
@@ -231,6 +235,34 @@ def test_a_final_report_that_never_came_is_a_loss_only_when_a_step_missed_data(l
         (event,) = summary["fleet_events"]
         assert event["kind"] == "lost" and event["worker"] == "worker-1" and event["steps"] == [steps[-1]["index"]]
         assert summary["degraded"] and summary["exit_code"] == 5
+
+
+def test_a_plain_run_ends_its_plan_as_locust_begins_to_stop_so_a_missed_final_report_loses_nothing(locust, tmp_path):
+    """A plain ``-u/-t`` run (no shape) ends its plan when Locust begins to stop (``test_stopping``) and waits for
+    every worker's answer: a final report that never comes (a busy machine misses Locust's 0.5 s) loses no data,
+    where before the last step lost that worker (the test above, without an answer from past the plan)."""
+    from locust.event import Events
+
+    from harness.load.locust_waits import end_the_plan_first
+
+    fleet = Fleet(locust, tmp_path)
+    fleet.answer_steps = True
+    fleet.master.control.begin_plain(8)
+    for n in range(6):
+        fleet.second(8)
+        if n % 3 == 2:
+            fleet.report()
+    fleet.second(8)  # a second the workers have not reported yet: their answers carry it
+    events = Events()
+    end_the_plan_first(SimpleNamespace(events=events), fleet.master)
+    events.test_stopping.fire(environment=fleet.env)
+    assert not fleet.master.ledger.behind_the_plan()
+    fleet.report(FLUSH_MESSAGE, skip=frozenset({1}))
+    fleet.master.finalize()
+    summary = json.loads((fleet.out / "summary.json").read_text())
+    assert not summary["fleet_events"] and not summary["degraded"] and summary["workers"] == 2, summary["fleet_events"]
+    (step,) = summary["steps"]
+    assert step["requests"] + step["warmup_requests"] == len(fleet.sent)
 
 
 def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
