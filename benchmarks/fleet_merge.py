@@ -18,7 +18,9 @@ master takes the reports one at a time, as Locust's ``client_listener`` hands th
 Figures per fleet size (one JSON line each): ``round_cpu_ms`` (median), ``round_cpu_ms_mean`` and
 ``round_cpu_ms_max`` (the worst round: garbage collections land in some), ``report_cpu_ms_max`` (the longest one
 report held the loop, a collection included), ``gc_pause_ms_max`` (the longest collection during the merges, wall
-time) and ``gc_ms_per_round`` (all of them, judging included, over the rounds). Reference measured in the same run,
+time), ``gc_ms_per_round`` (all of them, judging included, over the rounds), ``judge_step_cpu_ms`` (judging a step,
+its rows' analysis in a native thread as in a run) and ``judge_loop_ms_max`` (the longest the gevent loop waited
+meanwhile: a greenlet beside it ticks every ms). Reference measured in the same run,
 on the same messages: ``unserialize_ms``, Locust's msgpack decode of a round's messages alone (the part no merge
 can avoid); ``ratio_vs_unserialize`` is the round's median / that. CPU time (``time.process_time``). On a busy
 machine the figures move together; compare the ratio.
@@ -169,7 +171,7 @@ def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed
                             clock=lambda: clock.t)
         master.start_run()
         master.control.begin_step(100.0, 0)
-        round_ms, report_ms, decode_ms, judge_ms, sizes = [], [], [], [], []
+        round_ms, report_ms, decode_ms, judge_ms, loop_ms, sizes = [], [], [], [], [], []
         gc.callbacks.append(pauses)
         try:
             for kind, wires in events:
@@ -183,13 +185,36 @@ def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed
                     master.control.begin_step(step.level + 100.0, step.level_index + 1)  # ends the step
                     _merge_round(master, wires, [])
                     t3 = time.process_time()
-                    master.judge()
+                    loop_ms.append(_judge_watching_the_loop(master))
                     judge_ms.append((time.process_time() - t3) * 1e3)
         finally:
             gc.callbacks.remove(pauses)
         judged = len(master.ledger.judged)
-    return _figures(workers, rounds, per_round, output, judged, round_ms, report_ms, decode_ms, judge_ms, sizes,
-                    pauses)
+    out = _figures(workers, rounds, per_round, output, judged, round_ms, report_ms, decode_ms, judge_ms, sizes,
+                   pauses)
+    out["judge_loop_ms_max"] = round(max(loop_ms), 1) if loop_ms else None
+    return out
+
+
+def _judge_watching_the_loop(master) -> float:
+    """``master.judge()`` with a greenlet ticking every ms beside it: the longest the gevent loop waited (ms)."""
+    import gevent
+
+    gaps, done = [0.0], []
+
+    def ticker() -> None:
+        last = time.perf_counter()
+        while not done:
+            gevent.sleep(0.001)
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter()
+
+    g = gevent.spawn(ticker)
+    gevent.sleep(0)
+    master.judge()
+    done.append(True)
+    g.join()
+    return max(gaps) * 1e3
 
 
 def _figures(workers: int, rounds: int, per_round: int, output: int, judged: int, round_ms: list[float],

@@ -5,7 +5,7 @@ the steps are ``load/control.py``'s (``self.control``, their one owner); the ser
 (``load/scraper.py``); the live sinks are ``load/live.py``. At the end (``quitting``, after the last reports
 arrived) this writes ``summary.json``; until then, every ``CHECKPOINT_EVERY_S``, the summary as it stands goes to
 ``checkpoint.json``, which ``kneecap run`` turns into an incomplete summary if this process dies (``outcome.py``).
-The web UI reads the run through ``RunView`` only.
+The web UI reads the run through ``load/run_view.RunView`` only.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import gevent
+import gevent.lock
+
 from harness import exitcodes
 from harness.analysis.ledger import Ledger
 from harness.analysis.pricing import cost_line
@@ -28,6 +31,7 @@ from harness.analysis.summarize import RunFacts, summarize
 from harness.load.context import ScenarioSource
 from harness.load.control import StepControl
 from harness.load.live import Live
+from harness.load.run_view import RunView
 from harness.load.scraper import Scraper
 from harness.metrics.clock import ClockOffset
 from harness.metrics.clocks import FleetClocks
@@ -35,12 +39,19 @@ from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.scenario import DEFAULT_HOST
 from harness.sinks.files import CHECKPOINT, JsonLinesWriter, write_json_atomic
 
-__all__ = ["CHECKPOINT_EVERY_S", "MasterSide", "RunView"]
+__all__ = ["CHECKPOINT_EVERY_S", "MasterSide"]
 
 log = logging.getLogger("kneecap")
 CHECKPOINT_EVERY_S = 10.0
 """How much of a run a lost master can cost: the summary as it stands is written this often, and as each step is
 judged (a few ms each)."""
+
+
+def _off_the_loop(work: Callable[[], None]) -> None:
+    """A judged step's analysis of its rows in one of gevent's native threads, this greenlet waiting: the GIL comes
+    back to the loop every few ms (``sys.getswitchinterval``), so reports, heartbeats and step messages go on. Inline,
+    a 100k-request step held the loop ~0.4 s (``benchmarks/fleet_merge.py``, ``judge_loop_ms_max``)."""
+    gevent.get_hub().threadpool.apply(work)
 
 
 class MasterSide:
@@ -57,7 +68,9 @@ class MasterSide:
         """Called once at the end, before judging: collect the last data (local: drain; master: stop workers)."""
         self.clock = clock
         """The master's step clock (tests pass a fake one)."""
-        self.ledger = Ledger(source.scenario)
+        self.ledger = Ledger(source.scenario, offload=_off_the_loop)
+        self._judging = gevent.lock.RLock()
+        """One judging at a time: a step's analysis lets the loop run, and a second caller waits for it to end."""
         self.control = StepControl(self.ledger, open_loop=source.open_loop, send_step=send_step, workers=workers,
                                    clock=clock, start_run=self.start_run, judge=self.judge, event=self._event,
                                    rebalance=rebalance)
@@ -152,12 +165,13 @@ class MasterSide:
                 self.requests_file.write(rec)
 
     def judge(self) -> None:
-        self.ledger.judge(self.workers(), final=self.finalized)
-        judged = sum(st.judgement is not None for st in self.ledger.states)
-        if not self.finalized and self.run_id and (judged > self._judged or
-                                                   self.clock() - self._checkpointed >= CHECKPOINT_EVERY_S):
-            self._checkpointed, self._judged = self.clock(), judged
-            self._checkpoint()
+        with self._judging:
+            self.ledger.judge(self.workers(), final=self.finalized)
+            judged = sum(st.judgement is not None for st in self.ledger.states)
+            if not self.finalized and self.run_id and (judged > self._judged or
+                                                       self.clock() - self._checkpointed >= CHECKPOINT_EVERY_S):
+                self._checkpointed, self._judged = self.clock(), judged
+                self._checkpoint()
 
     def _checkpoint(self) -> None:
         """The summary as it stands, for ``kneecap run`` to keep if this process dies before writing its own."""
@@ -211,39 +225,3 @@ class MasterSide:
         if self.requests_file is not None:
             self.requests_file.close()
         log.info("kneecap: summary written to %s", path)
-
-
-class RunView:
-    """The read-only face of the master for the load shape and the web UI: the summary as of at most
-    ``SUMMARY_MAX_AGE_S`` ago (the web UI polls every second or two; judging and summarising once a second
-    serves every open page alike and keeps the master's CPU off the workers' shared cores)."""
-
-    SUMMARY_MAX_AGE_S = 1.0
-
-    def __init__(self, master: MasterSide) -> None:
-        self._m = master
-        self._last: tuple[float, dict] | None = None
-
-    @property
-    def ledger(self) -> Ledger:
-        return self._m.ledger
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self._m.stop_reason
-
-    @property
-    def history(self) -> list[dict]:
-        """One entry per live window (t, load, p50/p99 of ttft and tpot), for the chart page."""
-        return self._m.live.history if self._m.live is not None else []
-
-    def summary_json(self) -> dict:
-        """The summary as it stands (judged on the data complete so far), at most ``SUMMARY_MAX_AGE_S`` old."""
-        now = time.monotonic()
-        stopped = self._m.stop_reason is not None and self._last is not None and \
-            self._last[1].get("stop_reason") is None  # the end is said at once, not up to a second later
-        if self._last is None or now - self._last[0] >= self.SUMMARY_MAX_AGE_S or self._m.finalized or stopped:
-            if self._m.ledger.steps:
-                self._m.judge()
-            self._last = (now, self._m.summary().to_json())
-        return self._last[1]

@@ -17,7 +17,7 @@ from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
 if TYPE_CHECKING:
-    from harness.load.master import RunView
+    from harness.load.run_view import RunView
 
 __all__ = ["llm_rows", "register", "status_line", "why_tab_rows"]
 

@@ -265,6 +265,49 @@ def test_a_plain_run_ends_its_plan_as_locust_begins_to_stop_so_a_missed_final_re
     assert step["requests"] + step["warmup_requests"] == len(fleet.sent)
 
 
+def test_a_step_s_rows_are_analysed_off_the_loop_which_goes_on_meanwhile(locust, tmp_path):
+    """Judging a step analyses its rows (~0.3 s at 100k requests) in a native thread (``load/master.py``): the
+    master's loop runs on meanwhile — reports, heartbeats, step messages — instead of waiting the whole analysis."""
+    import time
+
+    import gevent
+
+    fleet = Fleet(locust, tmp_path)
+    fleet.answer_steps = True
+    fleet.master.control.begin_plain(8)
+    fleet.clock.t += 2.0  # past the warm-up
+    rng = random.Random(3)
+    for _ in range(30_000):
+        ttft = rng.lognormvariate(-2.3, 0.5)
+        times = [ttft, ttft + 0.05, ttft + 0.1]
+        fleet._record(RequestRecord(start=0.0, ttft_s=ttft, e2e_s=ttft + 0.1, chunk_times=times, output_tokens=3,
+                                    prompt_tokens=rng.randint(100, 4000)))
+    fleet.report()
+    fleet.master.control.end_plan()  # the workers answer from past it: the step is complete
+    gaps: list[float] = []
+    done = False
+
+    def ticker() -> None:
+        last = time.perf_counter()
+        while not done:
+            gevent.sleep(0.001)
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter()
+
+    g = gevent.spawn(ticker)
+    gevent.sleep(0.01)
+    t0 = time.perf_counter()
+    fleet.master.judge()
+    took = time.perf_counter() - t0
+    done = True
+    g.join()
+    (st,) = fleet.master.ledger.states
+    assert st.judgement is not None and st.tails is not None and st.ttft_split is not None
+    # inline, the loop's longest wait was the analysis itself (took); here a few GIL switch intervals (5 ms each)
+    assert took > 0.05 and max(gaps) < took / 2, (took, max(gaps))
+    print(f"judged in {took * 1e3:.0f} ms, the loop's longest wait {max(gaps) * 1e3:.1f} ms")
+
+
 def test_an_error_storm_stops_the_run_and_says_why(locust, tmp_path, caplog, monkeypatch):
     from harness.load import control
 
