@@ -307,9 +307,12 @@ class Ledger:
                                  evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
                                  sum(bucket.failures.values()) / bucket.requests)
         if bucket.rows:
+            def analyse() -> None:
+                self._judge_rows(st, bucket, reliable, duration)
+                bucket.rows = RowSample(bucket.rows.cap)  # freed in ``offload`` too: ~10 ms at 100k rows
+
             with gc_paused():
-                self.offload(lambda: self._judge_rows(st, bucket, reliable, duration))
-            bucket.rows = RowSample(bucket.rows.cap)
+                self.offload(analyse)
 
     def _judge_rows(self, st: StepState, bucket: Bucket, reliable: bool, duration: float) -> None:
         """What the step's request rows say: probes apart, each class of a mix (its SLO in the step's, the knee on

@@ -15,6 +15,7 @@ import gc
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,13 +46,21 @@ log = logging.getLogger("kneecap")
 CHECKPOINT_EVERY_S = 10.0
 """How much of a run a lost master can cost: the summary as it stands is written this often, and as each step is
 judged (a few ms each)."""
+SWITCH_S = 0.001
+"""While a step's rows are analysed beside the loop, how long either thread holds the GIL when the other waits."""
 
 
 def _off_the_loop(work: Callable[[], None]) -> None:
     """A judged step's analysis of its rows in one of gevent's native threads, this greenlet waiting: the GIL comes
-    back to the loop every few ms (``sys.getswitchinterval``), so reports, heartbeats and step messages go on. Inline,
-    a 100k-request step held the loop ~0.4 s (``benchmarks/fleet_merge.py``, ``judge_loop_ms_max``)."""
-    gevent.get_hub().threadpool.apply(work)
+    back to the loop every ``SWITCH_S`` (``sys.setswitchinterval``, 5 ms by default: ~10 ms a turn of the loop), so
+    reports, heartbeats and step messages go on. Inline, a 100k-request step held the loop ~0.4 s
+    (``benchmarks/fleet_merge.py``, ``judge_loop_ms_max``)."""
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
+    try:
+        gevent.get_hub().threadpool.apply(work)
+    finally:
+        sys.setswitchinterval(was)
 
 
 class MasterSide:

@@ -21,16 +21,21 @@ def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
     tail = math.erfc(z / math.sqrt(2)) / 2
     mean, sd = n * q, math.sqrt(n * q * (1 - q))
     lo_k, hi_k = max(0, math.floor(mean - 10 * sd - 2)), min(n, math.ceil(mean + 10 * sd + 2))
-    # the pmf over mean ± 10 sd: the mass outside is below 1e-20, and the sum costs O(sd), not O(n)
+    # the pmf over mean ± 10 sd: the mass outside is below 1e-20, and the sum costs O(sd), not O(n). Each term from
+    # the one before (pmf(k+1) = pmf(k)·(n−k)/(k+1)·q/(1−q)): three lgamma a term made a summary of a 1.3M-sample
+    # ITL sketch ~80 ms of the master's loop. The first term is ≥ ~1e-30 there (10 sd out), far from underflow.
     log_q, log_p = math.log(q), math.log1p(-q)
-    lg_n = math.lgamma(n + 1)
+    pmf = math.exp(math.lgamma(n + 1) - math.lgamma(lo_k + 1) - math.lgamma(n - lo_k + 1) + lo_k * log_q
+                   + (n - lo_k) * log_p)
+    odds = q / (1 - q)
     cdf, lo, hi = 0.0, lo_k - 1, None
     for k in range(lo_k, hi_k + 1):
-        cdf += math.exp(lg_n - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p)
+        cdf += pmf
         if cdf <= tail:
             lo = k
         if hi is None and cdf >= 1 - tail:
             hi = k
+        pmf *= (n - k) / (k + 1) * odds
     return max(0, lo), min(n - 1, n if hi is None else hi)
 
 
