@@ -122,28 +122,34 @@ class StepPauses:
 
     @property
     def period(self) -> tuple[float, float] | None:
-        """(median, sd) of the start-to-start intervals in seconds, when the pauses recur that regularly: at least 4
-        within ``PERIODIC_CV``, or 3 whose two intervals agree within a third of it (a short step sees few); a
-        pause shorter than half the median length (a scheduling blip among the server's stalls) is left out.
+        """(median, sd) of the recurring pauses' start-to-start intervals in seconds (``recurring``)."""
+        found = self.recurring
+        return None if found is None else found[1:]
+
+    @property
+    def recurring(self) -> tuple[list[Pause], float, float] | None:
+        """The pauses that recur regularly and their period's (median, sd) in seconds: at least 4 within
+        ``PERIODIC_CV``, or 3 whose two intervals agree within a third of it (a short step sees few); a pause shorter
+        than half the median length (a scheduling blip among the server's stalls) is left out. When blips are most of
+        the pauses (a busy client host: 15 of ~20 ms beside 5 of the server's 300 ms stalls, a fresh-clone CI of
+        2026-12-03), the pauses over twice the median length, when 3 or more, are tried first, alone.
         One occurrence may be missing (a stall while no stream was decoding or long waiting shows no pause: "every
         2 s" seen at 0, 2 and 6 s): an interval of twice the others counts as two, and the intervals per period must
         then agree within a tenth of the limit (2.0 and 2.05 s, not 2.0 and 2.25: a grid fits loose intervals too
         easily)."""
         lengths = [p.length_ms for p in self.pauses]
-        cut = statistics.median(lengths) / 2 if lengths else 0.0
-        starts = [p.start_ms for p in self.pauses if p.length_ms >= cut]
-        if len(starts) < 3:
+        if not lengths:
             return None
-        gaps = [(b - a) / 1000 for a, b in itertools.pairwise(starts)]
-        base = min(gaps)
-        times = [max(1, round(g / base)) if base > 0 else 1 for g in gaps]
-        missed = sum(times) - len(gaps)
-        if missed > 1:
-            times, missed = [1] * len(gaps), 0  # not one grid with one gap: judged as they are (and fail, mostly)
-        each = [g / n for g, n in zip(gaps, times, strict=True)]
-        med, sd = statistics.median(each), statistics.pstdev(each)
-        limit = PERIODIC_CV / 10 if missed else PERIODIC_CV if len(starts) >= 4 else PERIODIC_CV / 3
-        return (med, sd) if med > 0 and sd / med < limit else None
+        median = statistics.median(lengths)
+        long = [n for n in lengths if n > 2 * median]
+        for cut in (statistics.median(long) / 2 if len(long) >= 3 else None, median / 2):
+            if cut is None:
+                continue
+            kept = [p for p in self.pauses if p.length_ms >= cut]
+            period = _period([p.start_ms for p in kept])
+            if period is not None:
+                return kept, *period
+        return None
 
     def words(self) -> str:
         """"5 pauses of ~303 ms, every ~2.0 s ± 0.0, on both workers" (or "on 1 of 3 workers", "(max 577)" when one
@@ -151,13 +157,17 @@ class StepPauses:
         n = len(self.pauses)
         if not n:
             return ""
-        lengths = [p.length_ms for p in self.pauses]
-        out = f"{n} pause{'s' * (n != 1)} of ~{statistics.median(lengths):.0f} ms"
-        out += f" (max {max(lengths):.0f})" if n > 1 and max(lengths) > 1.5 * statistics.median(lengths) else ""
-        period = self.period
-        if period:
-            digits = 1 if period[0] >= 1 else 2
-            out += f", every ~{period[0]:.{digits}f} s ± {period[1]:.{digits}f}"
+        recurring = self.recurring
+        some = recurring is not None and len(recurring[0]) < n  # the period is the long ones', blips beside them
+        shown = recurring[0] if some else self.pauses
+        lengths = [p.length_ms for p in shown]
+        out = f"{len(shown)} of {n} pauses" if some else f"{n} pause{'s' * (n != 1)}"
+        typical = statistics.median(lengths)
+        out += f" of ~{typical:.0f} ms" + (f" (max {max(lengths):.0f})" if max(lengths) > 1.5 * typical else "")
+        if recurring is not None:
+            med, sd = recurring[1:]
+            digits = 1 if med >= 1 else 2
+            out += f", every ~{med:.{digits}f} s ± {sd:.{digits}f}"
         seen = {w for p in self.pauses for w in p.workers}
         if self.workers > 1:
             out += f", on {len(seen)} of {self.workers} workers" if len(seen) < self.workers else \
@@ -165,9 +175,13 @@ class StepPauses:
         return out
 
     def to_dict(self) -> dict:
-        period = self.period
+        recurring = self.recurring
+        period = None if recurring is None else recurring[1:]
         lengths = [p.length_ms for p in self.pauses]
         return {"count": len(self.pauses), "min_ms": round(self.min_ms, 1), "workers": self.workers,
+                "recurring": None if recurring is None else len(recurring[0]),
+                "recurring_median_ms": None if recurring is None else round(
+                    statistics.median(p.length_ms for p in recurring[0]), 1),
                 "median_ms": round(statistics.median(lengths), 1) if lengths else None,
                 "max_ms": round(max(lengths), 1) if lengths else None,
                 "period_s": None if period is None else round(period[0], 3),
@@ -178,6 +192,22 @@ class StepPauses:
                 "listed": [{"start_s": round(p.start_ms / 1000, 3), "length_ms": round(p.length_ms, 1),
                             "streams": p.streams, "decoding": p.decoding, "workers": list(p.workers)}
                            for p in self.pauses[:LISTED]]}
+
+
+def _period(starts: list[float]) -> tuple[float, float] | None:
+    """``StepPauses.recurring``'s test of one set of pauses' starts (ms)."""
+    if len(starts) < 3:
+        return None
+    gaps = [(b - a) / 1000 for a, b in itertools.pairwise(starts)]
+    base = min(gaps)
+    times = [max(1, round(g / base)) if base > 0 else 1 for g in gaps]
+    missed = sum(times) - len(gaps)
+    if missed > 1:
+        times, missed = [1] * len(gaps), 0  # not one grid with one gap: judged as they are (and fail, mostly)
+    each = [g / n for g, n in zip(gaps, times, strict=True)]
+    med, sd = statistics.median(each), statistics.pstdev(each)
+    limit = PERIODIC_CV / 10 if missed else PERIODIC_CV if len(starts) >= 4 else PERIODIC_CV / 3
+    return (med, sd) if med > 0 and sd / med < limit else None
 
 
 def _binomial_sf(k: int, n: int, p: float) -> float:

@@ -226,6 +226,9 @@ class Pauses(View, kw_only=True):
     max_ms: float | None = None
     period_s: float | None = None
     period_sd_s: float | None = None
+    recurring: int | None = None
+    """How many of the pauses recur at ``period_s`` (all but the blips beside them)."""
+    recurring_median_ms: float | None = None
     words: str = ""
     long_prefills: int = 0
     long_prefill_median_ms: float | None = None

@@ -58,7 +58,8 @@ def test_the_injected_cause_is_named_first(tmp_path, cause):
     if cause == "engine_stalls":  # the simulator's truth: a 300 ms stall every 2 s (4 or 5 in the 8 s measured)
         pauses = step["tail"]["pauses"]
         assert pauses["period_s"] == pytest.approx(2.0, abs=0.1), pauses
-        assert pauses["median_ms"] == pytest.approx(300, abs=40), pauses
+        # the recurring ones: a busy machine's client blips may be most of the pauses (15 of ~20 ms in a CI run)
+        assert pauses["recurring_median_ms"] == pytest.approx(300, abs=40), pauses
         assert "server-wide pause" in tail["line"] and "every ~2.0 s" in tail["line"], tail["line"]
     else:  # no stall: nothing periodic, and the injected cause's own line names no pause. Stops found are real: a busy
         # machine's hiccup (51 ms beside the slow connects in a fresh-clone CI of 2026-12-02), or a long prompt's
