@@ -222,13 +222,14 @@ class Bucket:
         self.rows.append(row)
         self.rows_seen += 1
 
-    def add_rows(self, rows: RowColumns | RowSample, seen: int) -> None:
-        """``rows``, a uniform sample of ``seen`` requests (another bucket's, or a report's off the wire)."""
+    def add_rows(self, rows: RowColumns | RowSample, seen: int, *, take: bool = False) -> None:
+        """``rows``, a uniform sample of ``seen`` requests (another bucket's, or a report's off the wire: ``take``
+        keeps its columns without a copy)."""
         if isinstance(rows, RowSample):
             for block, rate in rows.blocks:
                 self.rows.add(block, rate)
         else:
-            self.rows.add(rows, len(rows) / seen if seen > len(rows) else 1.0)
+            self.rows.add(rows, len(rows) / seen if seen > len(rows) else 1.0, take=take)
         self.rows_seen += seen
 
     def to_wire(self) -> dict:
@@ -249,7 +250,7 @@ class Bucket:
             out["cxl"] = dict(self.cancelled)
             out["cxlt"] = self.cancelled_tokens
         if self.rows:
-            out["rows"] = self.rows.joined().rows()
+            out["rc"] = self.rows.joined().wire()
             if self.rows_seen != len(self.rows):
                 out["rows_seen"] = self.rows_seen
         return out
@@ -259,8 +260,11 @@ class Bucket:
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
         cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
-        rows = RowColumns()
-        rows.extend_rows(d.get("rows") or [])
+        if "rc" in d:
+            rows = RowColumns.from_wire(d["rc"])
+        else:  # protocol version 1: rows by row
+            rows = RowColumns()
+            rows.extend_rows(d.get("rows") or [])
         out = cls(sketches={k: decode_sketch(v) for k, v in d["sk"].items()},
                    failure_samples={str(k): str(v) for k, v in d.get("why", {}).items()}, cache=cache,
                    sessions=SessionStats.from_wire(d["sess"]) if "sess" in d else None,
@@ -268,7 +272,7 @@ class Bucket:
                    cancelled={str(k): int(v) for k, v in d.get("cxl", {}).items()},
                    cancelled_tokens=int(d.get("cxlt", 0)),
                    **fields)
-        out.add_rows(rows, int(d.get("rows_seen", len(rows))))
+        out.add_rows(rows, int(d.get("rows_seen", len(rows))), take=True)
         return out
 
 

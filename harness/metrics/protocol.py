@@ -7,7 +7,7 @@ Worker → master, every 3 s inside Locust's ``report_to_master`` data under ``R
 more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not lost)::
 
     {
-      "v": 1,                 int   protocol version; the master refuses other versions (ProtocolError)
+      "v": 2,                 int   protocol version; the master reads 1 and 2, refuses others (ProtocolError)
       "step": 3,              int   the step this worker is in now: every step before it has all its data
       "buckets": [            list  the deltas since the last report, one per (step, phase):
         [3, "measure", {...}]         [step index, "warmup" | "measure", Bucket.to_wire()]
@@ -23,7 +23,9 @@ A Bucket on the wire: "sk" (sketches by name), the counters of ``aggregate._WIRE
 only when they have data, so older payloads keep their bytes: "why" (a failure detail per class), "cache"
 ([requests reporting cached tokens, their prompt tokens, their cached tokens, those from llama.cpp timings]) and "sess"
 (``SessionStats.to_wire()``: turn buckets, decode sums, ended-session counts), "x" (``Bucket.extra``: counters
-by name that apply to some endpoints only) and "conn" (requests that opened a connection inside their own time).
+by name that apply to some endpoints only) and "conn" (requests that opened a connection inside their own time),
+"rc" (the request rows, ``metrics.rows``, by column: one list per ``ROW_FIELDS`` name, ``RowColumns.wire()``;
+version 1 shipped them by row, "rows") and "rows_seen" (the requests they sample, when not all).
 
 Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the plan's last step)::
 
@@ -57,7 +59,9 @@ from harness.metrics.wire import decode_sketch, encode_sketch
 __all__ = ["FLUSH_MESSAGE", "HELLO_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "REPORT_MESSAGE", "STEP_MESSAGE",
            "GeneratorSample", "ProtocolError", "Report", "StepMessage"]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: a bucket's request rows by column ("rc"); 1 shipped them by row ("rows"). The master reads both."""
+_READS = (1, 2)
 REPORT_KEY = "kneecap"
 STEP_MESSAGE = "kneecap_step"
 FLUSH_MESSAGE = "kneecap_flush"
@@ -127,7 +131,7 @@ class Report:
     @classmethod
     def from_wire(cls, d: object, worker: str = "?") -> Report:
         """Decode a payload; any problem (version, shape, a sketch that does not decode) is a ProtocolError."""
-        if not isinstance(d, dict) or d.get("v") != PROTOCOL_VERSION:
+        if not isinstance(d, dict) or d.get("v") not in _READS:
             v = d.get("v") if isinstance(d, dict) else type(d).__name__
             raise ProtocolError(f"worker {worker} sent kneecap payload version {v}, expected {PROTOCOL_VERSION}: "
                                 "run the same kneecap version on master and workers")

@@ -63,8 +63,9 @@ class RowSample:
         else:
             self.add(RowColumns([[v] for v in row]))
 
-    def add(self, rows: RowColumns, rate: float = 1.0) -> None:
-        """``rows``, a uniform sample of their requests at ``rate`` (1: all of them); copied, never kept."""
+    def add(self, rows: RowColumns, rate: float = 1.0, *, take: bool = False) -> None:
+        """``rows``, a uniform sample of their requests at ``rate`` (1: all of them); copied, never kept, unless
+        ``take`` (rows no one else holds: a report's off the wire) and they begin a block."""
         if not rows:
             return
         if rate > self.rate:
@@ -73,9 +74,11 @@ class RowSample:
             self.rate = rate  # the blocks above it are thinned below, one a call
         last = self.blocks[-1] if self.blocks else None
         if last is None or last[1] != self.rate or len(last[0]) + len(rows) > BLOCK_ROWS:
-            last = [RowColumns(), self.rate]
-            self.blocks.append(last)
-        last[0].extend(rows)
+            self.blocks.append([rows if take else RowColumns(), self.rate])
+            if not take:
+                self.blocks[-1][0].extend(rows)
+        else:
+            last[0].extend(rows)
         self._n += len(rows)
         while self._n > self.cap and sum(len(b) * self.rate / r for b, r in self.blocks) > self.cap:
             self.rate /= 2

@@ -39,6 +39,10 @@ GOLDEN_V1_MSGPACK = bytes.fromhex(
     "00a46b65797391d1fecaa6636f756e74739101a3637075cb4044c00000000000a77265636f7264739181a26f6bc3"
 )
 
+# Version 2 changed only how a bucket's request rows travel (by column, "rc"): this report has none, so its bytes are
+# version 1's but the version. Both are read (version 1's rows by row: test_bucket_wire.py).
+GOLDEN_V2_MSGPACK = GOLDEN_V1_MSGPACK.replace(b"\xa1v\x01", b"\xa1v\x02", 1)
+
 
 def _report() -> Report:
     b = Bucket()
@@ -52,11 +56,13 @@ def _report() -> Report:
 
 
 def test_golden_payload_bytes():
-    assert msgpack.packb(_report().to_wire()) == GOLDEN_V1_MSGPACK
+    assert PROTOCOL_VERSION == 2 and GOLDEN_V2_MSGPACK != GOLDEN_V1_MSGPACK
+    assert msgpack.packb(_report().to_wire()) == GOLDEN_V2_MSGPACK
 
 
-def test_golden_payload_decodes():
-    r = Report.from_wire(msgpack.unpackb(GOLDEN_V1_MSGPACK, strict_map_key=False))
+@pytest.mark.parametrize("golden", [GOLDEN_V1_MSGPACK, GOLDEN_V2_MSGPACK], ids=["v1", "v2"])
+def test_golden_payload_decodes(golden):
+    r = Report.from_wire(msgpack.unpackb(golden, strict_map_key=False))
     assert r.step == 2 and r.records == [{"ok": True}] and r.gen is not None and r.gen.cpu == 41.5
     (step, phase, b), = r.buckets
     assert (step, phase) == (2, "measure")
@@ -99,13 +105,22 @@ def test_report_without_health_or_records():
 
 
 @pytest.mark.parametrize("payload, words", [
-    ({"v": 2, "step": 0, "buckets": []}, "version 2, expected 1"),
+    ({"v": 3, "step": 0, "buckets": []}, "version 3, expected 2"),
+    ({"v": [2], "step": 0, "buckets": []}, "version [2], expected 2"),
     ({"step": 0, "buckets": []}, "version None"),
     ("garbage", "version str"),
     ({"v": 1, "step": 0}, "KeyError"),
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {"sk": {}}]]}, "cannot be read"),
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "sk": {"ttft": {"v": 9}}}]]},
      "SketchMismatch"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 18 + [[1, 2]]}]]},
+     "19 lists of one length"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1], [2]]}]]},
+     "19 lists of one length"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1.5]] * 19}]]},
+     "flags must be integers"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 15 + [["ab"]] + [[1]] * 3}]]},
+     "gaps must be a list or None"),
 ])
 def test_unreadable_payloads_are_refused_by_name(payload, words):
     with pytest.raises(ProtocolError, match="worker w7") as err:
