@@ -12,18 +12,19 @@ more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not
       "buckets": [            list  the deltas since the last report, one per (step, phase):
         [3, "measure", {...}]         [step index, "warmup" | "measure", Bucket.to_wire()]
       ],
-      "gen": {"lag": {...},   dict  generator health since the last report: loop-lag sketch (metrics/wire.py),
+      "gen": {"lag": b"...",  dict  generator health since the last report: loop-lag sketch (metrics/wire.py),
               "cpu": 41.5,          the worker's CPU percent (Locust's),
               "cpu_s": [[3, 1.9]],  its process CPU seconds by the step they were spent in (optional),
               "gc": [0.004, 0.011, 12]},  its GC pauses: longest, total (s), collections (optional)
       "records": [{...}]      list  only with --save-requests: the per-request records since the last report
     }
 
-A Bucket on the wire: "sk" (sketches by name), the counters of ``aggregate._WIRE_FIELDS``, and keys present
-only when they have data, so older payloads keep their bytes: "why" (a failure detail per class), "cache"
-([requests reporting cached tokens, their prompt tokens, their cached tokens, those from llama.cpp timings]) and "sess"
-(``SessionStats.to_wire()``: turn buckets, decode sums, ended-session counts), "x" (``Bucket.extra``: counters
-by name that apply to some endpoints only) and "conn" (requests that opened a connection inside their own time),
+A Bucket on the wire: "sk" (sketches by name, each ``metrics/wire.py``'s bytes), the counters of
+``aggregate._WIRE_FIELDS``, and keys present only when they have data, so older payloads keep their bytes: "why"
+(a failure detail per class), "cache" ([requests reporting cached tokens, their prompt tokens, their cached tokens,
+those from llama.cpp timings]) and "sess" (``SessionStats.to_wire()``: turn buckets, decode sums, ended-session
+counts), "x" (``Bucket.extra``: counters by name that apply to some endpoints only) and "conn" (requests that opened
+a connection inside their own time),
 "rc" (the request rows, ``metrics.rows``, by column: one list per ``ROW_FIELDS`` name, ``RowColumns.wire()``;
 version 1 shipped them by row, "rows") and "rows_seen" (the requests they sample, when not all).
 
@@ -60,7 +61,8 @@ __all__ = ["FLUSH_MESSAGE", "HELLO_MESSAGE", "PROTOCOL_VERSION", "REPORT_KEY", "
            "GeneratorSample", "ProtocolError", "Report", "StepMessage"]
 
 PROTOCOL_VERSION = 2
-"""2: a bucket's request rows by column ("rc"); 1 shipped them by row ("rows"). The master reads both."""
+"""2: sketches as packed bytes (``metrics/wire.py``) and a bucket's request rows by column ("rc"); 1 shipped
+sketches as dicts and rows by row ("rows"). The master reads both."""
 _READS = (1, 2)
 REPORT_KEY = "kneecap"
 STEP_MESSAGE = "kneecap_step"

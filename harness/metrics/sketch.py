@@ -48,7 +48,7 @@ from math import log as _log
 
 from harness.errors import KneecapError
 
-__all__ = ["Sketch", "SketchMismatch"]
+__all__ = ["Sketch", "SketchMismatch", "fold_bins"]
 
 ZERO_CUTOFF = 1e-9
 """Values in [0, ZERO_CUTOFF) go to the zero bin (1 ns when values are seconds)."""
@@ -87,7 +87,7 @@ class Sketch:
         s.quantile(0.99), s.count, s.overflow
     """
 
-    __slots__ = ("_bins", "_count", "_gamma", "_inv_log_gamma", "_max", "_min", "_overflow",
+    __slots__ = ("_bins", "_count", "_gamma", "_inv_log_gamma", "_max", "_min", "_overflow", "_pending",
                  "_read_factor", "_sorted_keys", "_sum", "_zero", "relative_accuracy")
 
     def __init__(self, *, relative_accuracy: float = 0.01) -> None:
@@ -98,6 +98,10 @@ class Sketch:
         # 1/ln γ: multiply on the hot path instead of dividing; the read factor: bin estimate = γ^key · 2/(γ+1)
         self._gamma, self._inv_log_gamma, self._read_factor = _constants(self.relative_accuracy)
         self._bins: dict[int, int] = {}
+        self._pending: Sequence[tuple[Sequence[int], Sequence[int]]] = ()
+        """Bins merged but not yet added to ``_bins``: (keys, counts) off the wire (``metrics.wire``), added in one
+        batch when the bins are first read (``_settle``): a master merges thousands of reports a round into a
+        sketch it reads once a window. () while there are none (no object for the garbage collector)."""
         # () until first read: an empty tuple is no object for the garbage collector to walk (a master holds thousands
         # of sketches, most never read one by one); a list per sketch was one more on every full collection
         self._sorted_keys: Sequence[int] = ()
@@ -143,6 +147,13 @@ class Sketch:
                 f"(gamma {self._gamma:.6g}), the other has {other.relative_accuracy} (gamma {other._gamma:.6g}); "
                 "give every worker the same relative_accuracy"
             )
+        if other._pending:  # the keys and counts are read-only buffers: shared, not copied
+            if self._pending:
+                self._pending.extend(other._pending)  # type: ignore[attr-defined]  # a list once not empty
+            else:
+                self._pending = list(other._pending)
+            if len(self._pending) >= SETTLE_AT:
+                self._settle()
         bins, theirs = self._bins, other._bins
         if not bins:
             bins.update(theirs)  # the common first merge into an empty bucket
@@ -192,7 +203,13 @@ class Sketch:
         estimate = self._gamma ** self._key_at_rank(rank) * self._read_factor
         return float(min(max(estimate, self._min), self._max))
 
+    def _settle(self) -> None:
+        pending, self._pending = self._pending, ()
+        fold_bins(self._bins, pending)
+
     def _key_at_rank(self, rank: int) -> int:
+        if self._pending:
+            self._settle()
         # Keys are only ever added (clear() starts a new dict), so an unchanged number of keys means an
         # unchanged key set and the sorted list from the last query is still right.
         if len(self._sorted_keys) != len(self._bins):
@@ -247,7 +264,9 @@ class Sketch:
         return self._sum / self._count if self._count else math.nan
 
     def bins(self) -> dict[int, int]:
-        """A copy of the non-zero bins, ``{key: count}`` sorted by key (for tests and debugging)."""
+        """A copy of the non-zero bins, ``{key: count}`` sorted by key (for tests, debugging and the wire)."""
+        if self._pending:
+            self._settle()
         return {key: self._bins[key] for key in sorted(self._bins)}
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -261,7 +280,7 @@ class Sketch:
     def clear(self) -> None:
         """Forget every sample (and the overflow count); keep the accuracy."""
         self._bins = {}
-        self._sorted_keys = ()
+        self._sorted_keys = self._pending = ()
         self._zero = self._count = self._overflow = 0
         self._sum = 0.0
         self._min = _INF
@@ -269,7 +288,8 @@ class Sketch:
 
     @classmethod
     def _from_parts(cls, *, relative_accuracy: float, bins: dict[int, int], zero: int, overflow: int,
-                    total: float, lo: float, hi: float, count: int) -> Sketch:
+                    total: float, lo: float, hi: float, count: int,
+                    pending: Sequence[tuple[Sequence[int], Sequence[int]]] = ()) -> Sketch:
         # For the wire decoder, which has already validated every part (count == zero + sum of the bins, α in (0, 1)):
         # no __init__, so a master's thousands of decoded sketches a round skip its checks and arithmetic.
         s = object.__new__(cls)
@@ -277,6 +297,7 @@ class Sketch:
         s._gamma, s._inv_log_gamma, s._read_factor = _constants(relative_accuracy)
         s._bins = bins
         s._sorted_keys = ()
+        s._pending = pending
         s._zero = zero
         s._count = count
         s._overflow = overflow
@@ -285,5 +306,40 @@ class Sketch:
         return s
 
     def __repr__(self) -> str:
+        if self._pending:
+            self._settle()
         return (f"Sketch(relative_accuracy={self.relative_accuracy}, count={self._count}, bins={len(self._bins)}, "
                 f"zero={self._zero}, overflow={self._overflow})")
+
+
+SETTLE_AT = 1024
+"""Pending (keys, counts) a sketch keeps at most: each holds its report's bytes (~650 for 73 bins), so a sketch no
+one reads for minutes (a long step's, on a large fleet) folds them in batches of this many."""
+_NUMPY_FROM = 4096
+"""Pending bins from which ``fold_bins`` adds them in one numpy pass (below it, a dict update each is as fast)."""
+_DENSE_SPAN = 1 << 20
+
+
+def fold_bins(bins: dict[int, int], pending: Iterable[tuple[Sequence[int], Sequence[int]]]) -> None:
+    """Add every (keys, counts) of ``pending`` (memoryviews of int32 keys and uint32 counts) to ``bins``. Exact: a
+    bin's sum stays an int (numpy sums counts below 2^53 exactly, and a batch past that takes the dict path)."""
+    pending = list(pending)
+    size = sum(len(k) for k, _ in pending)
+    if size >= _NUMPY_FROM:
+        import numpy as np  # a master's batch (thousands of reports); numpy is not loaded before one comes
+
+        keys = np.frombuffer(b"".join(k for k, _ in pending), dtype=np.int32)
+        counts = np.frombuffer(b"".join(c for _, c in pending), dtype=np.uint32)
+        if len(keys) == len(counts) == size and int(counts.sum(dtype=np.uint64)) < 1 << 53:
+            lo, hi = int(keys.min()), int(keys.max())
+            if hi - lo < _DENSE_SPAN:
+                sums = np.bincount(keys - lo, weights=counts)
+                where = np.flatnonzero(sums)
+                found, added = (where + lo).tolist(), sums[where].astype(np.int64).tolist()
+            else:  # keys far apart (a tiny alpha): by the distinct keys, not a dense span
+                distinct, index = np.unique(keys, return_inverse=True)
+                found, added = distinct.tolist(), np.bincount(index, weights=counts).astype(np.int64).tolist()
+            bins.update(zip(found, map(operator.add, map(bins.get, found, repeat(0)), added), strict=True))
+            return
+    for keys, counts in pending:  # one C-level pass each, as ``merge``
+        bins.update(zip(keys, map(operator.add, map(bins.get, keys, repeat(0)), counts), strict=True))
