@@ -116,6 +116,9 @@ class MasterSide:
                          current=lambda: self.ledger.current, last_sample=lambda: self.scraper.last_sample)
         self.scraper.start()
         self.live.start()
+        # numpy folds a large fleet's sketches (``metrics.sketch.fold_bins``) and judges the steps: loaded now (~0.1 s,
+        # before the first report), not inside a report's merge with the loop held; frozen below with the rest
+        import numpy  # noqa: F401
         # What is alive now (modules, Locust, the scenario: ~60k objects) lives as long as the process: out of the
         # collector's generations, a full collection walks only what the run adds, not 35 ms of start-up objects
         # with the loop blocked (benchmarks/fleet_merge.py). Collected first: cyclic garbage frozen is never freed.

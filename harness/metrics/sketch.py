@@ -98,10 +98,10 @@ class Sketch:
         # 1/ln γ: multiply on the hot path instead of dividing; the read factor: bin estimate = γ^key · 2/(γ+1)
         self._gamma, self._inv_log_gamma, self._read_factor = _constants(self.relative_accuracy)
         self._bins: dict[int, int] = {}
-        self._pending: Sequence[tuple[Sequence[int], Sequence[int]]] = ()
-        """Bins merged but not yet added to ``_bins``: (keys, counts) off the wire (``metrics.wire``), added in one
+        self._pending: Sequence[bytes] = ()
+        """Bins merged but not yet added to ``_bins``: packed payloads off the wire (``fold_bins``), added in one
         batch when the bins are first read (``_settle``): a master merges thousands of reports a round into a
-        sketch it reads once a window. () while there are none (no object for the garbage collector)."""
+        sketch it reads once a window. Bytes, which the garbage collector does not track; () while there are none."""
         # () until first read: an empty tuple is no object for the garbage collector to walk (a master holds thousands
         # of sketches, most never read one by one); a list per sketch was one more on every full collection
         self._sorted_keys: Sequence[int] = ()
@@ -147,11 +147,11 @@ class Sketch:
                 f"(gamma {self._gamma:.6g}), the other has {other.relative_accuracy} (gamma {other._gamma:.6g}); "
                 "give every worker the same relative_accuracy"
             )
-        if other._pending:  # the keys and counts are read-only buffers: shared, not copied
-            if self._pending:
-                self._pending.extend(other._pending)  # type: ignore[attr-defined]  # a list once not empty
-            else:
-                self._pending = list(other._pending)
+        if other._pending:  # immutable bytes: shared, not copied
+            if type(self._pending) is list:
+                self._pending.extend(other._pending)
+            else:  # () or a decoded sketch's own (payload,)
+                self._pending = [*self._pending, *other._pending]
             if len(self._pending) >= SETTLE_AT:
                 self._settle()
         bins, theirs = self._bins, other._bins
@@ -289,7 +289,7 @@ class Sketch:
     @classmethod
     def _from_parts(cls, *, relative_accuracy: float, bins: dict[int, int], zero: int, overflow: int,
                     total: float, lo: float, hi: float, count: int,
-                    pending: Sequence[tuple[Sequence[int], Sequence[int]]] = ()) -> Sketch:
+                    pending: Sequence[bytes] = ()) -> Sketch:
         # For the wire decoder, which has already validated every part (count == zero + sum of the bins, α in (0, 1)):
         # no __init__, so a master's thousands of decoded sketches a round skip its checks and arithmetic.
         s = object.__new__(cls)
@@ -313,24 +313,31 @@ class Sketch:
 
 
 SETTLE_AT = 1024
-"""Pending (keys, counts) a sketch keeps at most: each holds its report's bytes (~650 for 73 bins), so a sketch no
-one reads for minutes (a long step's, on a large fleet) folds them in batches of this many."""
+"""Pending payloads a sketch keeps at most (~650 bytes each for 73 bins): a sketch no one reads for minutes (a long
+step's, on a large fleet) folds them in batches of this many."""
+PACKED_HEAD = 64
+"""Bytes before a packed payload's bins (its header: ``metrics.wire``)."""
+_HEAD_WORDS = PACKED_HEAD // 4
 _NUMPY_FROM = 4096
 """Pending bins from which ``fold_bins`` adds them in one numpy pass (below it, a dict update each is as fast)."""
 _DENSE_SPAN = 1 << 20
 
 
-def fold_bins(bins: dict[int, int], pending: Iterable[tuple[Sequence[int], Sequence[int]]]) -> None:
-    """Add every (keys, counts) of ``pending`` (memoryviews of int32 keys and uint32 counts) to ``bins``. Exact: a
-    bin's sum stays an int (numpy sums counts below 2^53 exactly, and a batch past that takes the dict path)."""
-    pending = list(pending)
-    size = sum(len(k) for k, _ in pending)
-    if size >= _NUMPY_FROM:
+def fold_bins(bins: dict[int, int], pending: Sequence[bytes]) -> None:
+    """Add the bins of every packed payload in ``pending`` to ``bins``: each a ``PACKED_HEAD``-byte header (not read
+    here), then n int32 keys and n uint32 counts in this machine's byte order (``metrics.wire``'s version 2). Exact:
+    a bin's sum stays an int (numpy sums counts below 2^53 exactly; a batch past that takes the dict path)."""
+    sizes = [(len(p) - PACKED_HEAD) >> 3 for p in pending]
+    total = sum(sizes)
+    if total >= _NUMPY_FROM:
         import numpy as np  # a master's batch (thousands of reports); numpy is not loaded before one comes
 
-        keys = np.frombuffer(b"".join(k for k, _ in pending), dtype=np.int32)
-        counts = np.frombuffer(b"".join(c for _, c in pending), dtype=np.uint32)
-        if len(keys) == len(counts) == size and int(counts.sum(dtype=np.uint64)) < 1 << 53:
+        n = np.array(sizes, dtype=np.int64)
+        words = np.frombuffer(b"".join(pending), dtype=np.int32)  # every payload is 4-byte words
+        ends = np.cumsum(n * 2 + _HEAD_WORDS)
+        keys_at = np.repeat(ends - n * 2, n) + np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        keys, counts = words[keys_at], words.view(np.uint32)[keys_at + np.repeat(n, n)]
+        if int(counts.sum(dtype=np.uint64)) < 1 << 53:
             lo, hi = int(keys.min()), int(keys.max())
             if hi - lo < _DENSE_SPAN:
                 sums = np.bincount(keys - lo, weights=counts)
@@ -341,5 +348,7 @@ def fold_bins(bins: dict[int, int], pending: Iterable[tuple[Sequence[int], Seque
                 found, added = distinct.tolist(), np.bincount(index, weights=counts).astype(np.int64).tolist()
             bins.update(zip(found, map(operator.add, map(bins.get, found, repeat(0)), added), strict=True))
             return
-    for keys, counts in pending:  # one C-level pass each, as ``merge``
+    for payload, size in zip(pending, sizes, strict=True):  # one C-level pass each, as ``merge``
+        view = memoryview(payload)
+        keys, counts = view[PACKED_HEAD:PACKED_HEAD + 4 * size].cast("i"), view[PACKED_HEAD + 4 * size:].cast("I")
         bins.update(zip(keys, map(operator.add, map(bins.get, keys, repeat(0)), counts), strict=True))

@@ -53,7 +53,7 @@ from itertools import accumulate, islice
 from operator import itemgetter
 from typing import Any
 
-from harness.metrics.sketch import ZERO_CUTOFF, Sketch, SketchMismatch
+from harness.metrics.sketch import PACKED_HEAD, ZERO_CUTOFF, Sketch, SketchMismatch
 
 __all__ = ["WIRE_VERSION", "decode_sketch", "encode_sketch"]
 
@@ -61,6 +61,7 @@ WIRE_VERSION = 2
 _V1 = 1
 _FIELDS = ("v", "alpha", "n", "sum", "min", "max", "zero", "overflow", "keys", "counts")
 _HEAD = struct.Struct("<BxxxIdQdddQQ")
+assert _HEAD.size == PACKED_HEAD
 _BIG = sys.byteorder == "big"
 _INF = math.inf
 
@@ -172,7 +173,7 @@ def _decode_v2(payload: bytes) -> Sketch:
                                               total=total, lo=lo, hi=hi, count=n)
             elif first <= min(keys) and max(keys) <= last and min(counts) >= 1 and zero + sum(counts) == n:
                 return Sketch._from_parts(relative_accuracy=alpha, bins={}, zero=zero, overflow=overflow, total=total,
-                                          lo=lo, hi=hi, count=n, pending=[(keys, counts)])
+                                          lo=lo, hi=hi, count=n, pending=(payload,))
     return _checked_v2(payload)
 
 
@@ -196,8 +197,9 @@ def _checked_v2(payload: bytes) -> Sketch:
         raise ValueError("malformed sketch payload: " + "; ".join(problems))
     view = memoryview(payload)
     keys, counts = view[_HEAD.size:_HEAD.size + 4 * size], view[_HEAD.size + 4 * size:]
-    if _BIG:
+    if _BIG:  # the pending payload in this machine's byte order (``sketch.fold_bins``)
         keys, counts = _swapped(keys, "i"), _swapped(counts, "I")
+        payload = payload[:_HEAD.size] + keys.tobytes() + counts.tobytes()
     keys, counts = keys.cast("i"), counts.cast("I")
     first, last = _key_range(alpha)
     if size and not (first <= min(keys) and max(keys) <= last):
@@ -211,7 +213,7 @@ def _checked_v2(payload: bytes) -> Sketch:
     if problems:
         raise ValueError("malformed sketch payload: " + "; ".join(problems))
     return Sketch._from_parts(relative_accuracy=alpha, bins={}, zero=zero, overflow=overflow, total=total, lo=lo,
-                              hi=hi, count=n, pending=[(keys, counts)] if size else ())
+                              hi=hi, count=n, pending=(payload,) if size else ())
 
 
 def _swapped(view: memoryview, code: str) -> memoryview:
