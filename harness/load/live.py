@@ -67,8 +67,6 @@ class Live:
         self.tags = {"run": run_id, "scenario": scenario.name, "model": scenario.endpoint.model}
         self.window = 0
         self._bucket = Bucket()
-        self._window_sketches = LATENCIES if self.sink is not None else HISTORY_SKETCHES
-        """What a window reads: the sink's latencies, else only the dashboard's charts' (rows never: the ledger's)."""
         self._gen: dict[str, GeneratorSample] = {}
         self._cost: dict[str, list[float]] = {}
         """Per worker over the window: [CPU seconds, longest GC pause (s)] (-1: not measured)."""
@@ -86,7 +84,10 @@ class Live:
     def observe(self, worker: str, report: Report) -> None:
         """A merged worker report: its deltas join the window, its health replaces the worker's last one."""
         for _, _, delta in report.buckets:
-            self._bucket.merge(delta, rows=False, sketches=self._window_sketches)
+            if self.sink is not None:  # the sink's points: the latencies and the counters
+                self._bucket.merge(delta, rows=False, sketches=LATENCIES)
+            else:  # the dashboard's charts only (a master merges every report twice: the half of it that is needed)
+                self._bucket.merge_sketches(delta, HISTORY_SKETCHES)
         if report.gen is not None:
             self._gen[worker] = report.gen
             cost = self._cost.setdefault(worker, [0.0, -1.0])  # a window can hold several reports: add them up

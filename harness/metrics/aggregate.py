@@ -217,6 +217,13 @@ class Bucket:
         if rows and other.rows:
             self.add_rows(other.rows, other.rows_seen)
 
+    def merge_sketches(self, other: Bucket, names: Collection[str]) -> None:
+        """Add only ``other``'s sketches of these ``names`` (no counter, no row)."""
+        for name in names:
+            s = other.sketches.get(name)
+            if s is not None:
+                self._sk(name).merge(s)
+
     def add_row(self, row: list) -> None:
         """One request's row (``metrics.rows.encode_row``)."""
         self.rows.append(row)
