@@ -10,6 +10,8 @@ from array import array
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.metrics import Sketch, SketchMismatch, decode_sketch, encode_sketch, wire
 from harness.metrics import sketch as sketch_module
@@ -215,7 +217,7 @@ def test_the_fast_decoder_reads_exactly_what_the_checked_one_reads(monkeypatch) 
              slow.relative_accuracy)
 
 
-@pytest.mark.parametrize("reports", [3, 400], ids=["dict-path", "numpy-path"])
+@pytest.mark.parametrize("reports", [3, sketch_module.SETTLE_AT - 6], ids=["dict-path", "numpy-path"])
 def test_a_master_s_pending_bins_add_up_to_the_plain_merge(reports: int) -> None:
     """Decoded sketches merge their bins as pending buffers, added when first read (``fold_bins``: a dict update
     each for a few, one numpy pass for thousands of bins): the same bins, counts and quantiles as merging the
@@ -257,3 +259,27 @@ def test_a_sketch_no_one_reads_keeps_a_bounded_number_of_pending_bins() -> None:
         total.merge(decode_sketch(payload))
     assert len(total._pending) == 10 and total.bins() == {k: v * (sketch_module.SETTLE_AT + 10)
                                                           for k, v in one.bins().items()}
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(flips=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(1, 255)), min_size=1, max_size=4),
+       cut=st.one_of(st.none(), st.integers(0, 10 ** 6)))
+def test_corrupted_version_2_bytes_are_refused_or_read_whole(flips, cut) -> None:
+    """A version-2 payload with bytes flipped or cut: refused by name (ValueError, SketchMismatch), or a sketch whose
+    bins fold and read without an error, its quantiles within [min, max] (a flipped count that still adds up to n
+    reads as the data it says)."""
+    payload = bytearray(encode_sketch(_lognormal_sketch(300)))
+    for at, xor in flips:
+        payload[at % len(payload)] ^= xor
+    data = bytes(payload if cut is None else payload[:cut % (len(payload) + 1)])
+    try:
+        s = decode_sketch(data)
+    except (ValueError, SketchMismatch):
+        return
+    many = Sketch(relative_accuracy=s.relative_accuracy)
+    for _ in range(sketch_module._NUMPY_FROM // 40 + 1):  # past the numpy fold too
+        many.merge(decode_sketch(data))
+    for sk in (s, many):
+        assert sum(sk.bins().values()) + sk.zero_count == sk.count
+        step = max(1, sk.count // 500)  # every bin's rank is read (a bin holds >= 1 of the 300 samples)
+        assert all(sk.min <= sk.value_at_rank(r) <= sk.max for r in range(0, sk.count, step))
