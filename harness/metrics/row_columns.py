@@ -8,7 +8,7 @@ a report's rows join them in one C-level pass per field, the step's columns are 
 garbage collector sees 19 lists a bucket, not a tuple a request. Values are the rows' own (ints, None; ``gaps`` a
 tuple or None), so the answers are the same.
 
-On the wire a worker's bucket ships its columns (protocol version 2: ``extend_columns`` checks them and takes the
+On the wire a worker's bucket ships its columns (protocol version 2: ``from_wire`` checks them and takes the
 lists as they come, a report's rows then cost the master a check and a copy per column, not a pass per value);
 version 1 shipped rows (``rows()``, ``extend_rows``), which the master still reads.
 """
