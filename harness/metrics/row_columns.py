@@ -15,7 +15,6 @@ version 1 shipped rows (``rows()``, ``extend_rows``), which the master still rea
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, compress
 from operator import itemgetter
@@ -53,8 +52,7 @@ class RowColumns:
         return bool(self.cols[0])
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RowColumns) and all(  # a sealed block's tuples equal the same lists
-            len(a) == len(b) and all(map(operator.eq, a, b)) for a, b in zip(self.cols, other.cols, strict=True))
+        return isinstance(other, RowColumns) and self.cols == other.cols
 
     def __repr__(self) -> str:
         return f"RowColumns({len(self)} rows)"
@@ -113,11 +111,6 @@ class RowColumns:
     def wire(self) -> list[list]:
         """The columns as a worker ships them (copies, ``ROW_FIELDS`` order; ``from_wire`` reads them)."""
         return [list(c) for c in self.cols]
-
-    def sealed(self) -> RowColumns:
-        """The same rows, each column a tuple (read-only: no ``append`` or ``extend`` any more). A tuple of ints and
-        None is one the garbage collector stops tracking, so a full collection no longer walks its values."""
-        return RowColumns([c if type(c) is tuple else tuple(c) for c in self.cols])  # type: ignore[misc]
 
     def extend(self, other: RowColumns) -> None:
         for col, more in zip(self.cols, other.cols, strict=True):

@@ -8,10 +8,6 @@ a column, where halving 100k rows at once held a master's loop 74 ms in one repo
 1,000 workers). When the
 step is judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept.
 
-A block no row joins any more is sealed (``RowColumns.sealed``: its columns tuples, which the garbage collector stops
-tracking): as lists, a full collection walked every value of every column, 12 ms at 76k rows (1.4M values) in a
-master holding little else (``benchmarks/fleet_merge.py --workers 250 --streams 400``).
-
 Why not a fixed-size reservoir: replacing a row at a random place costs a write into every column, each a cache
 miss (~0.45 µs: 19 a row), with the draws of the places two fifths of a 1,000-worker merge past the cap (cProfile)
 (``benchmarks/fleet_merge.py``). Seeded: the same reports in the same order, the same rows.
@@ -78,8 +74,6 @@ class RowSample:
             self.rate = rate  # the blocks above it are thinned below, one a call
         last = self.blocks[-1] if self.blocks else None
         if last is None or last[1] != self.rate or len(last[0]) + len(rows) > BLOCK_ROWS:
-            if last is not None:  # no row joins it any more
-                last[0] = last[0].sealed()
             self.blocks.append([rows if take else RowColumns(), self.rate])
             if not take:
                 self.blocks[-1][0].extend(rows)
@@ -108,8 +102,6 @@ class RowSample:
     def _thin(self, entry: list) -> None:
         before = len(entry[0])
         entry[0] = self._thinned(entry[0], self.rate / entry[1])
-        if entry is not self.blocks[-1]:
-            entry[0] = entry[0].sealed()
         entry[1] = self.rate
         self._n -= before - len(entry[0])
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 import msgpack
 import pytest
 
@@ -157,23 +155,6 @@ def test_a_sample_past_its_cap_thins_one_block_a_report_at_one_rate():
     for k in range(4):
         assert abs(workers.count(k) - BLOCK_ROWS / 2) < 4 * (BLOCK_ROWS / 4) ** 0.5  # binomial(n, 1/2): 4 sd
     assert 20 <= workers.count(9) <= 80
-
-
-def test_a_block_no_row_joins_is_sealed_out_of_the_collector_s_sight():
-    """Once a newer block begins (or a thinning leaves it behind), a block's columns are tuples the garbage collector
-    stops tracking: a full collection no longer walks their values. The rows read the same."""
-    sample = RowSample(10 * BLOCK_ROWS)
-    expected = RowColumns()
-    for k in range(3):
-        sample.add(_rows(k, BLOCK_ROWS // 2 + 1))
-        expected.extend(_rows(k, BLOCK_ROWS // 2 + 1))
-    gc.collect()
-    *old, (last, _) = sample.blocks
-    assert all(type(c) is tuple and not gc.is_tracked(c) for block, _ in old for c in block.cols)
-    assert all(type(c) is list for c in last.cols)  # the block rows still join
-    assert sample.joined() == expected and sample.blocks[0][0] == expected.take(range(BLOCK_ROWS // 2 + 1))
-    sample.add(_rows(7, 5))
-    assert len(sample.joined()) == len(expected) + 5
 
 
 def _rows(worker: int, n: int, k: int | None = None) -> RowColumns:
