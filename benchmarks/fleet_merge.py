@@ -198,23 +198,9 @@ def run(workers: int, rounds: int, streams: int, output: int, tok_s: float, seed
 
 def _judge_watching_the_loop(master) -> float:
     """``master.judge()`` with a greenlet ticking every ms beside it: the longest the gevent loop waited (ms)."""
-    import gevent
+    from tests.kit.loop_watch import longest_loop_wait
 
-    gaps, done = [0.0], []
-
-    def ticker() -> None:
-        last = time.perf_counter()
-        while not done:
-            gevent.sleep(0.001)
-            gaps.append(time.perf_counter() - last)
-            last = time.perf_counter()
-
-    g = gevent.spawn(ticker)
-    gevent.sleep(0)
-    master.judge()
-    done.append(True)
-    g.join()
-    return max(gaps) * 1e3
+    return longest_loop_wait(master.judge)[1] * 1e3
 
 
 def _figures(workers: int, rounds: int, per_round: int, output: int, judged: int, round_ms: list[float],
