@@ -152,8 +152,6 @@ class Sketch:
                 self._pending.extend(other._pending)
             else:  # () or a decoded sketch's own (payload,)
                 self._pending = [*self._pending, *other._pending]
-            if len(self._pending) >= SETTLE_AT:
-                self._settle()
         bins, theirs = self._bins, other._bins
         if not bins:
             bins.update(theirs)  # the common first merge into an empty bucket
@@ -169,6 +167,8 @@ class Sketch:
             self._min = other._min
         if other._max > self._max:
             self._max = other._max
+        if len(self._pending) >= SETTLE_AT:  # last: merging into itself, the bins above are the ones before it
+            self._settle()
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -259,6 +259,11 @@ def test_a_sketch_no_one_reads_keeps_a_bounded_number_of_pending_bins() -> None:
         total.merge(decode_sketch(payload))
     assert len(total._pending) == 10 and total.bins() == {k: v * (sketch_module.SETTLE_AT + 10)
                                                           for k, v in one.bins().items()}
+    doubled = Sketch()
+    for _ in range(sketch_module.SETTLE_AT // 2 + 3):
+        doubled.merge(decode_sketch(payload))
+    doubled.merge(doubled)  # into itself, its pending past SETTLE_AT: folded once, after the bins are doubled
+    assert doubled.bins() == {k: v * (sketch_module.SETTLE_AT + 6) for k, v in one.bins().items()}
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
