@@ -173,8 +173,9 @@ def test_a_full_bucket_survives_the_wire():
     assert list(back.sketches)[:3] == ["send_lag", "ttft", "ttft_intended"]  # first seen first: the wire's order
 
 
-def test_a_version_1_bucket_with_its_rows_by_row_reads_the_same():
-    """A worker of protocol version 1 shipped its rows by row: the master reads them into the same columns."""
+def test_a_version_1_bucket_reads_as_the_same_bucket():
+    """A worker of protocol version 1 shipped its sketches as dicts and its rows by row: the master reads the same
+    bucket (written again, the version-2 bytes; the same rows by column)."""
     old = Bucket.from_wire(msgpack.unpackb(GOLDEN_FULL_BUCKET_V1, strict_map_key=False))
     assert msgpack.packb(old.to_wire()) == GOLDEN_FULL_BUCKET
     assert old.rows == Bucket.from_wire(msgpack.unpackb(GOLDEN_FULL_BUCKET, strict_map_key=False)).rows
