@@ -154,10 +154,12 @@ class StepPauses:
     def words(self) -> str:
         """"5 pauses of ~303 ms, every ~2.0 s ± 0.0, on both workers" (or "on 1 of 3 workers", "(max 577)" when one
         is far longer): for the tail's line."""
+        return self._words(self.recurring)
+
+    def _words(self, recurring: tuple[list[Pause], float, float] | None) -> str:
         n = len(self.pauses)
         if not n:
             return ""
-        recurring = self.recurring
         some = recurring is not None and len(recurring[0]) < n  # the period is the long ones', blips beside them
         shown = recurring[0] if some else self.pauses
         lengths = [p.length_ms for p in shown]
@@ -186,7 +188,7 @@ class StepPauses:
                 "max_ms": round(max(lengths), 1) if lengths else None,
                 "period_s": None if period is None else round(period[0], 3),
                 "period_sd_s": None if period is None else round(period[1], 3),
-                "words": self.words(), "long_prefills": len(self.prefills),
+                "words": self._words(recurring), "long_prefills": len(self.prefills),
                 "long_prefill_median_ms": round(statistics.median(p.length_ms for p in self.prefills), 1)
                 if self.prefills else None,
                 "listed": [{"start_s": round(p.start_ms / 1000, 3), "length_ms": round(p.length_ms, 1),

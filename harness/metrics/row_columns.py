@@ -117,7 +117,7 @@ class RowColumns:
             col.extend(more)
 
     def rows(self) -> list[list]:
-        """The rows as lists, in ``ROW_FIELDS`` order (what a worker ships)."""
+        """The rows as lists, in ``ROW_FIELDS`` order (what protocol version 1 shipped)."""
         return [list(r) for r in zip(*self.cols, strict=True)]
 
     def columns(self) -> dict[str, list]:

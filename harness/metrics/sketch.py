@@ -314,8 +314,9 @@ class Sketch:
 
 SETTLE_AT = 256
 """Pending payloads a sketch keeps at most (~650 bytes each for 73 bins): a sketch no one reads for minutes (a long
-step's, on a large fleet) folds them in batches of this many, ~0.5 ms each. A step's sketches reach it at the same
-report: 1,024 made that report 15-20 ms (six folds of ~2.5 ms, ``benchmarks/fleet_merge.py`` at 500 workers)."""
+step's, on a large fleet) folds them in batches of this many, ~1 ms each (0.8-2.0 ms at 500 workers). A step's
+sketches reach it at the same report: 1,024 made that report 15-20 ms (folds of 2-7 ms, ``benchmarks/fleet_merge.py``
+at 500 workers)."""
 PACKED_HEAD = 64
 """Bytes before a packed payload's bins (its header: ``metrics.wire``)."""
 _HEAD_WORDS = PACKED_HEAD // 4
