@@ -9,7 +9,8 @@ the answer is known. CPU time (``time.process_time``), best of 5. One JSON line 
 ``master_step`` lines: what the master really does per judged step, on the rows as it keeps them (joined by
 column as the workers' reports came, ``metrics.row_columns``: ``join_ms`` is that, paid report by report during the
 step, not at its end): explain the tail (``analysis.tail_rows.explain_rows``) and split TTFT
-(``analysis.decompose.ttft_split``), each part on its own and ``total_ms`` both as the ledger does it (GC paused);
+(``analysis.decompose.ttft_split``), each part on its own and ``total_ms`` both as the ledger does it (GC paused,
+one ``StepColumns`` whose arrays both read);
 plus the rows' msgpack bytes per request, and ``ratio_vs_sorted``: ``total_ms`` over the same run's ``sorted()`` of
 100k TTFT values (the machine's speed factored out, roughly; the VM's figures vary ±30% between runs).
 """
@@ -26,6 +27,7 @@ import msgpack
 
 from benchmarks.common import git_rev
 from harness.analysis.decompose import ttft_split
+from harness.analysis.step_columns import StepColumns
 from harness.analysis.tail import TailRow, explain_tail
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.metrics.record import RequestRecord
@@ -97,13 +99,15 @@ def main() -> None:
                           "ttft_p99": result.attributions[0].line, "git": rev}, ensure_ascii=False))
         wire = as_wire(rows)
         join = cpu_ms(lambda wire=wire: joined(wire))
-        c = joined(wire).columns()
-        tails, split = cpu_ms(lambda c=c: explain_rows(c)), cpu_ms(lambda c=c: ttft_split(c, None))
+        c = joined(wire).columns()  # each timed call on new StepColumns: no array made by the one before
+        tails = cpu_ms(lambda c=c: explain_rows(StepColumns(c)))
+        split = cpu_ms(lambda c=c: ttft_split(StepColumns(c), None))
 
         def step(wire: list = wire) -> None:  # as the ledger does it: the columns as kept, both, GC paused
-            c = joined(wire).columns()
+            rows = joined(wire).columns()
             with gc_paused():
                 t0 = time.process_time()
+                c = StepColumns(rows)  # the arrays the tail and the split share
                 explain_rows(c)
                 ttft_split(c, None)
                 return time.process_time() - t0
@@ -117,7 +121,7 @@ def main() -> None:
                           "row_bytes_per_request": round(len(msgpack.packb(wire)) / n, 1), "git": rev}))
         paused = with_pauses(wire)
         total_p = cpu_ms(lambda paused=paused: step(paused))
-        found = explain_rows(joined(paused).columns()).pauses
+        found = explain_rows(StepColumns(joined(paused).columns())).pauses
         print(json.dumps({"name": "master_step_pauses", "requests": n, "total_ms": round(total_p, 1),
                           "sorted_ms": round(ref, 2), "ratio_vs_sorted": round(total_p / ref, 1),
                           "target_ms": target, "ok": None if target is None else total_p < target,

@@ -22,6 +22,7 @@ from typing import Any
 from harness.analysis.classes import ClassStep, class_rows
 from harness.analysis.decompose import ttft_split
 from harness.analysis.pricing import CostSpec, Tokens
+from harness.analysis.step_columns import StepColumns
 from harness.analysis.tail import StepTails
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
 
@@ -50,7 +51,7 @@ def add_rows_detail(classes: Sequence[ClassStep], cols: dict[str, list], *,
     tokens and cost, into ``classes`` (in the mix's order, as ``class_steps`` made them)."""
     output_all = sum(o or 0 for o in cols["output"])
     for cls, idx in zip(classes, class_rows(cols, len(classes)), strict=True):
-        mine = subset(cols, idx)
+        mine = StepColumns(subset(cols, idx))  # its tail and split share its arrays
         if len(idx) >= MIN_ROWS:
             cls.tail = explain(mine).to_dict()
             cls.ttft_split = ttft_split(mine, NOT_PER_CLASS)

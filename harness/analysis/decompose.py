@@ -22,12 +22,12 @@ split is given for both, each part with its source.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import sub
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
+from harness.analysis.step_columns import floats, ints
 from harness.analysis.tail_rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
 
@@ -38,63 +38,54 @@ _QUANTILES = (0.5, 0.95)
 _TENTHS_PER_MS = 10  # the rows' latencies are in tenths of a millisecond
 
 
-def _stat(tenths: Sequence[int] | np.ndarray) -> dict | None:
-    """n, mean and nearest-rank quantiles (as the sketches) in ms of values in the rows' tenths of a ms: ints in an
-    array, partitioned, not sorted (a 100k-request step's sorts were most of the split's cost)."""
+def _stat(tenths: np.ndarray) -> dict | None:
+    """n, mean and nearest-rank quantiles (as the sketches) in ms of values in the rows' tenths of a ms (integers,
+    as float64: exact), partitioned, not sorted (a 100k-request step's sorts were most of the split's cost)."""
     import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
     n = len(tenths)
     if not n:
         return None
-    a = tenths if isinstance(tenths, np.ndarray) else np.fromiter(tenths, np.int64, n)
     ranks = [min(n - 1, int(q * n)) for q in _QUANTILES]
-    part = np.partition(a, ranks)
-    out: dict = {"n": n, "mean_ms": round(int(a.sum()) / n / _TENTHS_PER_MS, 3)}
+    part = np.partition(tenths, ranks)
+    out: dict = {"n": n, "mean_ms": round(int(tenths.sum()) / n / _TENTHS_PER_MS, 3)}
     out.update((f"p{round(q * 100)}_ms", round(int(part[k]) / _TENTHS_PER_MS, 3)) for q, k in zip(_QUANTILES, ranks,
                                                                                                     strict=True))
     return out
 
 
-def _both(ttft: list, part: list) -> tuple[list, list]:
-    """The TTFTs and the part of the successful requests that have it; the columns themselves (C-level checks)
-    when every request has both, the usual step."""
-    if None not in ttft and None not in part:
-        return ttft, part
-    pairs = [(t, v) for t, v in zip(ttft, part, strict=True) if t is not None and v is not None]
-    return [t for t, _ in pairs], [v for _, v in pairs]
-
-
 def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> dict | None:
-    """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``); ``server``: the
-    step's server summary (its ``stages``, if any). None without successful requests."""
-    c = rows if isinstance(rows, dict) else columns(rows)
-    ttft_all, flags = c["ttft"], c["flags"]
-    failed = None in ttft_all
-    ttft = [t for t in ttft_all if t is not None] if failed else list(ttft_all)
-    if not ttft:
-        return None
-    with_t, headers = _both(ttft_all, c["headers"])
-    if failed:
-        new = sum(1 for t, f in zip(ttft_all, flags, strict=True) if t is not None and f & FLAG_NEW_CONNECTION)
-        connect = [k for t, f, k in zip(ttft_all, flags, c["connect"], strict=True)
-                   if t is not None and k is not None and f & FLAG_NEW_CONNECTION]
-    else:  # a connect time is a new connection's
-        new = sum(1 for f in flags if f & FLAG_NEW_CONNECTION)
-        connect = [k for k, f in zip(c["connect"], flags, strict=True) if k is not None and f & FLAG_NEW_CONNECTION]
-    prefill = _both(ttft_all, c["server_prefill"]) if c["server_prefill"].count(None) < len(ttft_all) else ([], [])
+    """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``, a
+    ``StepColumns``' arrays shared with the tail's); ``server``: the step's server summary (its ``stages``, if any).
+    None without successful requests."""
     import numpy as np
 
-    with_t, headers = np.fromiter(with_t, np.int64, len(with_t)), np.fromiter(headers, np.int64, len(headers))
-    client = {"ttft": _stat(ttft), "headers": _stat(headers), "headers_to_first_token": _stat(with_t - headers),
-              "connect": _stat(connect),
-              "new_connection_share": round(new / len(ttft), 4),
-              "send": _stat(_both(ttft_all, c["send"])[1]), "loop_lag": _stat(_both(ttft_all, c["lag"])[1])}
+    c = rows if isinstance(rows, dict) else columns(rows)
+    ttft = floats(c, "ttft")
+    ok = ~np.isnan(ttft)  # a failure has no TTFT: none of its parts count
+    n_ok = int(ok.sum())
+    if not n_ok:
+        return None
+
+    def known(name: str) -> tuple[np.ndarray, np.ndarray]:  # the successful requests that have the part
+        part = floats(c, name)
+        has = ok & ~np.isnan(part)
+        return has, part[has]
+
+    new = ok & (ints(c, "flags") & FLAG_NEW_CONNECTION).astype(bool)
+    has_headers, headers = known("headers")
+    has_connect, connect = known("connect")  # a connect time is a new connection's
+    has_prefill, prefill = known("server_prefill")
+    client = {"ttft": _stat(ttft[ok]), "headers": _stat(headers), "headers_to_first_token": _stat(ttft[has_headers]
+                                                                                                   - headers),
+              "connect": _stat(connect[new[has_connect]]), "new_connection_share": round(int(new.sum()) / n_ok, 4),
+              "send": _stat(known("send")[1]), "loop_lag": _stat(known("lag")[1])}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
-    if prefill[0]:
+    if len(prefill):
         out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)",
-                         "prefill": _stat(prefill[1]), "queue": UNKNOWN,
-                         "network_client_queue": _stat(list(map(sub, *prefill)))}
+                         "prefill": _stat(prefill), "queue": UNKNOWN,
+                         "network_client_queue": _stat(ttft[has_prefill] - prefill)}
     elif stages.get("ttft"):
         src = "per step: the server's /metrics histograms (bucket bounds: [estimate, low, high] ms)"
         s_ttft, ct = stages["ttft"], client["ttft"]

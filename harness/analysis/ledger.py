@@ -44,6 +44,7 @@ from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_uni
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep
 from harness.analysis.sessions import cache_view, session_view
+from harness.analysis.step_columns import StepColumns
 from harness.analysis.steps import Generator, StepInfo, step_health, step_result
 from harness.analysis.tail import StepTails, TailParams
 from harness.analysis.tail_rows import explain_rows, gc_paused
@@ -323,7 +324,7 @@ class Ledger:
             probes = rows.take(list(compress(range(len(rows)), probe)))
             rows, seen = rows.take(list(compress(range(len(rows)), map(not_, probe)))), seen - len(probes)
             st.probes = probe_step(probes.columns()) if probes else None
-        cols = rows.columns()  # kept by column as the reports came (metrics.row_columns): nothing to build
+        cols = StepColumns(rows.columns())  # kept by column as the reports came; arrays made once, shared
         if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
             st.classes = class_steps(cols, sc.workload.mix, seen)
             st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")  # type: ignore[union-attr]

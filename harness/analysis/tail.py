@@ -35,11 +35,9 @@ from __future__ import annotations
 import math
 import random
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, gt, le, not_
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from harness.analysis.pauses import StepPauses
@@ -56,7 +54,6 @@ from harness.analysis.tail_features import (
     explains,
     feature_test,
     flat_tail,
-    median_of,
     mixture,
     share_phrase,
     time_test,
@@ -208,8 +205,8 @@ def _tested(feature: str, metric: str, params: TailParams) -> bool:
     return metric in ONLY_FOR.get(feature, METRICS) and not (feature == "loop_lag_ms" and params.kernel_stamps)
 
 
-def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: list[int], excluded: list[int],
-               uniform: list[int], cols: dict[str, list], coded: dict[str, Coded], times: np.ndarray, seconds: list,
+def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest: np.ndarray, ex: np.ndarray,
+               uniform: list[int], cols: dict, coded: dict[str, Coded], times: np.ndarray, seconds: Callable[[], list],
                params: TailParams, sampled: str | None, words: Mapping[str, str],
                medians: tuple[float, float]) -> TailAttribution:
     label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
@@ -220,8 +217,8 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     if flat := flat_tail(medians, params):  # the tail is the distribution's own spread: no outliers to explain
         return TailAttribution(**head, verdict="none", causes=[], line=f"{ql} {label}: {flat}")
     import numpy as np
-    at, ex = np.array(tail, dtype=np.int64), np.array(excluded, dtype=np.int64)
-    found = (time_test(times[at], times[np.array(rest, dtype=np.int64)], params)
+    at = np.array(tail, dtype=np.int64)
+    found = (time_test(times[at], times[rest], params)
              if f == "t_in_step_s" else feature_test(f, coded[f], at, ex, params)
              for f in FEATURES if _tested(f, metric, params))
     raw = [r for r in found if r is not None]
@@ -230,7 +227,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
     for r, ph in zip(raw, adjusted, strict=True):
         said = (words.get(r["cause"]) or CAUSES.get(r["cause"])) if r["cause"] else None
         if r["cause"] == "connect":
-            said = connect_cost(label, seconds, list(map(cols["new_connection"].__getitem__, uniform)))
+            said = connect_cost(label, seconds(), list(map(cols["new_connection"].__getitem__, uniform)))
         tests.append(FeatureTest(**r, p_holm=ph, significant=ph <= params.alpha, cause_words=said))
     counted = sorted((t for t in tests if t.significant and t.material and t.feature != "t_in_step_s"),
                      key=lambda t: -abs(t.effect))
@@ -281,41 +278,25 @@ def _shares(counted: list[FeatureTest], tail: list[int], cols: dict[str, list]) 
     return sorted(out, key=lambda x: -len(x[1]))
 
 
-def _column(values: Sequence) -> tuple[list, int]:
-    """A metric's values, missing ones (None, NaN: failures, one-token answers) as -inf; and how many are known."""
-    col = values if isinstance(values, list) else list(values)  # read, never written: no copy
-    try:
-        if not math.isnan(sum(col)):  # one C-level pass finds both: None raises, NaN propagates
-            return col, len(col)
-    except TypeError:
-        pass
-    col = [MISSING if v is None or v != v else v for v in col]
-    return col, len(col) - col.count(MISSING)
+def _tails(col: np.ndarray, known: int, quantiles: Sequence[float]) -> list[tuple[float, np.ndarray]]:
+    """Each quantile's exact threshold (a value of the column: in the rows' tenths of a millisecond, an integer) and
+    the indices above it, ascending. ``col``: float64, missing values NaN; ``known``: how many are not. One
+    partition of the known values for all the quantiles (a sort of 100k values as Python ints cost more than the
+    tests that follow)."""
+    import numpy as np
+
+    vals = col[~np.isnan(col)] if known < len(col) else col
+    ranks = [math.floor(q * (known - 1)) for q in quantiles]
+    part = np.partition(vals, ranks)
+    return [(q, float(part[k]), np.flatnonzero(col > part[k])) for q, k in zip(quantiles, ranks, strict=True)]
 
 
-def _tails(col: list, known: int, uniform: list[int], quantiles: Sequence[float]) -> list[tuple[float, float, list]]:
-    """Each quantile's exact threshold (a value of the column: an int in the rows' tenths of a millisecond) and the
-    indices above it. When the rest is sampled, the sample's quantile a few standard errors lower bounds them first,
-    so only the top few percent are sorted, not 100k values. Bounds and thresholds are the column's own values and
-    compare with ``operator.gt``: int against int, twice as fast as int against float (and no NotImplemented)."""
-    n, missing = len(col), len(col) - known
-    lowest = missing + math.floor(min(quantiles) * (known - 1))
-    cand: Sequence[int] = range(n)
-    known_sample = sorted(map(col.__getitem__, uniform)) if len(uniform) < n else []
-    known_sample = known_sample[bisect_right(known_sample, MISSING):]  # missing values sort first
-    if known_sample:
-        q = min(quantiles)
-        q_low = max(0.0, q - 0.01 - 4 * math.sqrt(q * (1 - q) / len(known_sample)))
-        bound = known_sample[math.floor(q_low * (len(known_sample) - 1))]
-        above = list(compress(range(n), map(gt, col, repeat(bound))))
-        cand = above if n - len(above) <= lowest else cand  # else the sample misled us (rare): sort everything
-    vals = sorted(map(col.__getitem__, cand))
-    offset = n - len(vals)
-    out = []
-    for q in quantiles:
-        thr = vals[missing + math.floor(q * (known - 1)) - offset]
-        out.append((q, thr, list(compress(cand, map(gt, map(col.__getitem__, cand), repeat(thr))))))
-    return out
+def _upper_median(values: np.ndarray) -> float:
+    """``median_of`` of an array: the upper median, 0 for none."""
+    import numpy as np
+
+    k = len(values) // 2
+    return float(np.partition(values, k)[k]) if len(values) else 0.0
 
 
 DEFAULT_PARAMS = TailParams()
@@ -350,40 +331,52 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"explain_tail: unknown metrics {unknown}; choose from {list(METRICS)}")
+    import numpy as np  # here, not at import: workers and masters start without it
+
     n = len(next(iter(columns.values()), ()))
     uniform = sorted(random.Random(params.seed).sample(range(n), params.max_rest)) if n > params.max_rest else list(
         range(n))
     found = []
     for m in metrics:
-        col, known = _column(columns[m])
+        col = np.asarray(columns[m], dtype=np.float64)  # None: NaN, missing (failures, one-token answers)
+        known = n - int(np.isnan(col).sum())
         if known:
-            found.append((m, col, known, _tails(col, known, uniform, params.quantiles)))
-    needed = sorted(set(uniform).union(*(t for *_, per_q in found for _, _, t in per_q)))
-    pos = {i: j for j, i in enumerate(needed)}
+            found.append((m, col, known, _tails(col, known, params.quantiles)))
+    at = np.array(uniform, dtype=np.int64)
+    needed = np.union1d(at, np.concatenate([t for *_, per_q in found for _, _, t in per_q] or [at])).astype(np.int64)
+    idx = needed.tolist()
     derived = derived or {}
-    cols = {f: derived[f](needed) if f in derived else list(map(columns[f].__getitem__, needed)) if f in columns
-            else [None] * len(needed) for f in FEATURES}
+    cols = {f: derived[f](idx) if f in derived else _gather(columns[f], needed, idx) if f in columns
+            else [None] * len(idx) for f in FEATURES}
     words = {**(words or {}), **({"pauses": pause_words(pauses)} if pauses is not None and pauses.pauses else {})}
-    uni = list(map(pos.__getitem__, uniform))
-    import numpy as np  # here, not at import: workers and masters start without it
-
-    coded = code_features(cols, np.array(uni, dtype=np.int64))
+    uni = np.searchsorted(needed, at)  # the uniform sample's positions among the rows tested
+    coded = code_features(cols, uni)
     times = np.array(cols["t_in_step_s"], dtype=np.float64)  # None: NaN
     out = []
     for m, col, known, per_q in found:
-        values = list(map(col.__getitem__, uniform))
-        seconds = values if per_s == 1 else [v / per_s for v in values]  # only the connect cost reads them
+        values = col[at]
+
+        def seconds(values: np.ndarray = values) -> list:  # only the connect cost reads them: missing as MISSING
+            return (np.where(np.isnan(values), MISSING, values) / per_s).tolist()
+
         for q, thr, tail in per_q:
-            in_rest = list(map(le, values, repeat(thr))) if known == n else [MISSING < v <= thr for v in values]
-            rest, excluded = list(compress(uni, in_rest)), list(compress(uni, map(not_, in_rest)))
+            in_rest = values <= thr  # NaN: never
+            rest, excluded = uni[in_rest], uni[~in_rest]
             sampled = None
             if n > params.max_rest:
                 sampled = (f"every tail request and a uniform sample of {len(rest)} of the {known - len(tail)} others "
                            f"(seed {params.seed})")
-            medians = (median_of(map(col.__getitem__, tail)) / per_s, median_of(compress(values, in_rest)) / per_s)
-            out.append(_attribute(m, q, float(thr) / per_s, known, list(map(pos.__getitem__, tail)), rest, excluded,
-                                  uni, cols, coded, times, seconds, params, sampled, words, medians))
+            medians = (_upper_median(col[tail]) / per_s, _upper_median(values[in_rest]) / per_s)
+            out.append(_attribute(m, q, thr / per_s, known, np.searchsorted(needed, tail).tolist(), rest, excluded,
+                                  uni.tolist(), cols, coded, times, seconds, params, sampled, words, medians))
     return StepTails(out, pauses)
+
+
+def _gather(col: Sequence, needed: np.ndarray, idx: list[int]) -> Sequence:
+    """A column's values at the rows tested: an array's by one gather, a list's as a list."""
+    import numpy as np
+
+    return col[needed] if isinstance(col, np.ndarray) else list(map(col.__getitem__, idx))
 
 
 def pause_words(pauses: StepPauses) -> str:

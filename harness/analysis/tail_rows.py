@@ -18,6 +18,7 @@ from itertools import chain
 
 from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
 from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
+from harness.analysis.step_columns import StepColumns, floats, ints
 from harness.analysis.tail import StepTails, TailParams, explain_columns
 from harness.metrics.rows import (
     FLAG_AFTER_ERROR,
@@ -73,24 +74,28 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     on its connection (``after_error``). The rows' stream silences give the step's server-wide pauses
     (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's ``itl_p50_s`` long) and each request's ``in_pause``
     (``in_pause_first``: before its first token); long prompts, ``behind_long_prefill`` (``analysis.prefill_hol``)."""
-    c = rows if isinstance(rows, dict) else columns(rows)
-    flags, t_ms = c["flags"], c["t_ms"]
+    c = rows if isinstance(rows, StepColumns) else StepColumns(rows if isinstance(rows, dict) else columns(rows))
+    flags, t_ms = ints(c, "flags"), ints(c, "t_ms")
     times = [t for t, _ in waiting]
+    sent = c["t_ms"]
 
     def waiting_at(idx: list[int]) -> list:
-        return [_nearest(times, waiting, started + t_ms[i] / 1000) for i in idx] if times else [None] * len(idx)
+        return [_nearest(times, waiting, started + sent[i] / 1000) for i in idx] if times else [None] * len(idx)
 
-    # The latencies stay in tenths of a millisecond and the flags, send times and queue are read only for the rows
-    # tested (explain_columns): converting all 100k of each cost more than the tests themselves.
-    data = {"ttft_s": c["ttft"], "tpot_s": c["tpot"], "e2e_s": c["e2e"], "ttfo_s": c["ttfo"],
-            "prompt_tokens": c["prompt"], "output_tokens": c["output"], "cached_tokens": c["cached"],
-            "worker": c["worker"], "in_flight": c["in_flight"], "turn": c["turn"]}
-    derived = {"new_connection": lambda idx: [bool(flags[i] & FLAG_NEW_CONNECTION) for i in idx],
-               "after_error": lambda idx: [bool(flags[i] & FLAG_AFTER_ERROR) for i in idx],
-               "late_stamps": lambda idx: [bool(flags[i] & FLAG_LATE_STAMPS) for i in idx],
-               "late_first": lambda idx: [bool(flags[i] & FLAG_LATE_FIRST) for i in idx],
-               "t_in_step_s": lambda idx: [t_ms[i] / 1000 for i in idx], "server_waiting": waiting_at,
-               "send_ms": _ms(c["send"]), "loop_lag_ms": _ms(c["lag"])}
+    def flag(bit: int) -> Callable[[list[int]], list]:
+        return lambda idx: (flags[idx] & bit).astype(bool).tolist()
+
+    # Numbers as float64 arrays made once a step (StepColumns; the TTFT split reads the same ones), in tenths of a
+    # millisecond: only ranks and a few values are read. Flags, send times and queue only for the rows tested.
+    data = {"ttft_s": floats(c, "ttft"), "tpot_s": floats(c, "tpot"), "e2e_s": floats(c, "e2e"),
+            "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": floats(c, "output"),
+            "cached_tokens": floats(c, "cached"), "worker": c["worker"], "in_flight": floats(c, "in_flight"),
+            "turn": floats(c, "turn")}
+    derived = {"new_connection": flag(FLAG_NEW_CONNECTION), "after_error": flag(FLAG_AFTER_ERROR),
+               "late_stamps": flag(FLAG_LATE_STAMPS), "late_first": flag(FLAG_LATE_FIRST),
+               "t_in_step_s": lambda idx: t_ms[idx] / 1000, "server_waiting": waiting_at,
+               "send_ms": lambda idx: floats(c, "send")[idx] / 10,
+               "loop_lag_ms": lambda idx: floats(c, "lag")[idx] / 10}
     pauses, words = _stream_features(c, itl_p50_s, derived)
     return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses, words=words)
 
@@ -124,11 +129,6 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
         words["hol"] = (f"head-of-line blocking behind long prefills (prompts over {threshold:,} tokens); consider "
                         "chunked prefill")
     return pauses, words
-
-
-def _ms(tenths: list) -> Callable[[list[int]], list]:
-    """A column of tenths of a ms, read in ms for the rows tested only."""
-    return lambda idx: [None if v is None else v / 10 for v in map(tenths.__getitem__, idx)]
 
 
 def _nearest(times: list[float], samples: Sequence[tuple[float, float]], t: float) -> int | None:
