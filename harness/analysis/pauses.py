@@ -34,7 +34,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
-from operator import is_, is_not, itemgetter
+from operator import is_not, itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -233,11 +233,11 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
     rows = None if nones == 0 else list(compress(range(n), map(is_not, gaps, repeat(None))))
 
     def column(c: Sequence) -> Sequence:  # the rows with silences: every row, most steps (no copy then)
-        return c if rows is None else list(map(c.__getitem__, rows))
+        return c if rows is None else c[rows] if isinstance(c, np.ndarray) else list(map(c.__getitem__, rows))
 
     g = column(gaps)
     pairs = np.fromiter(chain.from_iterable(g), np.int64)  # (offset, length) per silence, ms since the send
-    workers = len(set(worker))
+    workers = len(np.unique(worker) if isinstance(worker, np.ndarray) else set(worker))
     none = StepPauses([], workers=workers, min_ms=min_ms)
     first = np.array(column(ttft), dtype=float)  # None: nan (a failure before its first token)
     firsts = first[~np.isnan(first)]  # the upper median: a partition, not a sort
@@ -334,14 +334,18 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
     without an end (a failure)."""
     import numpy as np
 
-    if not idx:
+    if not len(idx):
         return []
-    get = itemgetter(*idx) if len(idx) > 1 else lambda col: (col[idx[0]],)  # C-level gathers
-    ends = get(e2e)
-    sent = np.array(get(t_ms), dtype=float)
-    ended = sent + np.array(ends, dtype=float) / _TENTHS_PER_MS  # None: nan, and nan stays None below
+    at = np.asarray(idx, dtype=np.int64)
+    get = itemgetter(*idx) if len(idx) > 1 else lambda col: (col[idx[0]],)  # C-level gathers from a list
+
+    def gather(col: Sequence) -> np.ndarray:  # arrays: StepColumns' (analysis.step_columns)
+        return col[at] if isinstance(col, np.ndarray) else np.array(get(col))
+
+    sent, ends = gather(t_ms).astype(float), gather(e2e).astype(float)  # None: nan, and nan stays None below
+    ended = sent + ends / _TENTHS_PER_MS
     total = np.zeros(len(idx))
-    names, code = np.unique(np.array(get(worker)), return_inverse=True)
+    names, code = np.unique(gather(worker), return_inverse=True)
     for k, w in enumerate(names.tolist()):
         seen = [p for p in pauses if len(p.workers) > 1 or w in p.workers]
         if not seen:
@@ -356,6 +360,6 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
             done += p.length_ms
         total[mine] = np.interp(ended[mine], edges, spent) - np.interp(sent[mine], edges, spent)
     out = np.round(np.nan_to_num(total)).astype(int).tolist()
-    for j in compress(range(len(out)), map(is_, ends, repeat(None))):  # failures: few, found in one C-level pass
+    for j in np.flatnonzero(np.isnan(ends)).tolist():  # failures: few
         out[j] = None
     return out

@@ -39,21 +39,25 @@ def long_prompt_threshold(prompt: Sequence) -> int | None:
 
 
 class LongPrefills:
-    """Usage: ``LongPrefills(t_ms, ttft, prompt, threshold).behind(indices)`` (the rows' columns, ``metrics.rows``)."""
+    """Usage: ``LongPrefills(t_ms, ttft, prompt, threshold).behind(indices)`` (the rows' columns, ``metrics.rows``:
+    lists, or arrays with NaN for None, ``analysis.step_columns``)."""
 
     def __init__(self, t_ms: Sequence[int], ttft: Sequence, prompt: Sequence, threshold: int) -> None:
         import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
-        self.t_ms, self.ttft, self.prompt, self.threshold = t_ms, ttft, prompt, threshold
-        prompts = np.array(prompt, dtype=float)  # None: nan, never long
-        long = np.flatnonzero(prompts >= threshold).tolist()
-        windows = sorted((t_ms[i], t_ms[i] + ttft[i] / _TENTHS_PER_MS, prompt[i]) for i in long if ttft[i] is not None)
-        self.starts = np.array([a for a, _, _ in windows], dtype=float)
-        self.reach = np.maximum.accumulate(np.array([b for _, b, _ in windows], dtype=float))  # latest end of first k
-        firsts = sorted((b, n) for _, b, n in windows)
-        self.first_tokens = [b for b, _ in firsts]
+        self.t_ms, self.ttft, self.prompt = (np.asarray(c, dtype=np.float64) for c in (t_ms, ttft, prompt))
+        self.threshold = threshold
+        long = np.flatnonzero(self.prompt >= threshold)  # NaN: never long
+        long = long[~np.isnan(self.ttft[long])]
+        start, prompts = self.t_ms[long], self.prompt[long].astype(np.int64)
+        end = start + self.ttft[long] / _TENTHS_PER_MS
+        order = np.lexsort((prompts, end, start))  # by start, then end, then prompt
+        self.starts = start[order]
+        self.reach = np.maximum.accumulate(end[order])  # latest end of the first k
+        firsts = np.lexsort((prompts, end))
+        self.first_tokens = end[firsts].tolist()
         """When each long prompt's first token came (ms): its prefill ended then."""
-        self.first_token_prompts = [n for _, n in firsts]
+        self.first_token_prompts = prompts[firsts].tolist()
         """The prompt tokens of each of ``first_tokens``: what its prefill cost grows with."""
 
     @property
@@ -66,17 +70,14 @@ class LongPrefills:
         prompt itself and a row without TTFT or prompt."""
         import numpy as np
 
-        prompt, ttft, t_ms, threshold = self.prompt, self.ttft, self.t_ms, self.threshold
-        asked = [j for j, i in enumerate(idx)
-                 if prompt[i] is not None and ttft[i] is not None and prompt[i] < threshold]
-        rows = [idx[j] for j in asked]
-        sent = np.array([t_ms[i] for i in rows], dtype=float)
-        first = sent + np.array([ttft[i] for i in rows], dtype=float) / _TENTHS_PER_MS
+        at = np.asarray(idx, dtype=np.int64)
+        prompt, ttft = self.prompt[at], self.ttft[at]
+        asked = np.flatnonzero((prompt < self.threshold) & ~np.isnan(ttft))  # NaN prompt: not below
+        sent = self.t_ms[at[asked]]
+        first = sent + ttft[asked] / _TENTHS_PER_MS
         # the windows that start before each wait ends, then: does the latest-ending one reach into the wait?
         k = np.searchsorted(self.starts, first, side="left")
         reach = self.reach[np.maximum(k - 1, 0)] if len(self.reach) else np.zeros(len(k))
-        hit = ((k > 0) & (reach > sent)).tolist()
-        out: list = [None] * len(idx)
-        for j, h in zip(asked, hit, strict=True):
-            out[j] = h
-        return out
+        out = np.full(len(at), None, dtype=object)
+        out[asked] = ((k > 0) & (reach > sent)).tolist()
+        return out.tolist()

@@ -58,7 +58,10 @@ def ints(cols: Mapping[str, Sequence], name: str) -> np.ndarray:
 def _floats(col: Sequence) -> np.ndarray:
     import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
-    return np.array(col, dtype=np.float64)
+    try:  # ~40% cheaper than np.array when there is no None; a None, usually among the first, ends it soon
+        return np.fromiter(col, np.float64, len(col))
+    except TypeError:
+        return np.array(col, dtype=np.float64)
 
 
 def _ints(col: Sequence) -> np.ndarray:

@@ -105,19 +105,20 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
     """``in_pause`` (when the rows carry stream silences) and ``behind_long_prefill`` (when the step has long
     prompts) into ``derived``; the step's pauses and the words with this step's figures. A pause that ended as a long
     prompt's first token came was that prefill: it counts for ``behind_long_prefill``, not ``in_pause``."""
-    t_ms, e2e, worker, pauses, words = c["t_ms"], c["e2e"], c["worker"], None, {}
+    t_ms, ttft, e2e, worker, pauses, words = ints(c, "t_ms"), floats(c, "ttft"), floats(c, "e2e"), ints(
+        c, "worker"), None, {}
     threshold = long_prompt_threshold(c["prompt"])
-    hol = LongPrefills(t_ms, c["ttft"], c["prompt"], threshold) if threshold is not None else None
+    hol = LongPrefills(t_ms, ttft, floats(c, "prompt"), threshold) if threshold is not None else None
     if c["gaps"].count(None) < len(c["gaps"]):  # C-level: most steps' rows all carry it, or none does
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000
-        pauses = find_pauses(t_ms, c["ttft"], e2e, c["gaps"], worker, min_ms=min_ms)
+        pauses = find_pauses(t_ms, ttft, e2e, c["gaps"], worker, min_ms=min_ms)
         if hol is not None:
             pauses = pauses.without_prefills(hol.first_tokens, hol.first_token_prompts)
         found = pauses
         derived["in_pause"] = lambda idx: [None if ms is None else ms > 0
                                            for ms in in_pause_ms(idx, t_ms, e2e, worker, found.pauses)]
         derived["in_pause_first"] = lambda idx: [None if ms is None else ms > 0  # send to the first token
-                                                 for ms in in_pause_ms(idx, t_ms, c["ttft"], worker, found.pauses)]
+                                                 for ms in in_pause_ms(idx, t_ms, ttft, worker, found.pauses)]
     if hol is not None:
         held = pauses.prefills if pauses is not None else []
 

@@ -24,7 +24,7 @@ from harness.metrics.rows import ROW_FIELDS, check_rows
 __all__ = ["RowColumns"]
 
 _N = len(ROW_FIELDS)
-_FLAGS, _T_MS, _GAPS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "gaps"))
+_FLAGS, _T_MS, _WORKER, _GAPS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "worker", "gaps"))
 _GAP_TYPES = frozenset((list, type(None)))
 
 
@@ -70,7 +70,7 @@ class RowColumns:
 
     def extend_rows(self, rows: list) -> None:
         """Rows from the wire: every row a list of ``ROW_FIELDS``' length (an older kneecap's padded with None,
-        ``check_rows``) with integer flags and send time; else ValueError and nothing added."""
+        ``check_rows``) with integer flags, send time and worker; else ValueError and nothing added."""
         if not rows:
             return
         if not isinstance(rows, list):
@@ -78,8 +78,7 @@ class RowColumns:
         # the usual batch in C-level passes: lists only (a dict's keys or a string would chain too), the total
         # length, and exact int flags and send times (a bool or another type takes check_rows' path)
         flat = list(chain.from_iterable(rows)) if set(map(type, rows)) == {list} else []
-        if len(flat) != _N * len(rows) or set(map(type, flat[_FLAGS::_N])) != {int} \
-                or set(map(type, flat[_T_MS::_N])) != {int}:
+        if len(flat) != _N * len(rows) or any(set(map(type, flat[i::_N])) != {int} for i in (_FLAGS, _T_MS, _WORKER)):
             check_rows(rows)  # pads an older kneecap's rows in place, refuses a malformed one by name
             flat = list(chain.from_iterable(rows))
         gaps = flat[_GAPS::_N]
@@ -92,12 +91,13 @@ class RowColumns:
 
     @classmethod
     def from_wire(cls, cols: object) -> RowColumns:
-        """Columns off the wire (``ROW_FIELDS``' number of lists of one length, integer flags and send times, gaps
-        lists or None); the lists are taken, not copied: ValueError naming what is wrong, and nothing kept."""
+        """Columns off the wire (``ROW_FIELDS``' number of lists of one length, integer flags, send times and
+        workers, gaps lists or None); the lists are taken, not copied: ValueError naming what is wrong, and nothing
+        kept."""
         if not (type(cols) is list and len(cols) == _N and set(map(type, cols)) == {list}
                 and len(set(map(len, cols))) == 1):
             raise ValueError(f"request rows by column must be {_N} lists of one length, got {cols!r:.80}")
-        for name, i in (("flags", _FLAGS), ("t_ms", _T_MS)):
+        for name, i in (("flags", _FLAGS), ("t_ms", _T_MS), ("worker", _WORKER)):
             if cols[i] and set(map(type, cols[i])) != {int}:
                 raise ValueError(f"request rows' {name} must be integers, got {cols[i]!r:.80}")
         gaps = cols[_GAPS]

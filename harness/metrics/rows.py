@@ -115,15 +115,15 @@ def decode_row(row: list) -> dict:
 
 
 def check_rows(rows: object) -> None:
-    """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags and send times are
-    integers (what the master needs before it reads them by column). A row of an older kneecap (``_OLDER_LENGTHS``)
+    """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags, send times and workers
+    are integers (what the master needs before it reads them by column). A row of an older kneecap (``_OLDER_LENGTHS``)
     gets the fields it lacks as None, in place: unknown, the rest is the same."""
     n = len(ROW_FIELDS)
     for row in rows:  # type: ignore[attr-defined]
         if isinstance(row, list) and len(row) in _OLDER_LENGTHS:
             row.extend([None] * (n - len(row)))
-        if not isinstance(row, list) or len(row) != n or not isinstance(row[7], int) or not isinstance(row[9], int):
-            raise ValueError(f"a request row has {n} fields with integer flags and send time, got {row!r:.80}")
+        if not isinstance(row, list) or len(row) != n or not all(isinstance(row[i], int) for i in (7, 9, 11)):
+            raise ValueError(f"a request row has {n} fields with integer flags, send time and worker, got {row!r:.80}")
 
 
 def _seconds(tenths: int | None) -> float | None:

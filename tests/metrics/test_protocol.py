@@ -137,6 +137,10 @@ def test_report_without_health_or_records():
      "flags must be integers"),
     ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 15 + [["ab"]] + [[1]] * 3}]]},
      "gaps must be a list or None"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 11 + [[None]] + [[1]] * 7}]]},
+     "worker must be integers"),  # the analysis reads them as an integer array
+    ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rows": [[1] * 11 + ["w0"] + [1] * 7]}]]},
+     "integer flags, send time and worker"),
 ])
 def test_unreadable_payloads_are_refused_by_name(payload, words):
     with pytest.raises(ProtocolError, match="worker w7") as err:
