@@ -85,12 +85,13 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     def flag(bit: int) -> Callable[[list[int]], list]:
         return lambda idx: (flags[idx] & bit).astype(bool).tolist()
 
-    # Numbers as float64 arrays made once a step (StepColumns; the TTFT split reads the same ones), in tenths of a
-    # millisecond: only ranks and a few values are read. Flags, send times and queue only for the rows tested.
+    # The latencies (every row ranked) and prompts (every row looked at for long ones) as float64 arrays made once a
+    # step (StepColumns; the TTFT split and the pauses read the same ones), in tenths of a millisecond. The features
+    # read for the rows tested only stay lists (a gather of 20k values costs less than converting 100k), and the
+    # flags, send times and queue are derived for those rows only.
     data = {"ttft_s": floats(c, "ttft"), "tpot_s": floats(c, "tpot"), "e2e_s": floats(c, "e2e"),
-            "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": floats(c, "output"),
-            "cached_tokens": floats(c, "cached"), "worker": c["worker"], "in_flight": floats(c, "in_flight"),
-            "turn": floats(c, "turn")}
+            "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": c["output"],
+            "cached_tokens": c["cached"], "worker": c["worker"], "in_flight": c["in_flight"], "turn": c["turn"]}
     derived = {"new_connection": flag(FLAG_NEW_CONNECTION), "after_error": flag(FLAG_AFTER_ERROR),
                "late_stamps": flag(FLAG_LATE_STAMPS), "late_first": flag(FLAG_LATE_FIRST),
                "t_in_step_s": lambda idx: t_ms[idx] / 1000, "server_waiting": waiting_at,
