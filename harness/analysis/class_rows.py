@@ -33,7 +33,9 @@ MIN_ROWS = 50
 
 
 def subset(cols: dict[str, list], idx: list[int]) -> dict[str, list]:
-    """The columns of the rows ``idx`` only (a C-level gather per column)."""
+    """The columns of the rows ``idx`` only (a C-level gather per column; a ``StepColumns``' arrays by one)."""
+    if isinstance(cols, StepColumns):
+        return cols.take(idx)
     if len(idx) == 1:
         return {k: [v[idx[0]]] for k, v in cols.items()}
     get = itemgetter(*idx) if idx else (lambda _: ())

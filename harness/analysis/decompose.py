@@ -21,7 +21,7 @@ split is given for both, each part with its source.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
     None without successful requests."""
     import numpy as np
 
-    c = rows if isinstance(rows, dict) else columns(rows)
+    c = rows if isinstance(rows, Mapping) else columns(rows)
     ttft = floats(c, "ttft")
     ok = ~np.isnan(ttft)  # a failure has no TTFT: none of its parts count
     n_ok = int(ok.sum())

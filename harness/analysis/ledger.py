@@ -323,7 +323,7 @@ class Ledger:
             probe = [c == PROBE_CLASS for c in rows.cols[_CLASS]]
             probes = rows.take(list(compress(range(len(rows)), probe)))
             rows, seen = rows.take(list(compress(range(len(rows)), map(not_, probe)))), seen - len(probes)
-            st.probes = probe_step(probes.columns()) if probes else None
+            st.probes = probe_step(StepColumns(probes.columns())) if probes else None
         cols = StepColumns(rows.columns())  # kept by column as the reports came; arrays made once, shared
         if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
             st.classes = class_steps(cols, sc.workload.mix, seen)

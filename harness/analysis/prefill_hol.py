@@ -30,7 +30,7 @@ _TENTHS_PER_MS = 10
 def long_prompt_threshold(prompt: Sequence) -> int | None:
     """The prompt length from which a prompt is long in this step, or None (too few prompts, or none long)."""
     step = max(1, len(prompt) // _SAMPLE)
-    known = sorted(p for p in prompt[::step] if p is not None)
+    known = sorted(p for p in prompt[::step] if p is not None and p == p)  # None or NaN: unknown
     if len(known) < 20:
         return None
     median, p95 = known[len(known) // 2], known[int(0.95 * (len(known) - 1))]

@@ -1,17 +1,20 @@
-"""A judged step's request-row columns, each turned into a numpy array at most once. Pure (numpy at first use).
+"""A judged step's request-row columns as numpy arrays (without a copy) and, where asked, as lists. Pure.
 
-The master keeps a step's rows as Python lists by column (``metrics.row_columns``) and its analysis reads them
-many times: the tail's four metrics, the TTFT split's parts, the pauses' send times and ends, the long prompts. Each
-read that wants numbers in an array paid its own list → array pass (~3 ms a column at 100k requests): a fifth of a
-judged step went to converting the same columns again (``benchmarks/tail_attribution.py``, cProfile). A
-``StepColumns`` is the step's columns (name → list, read as before) and each column's array, made on the first ask.
-The analysis asks through ``floats``/``ints`` below, which take a plain dict of lists too (tests, a worker's report):
-then the array is made each time, as before.
+The master keeps a step's rows by column, each number a float64 ``array('d')`` (None as NaN,
+``metrics.row_columns``); its analysis reads them many times: the tail's four metrics, the TTFT split's parts, the
+pauses' send times and ends, the long prompts. ``StepColumns`` gives each as a numpy array over the same memory
+(``floats``; ``ints`` an int64 copy, made once) — converting Python lists again for each reader was a third of a
+judged 100k-request step (``benchmarks/tail_attribution.py``). Reading it as a mapping (``cols["output"]``) gives
+what the rest of the analysis was written for, a list of ints and None, made once a column and only for the columns
+read that way (a mix's classes, the probes). A plain dict of lists (tests, ``tail_rows.columns``) works the same:
+the functions ``floats``/``ints`` convert its lists each time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,51 +23,92 @@ if TYPE_CHECKING:
 __all__ = ["StepColumns", "floats", "ints"]
 
 
-class StepColumns(dict):
-    """name → the column as kept (a list: read it, never write it); ``floats(name)``, ``ints(name)``: its array,
-    made once."""
+class StepColumns(Mapping):
+    """name → the column as a list of ints and None (``gaps``: its list); ``floats(name)``, ``ints(name)``: as an
+    array (read them, never write them); ``take(idx)``: the rows ``idx`` as another ``StepColumns``."""
 
-    __slots__ = ("_arrays",)
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        self._raw = dict(columns.items() if not isinstance(columns, StepColumns) else columns._raw.items())
+        self._made: dict[tuple[str, str], Any] = {}
 
-    def __init__(self, columns: Mapping[str, Sequence] = (), /) -> None:
-        super().__init__(columns)
-        self._arrays: dict[tuple[str, str], Any] = {}
+    def __getitem__(self, name: str) -> Sequence:
+        raw = self._raw[name]
+        if isinstance(raw, list):
+            return raw
+        return self._memo(name, "l", lambda: _as_list(self.floats(name)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
     def floats(self, name: str) -> np.ndarray:
         """The column as float64, None as NaN (the rows' values are integers below 2^53: exact)."""
-        key = (name, "f")
-        if key not in self._arrays:
-            self._arrays[key] = _floats(self[name])
-        return self._arrays[key]
+        raw = self._raw[name]
+        return self._memo(name, "f", lambda: _floats(raw))
 
     def ints(self, name: str) -> np.ndarray:
         """The column as int64: a column that never holds None (flags, send times, workers); TypeError otherwise."""
-        key = (name, "i")
-        if key not in self._arrays:
-            self._arrays[key] = _ints(self[name])
-        return self._arrays[key]
+        raw = self._raw[name]
+        return self._memo(name, "i", lambda: _ints(raw))
+
+    def take(self, idx: Sequence[int]) -> StepColumns:
+        """The rows ``idx`` (in that order): arrays gathered, lists by a C-level gather."""
+        import numpy as np
+
+        at = np.asarray(idx, dtype=np.int64)
+        get = itemgetter(*idx) if len(idx) > 1 else (lambda col: tuple(col[i] for i in idx))
+        return StepColumns({k: list(get(v)) if isinstance(v, list) else self.floats(k)[at]
+                            for k, v in self._raw.items()})
+
+    def _memo(self, name: str, kind: str, make: Any) -> Any:
+        key = (name, kind)
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
 
 
-def floats(cols: Mapping[str, Sequence], name: str) -> np.ndarray:
+def floats(cols: Mapping[str, Any], name: str) -> np.ndarray:
     """``cols[name]`` as float64, None as NaN: a ``StepColumns``' own array (read it, never write it)."""
     return cols.floats(name) if isinstance(cols, StepColumns) else _floats(cols[name])
 
 
-def ints(cols: Mapping[str, Sequence], name: str) -> np.ndarray:
+def ints(cols: Mapping[str, Any], name: str) -> np.ndarray:
     """``cols[name]`` as int64 (no None in it): a ``StepColumns``' own array (read it, never write it)."""
     return cols.ints(name) if isinstance(cols, StepColumns) else _ints(cols[name])
 
 
-def _floats(col: Sequence) -> np.ndarray:
+def _floats(col: Any) -> np.ndarray:
     import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
+    if isinstance(col, array):
+        return np.frombuffer(col, dtype=np.float64)  # the same memory: no copy
+    if isinstance(col, np.ndarray):
+        return col.astype(np.float64, copy=False)
     try:  # ~40% cheaper than np.array when there is no None; a None, usually among the first, ends it soon
         return np.fromiter(col, np.float64, len(col))
     except TypeError:
         return np.array(col, dtype=np.float64)
 
 
-def _ints(col: Sequence) -> np.ndarray:
+def _ints(col: Any) -> np.ndarray:
     import numpy as np
 
+    if isinstance(col, (array, np.ndarray)):
+        a = _floats(col)
+        if np.isnan(a).any():
+            raise TypeError("an integer column holds None")
+        return a.astype(np.int64)
     return np.fromiter(col, np.int64, len(col))
+
+
+def _as_list(a: np.ndarray) -> list:
+    """Ints, and None for NaN."""
+    import numpy as np
+
+    missing = np.isnan(a)
+    out = np.where(missing, 0.0, a).astype(np.int64).tolist()
+    for i in np.flatnonzero(missing).tolist():
+        out[i] = None
+    return out

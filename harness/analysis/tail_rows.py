@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain
 
 from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
@@ -74,10 +74,10 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     on its connection (``after_error``). The rows' stream silences give the step's server-wide pauses
     (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's ``itl_p50_s`` long) and each request's ``in_pause``
     (``in_pause_first``: before its first token); long prompts, ``behind_long_prefill`` (``analysis.prefill_hol``)."""
-    c = rows if isinstance(rows, StepColumns) else StepColumns(rows if isinstance(rows, dict) else columns(rows))
+    c = rows if isinstance(rows, StepColumns) else StepColumns(rows if isinstance(rows, Mapping) else columns(rows))
     flags, t_ms = ints(c, "flags"), ints(c, "t_ms")
     times = [t for t, _ in waiting]
-    sent = c["t_ms"]
+    sent = t_ms
 
     def waiting_at(idx: list[int]) -> list:
         return [_nearest(times, waiting, started + sent[i] / 1000) for i in idx] if times else [None] * len(idx)
@@ -85,16 +85,16 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     def flag(bit: int) -> Callable[[list[int]], list]:
         return lambda idx: (flags[idx] & bit).astype(bool).tolist()
 
-    # The latencies (every row ranked) and prompts (every row looked at for long ones) as float64 arrays made once a
-    # step (StepColumns; the TTFT split and the pauses read the same ones), in tenths of a millisecond. The features
-    # read for the rows tested only stay lists (a gather of 20k values costs less than converting 100k), and the
-    # flags, send times and queue are derived for those rows only.
+    # Numbers as float64 arrays over the rows' own memory (StepColumns; the TTFT split and the pauses read the same
+    # ones), in tenths of a millisecond: only ranks and a few values are read. The flags, send times, queue and
+    # workers are derived for the rows tested only.
     data = {"ttft_s": floats(c, "ttft"), "tpot_s": floats(c, "tpot"), "e2e_s": floats(c, "e2e"),
-            "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": c["output"],
-            "cached_tokens": c["cached"], "worker": c["worker"], "in_flight": c["in_flight"], "turn": c["turn"]}
+            "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": floats(c, "output"),
+            "cached_tokens": floats(c, "cached"), "in_flight": floats(c, "in_flight"), "turn": floats(c, "turn")}
     derived = {"new_connection": flag(FLAG_NEW_CONNECTION), "after_error": flag(FLAG_AFTER_ERROR),
                "late_stamps": flag(FLAG_LATE_STAMPS), "late_first": flag(FLAG_LATE_FIRST),
                "t_in_step_s": lambda idx: t_ms[idx] / 1000, "server_waiting": waiting_at,
+               "worker": lambda idx: ints(c, "worker")[idx].tolist(),
                "send_ms": lambda idx: floats(c, "send")[idx] / 10,
                "loop_lag_ms": lambda idx: floats(c, "lag")[idx] / 10}
     pauses, words = _stream_features(c, itl_p50_s, derived)
@@ -108,7 +108,7 @@ def _stream_features(c: dict[str, list], itl_p50_s: float | None,
     prompt's first token came was that prefill: it counts for ``behind_long_prefill``, not ``in_pause``."""
     t_ms, ttft, e2e, worker, pauses, words = ints(c, "t_ms"), floats(c, "ttft"), floats(c, "e2e"), ints(
         c, "worker"), None, {}
-    threshold = long_prompt_threshold(c["prompt"])
+    threshold = long_prompt_threshold(floats(c, "prompt"))
     hol = LongPrefills(t_ms, ttft, floats(c, "prompt"), threshold) if threshold is not None else None
     if c["gaps"].count(None) < len(c["gaps"]):  # C-level: most steps' rows all carry it, or none does
         min_ms = max(GAP_MIN_S, GAP_FACTOR * (itl_p50_s or 0.0)) * 1000

@@ -1,42 +1,70 @@
-"""A bucket's request rows (``metrics.rows``), kept by column: one list per ``ROW_FIELDS`` name. Pure.
+"""A bucket's request rows (``metrics.rows``), kept by column: one typed array per number, a list of gaps. Pure.
 
 Why columns: the master receives rows by the hundred in every worker's report and reads them by column when it
-judges the step. Kept as rows (a tuple each) they cost a Python object per request, made one at a time per report
-(a fifth of a 300-worker merge under cProfile, ``benchmarks/fleet_merge.py``), and a pass over all of them per
-step to turn them into columns (~45 ms at 100k requests, ``benchmarks/tail_attribution.py``). Kept as columns,
-a report's rows join them in one C-level pass per field, the step's columns are ready when it is judged, and the
-garbage collector sees 19 lists a bucket, not a tuple a request. Values are the rows' own (ints, None; ``gaps`` a
-tuple or None), so the answers are the same.
+judges the step. Why typed: every field but ``gaps`` is an integer or None, and kept as Python lists they cost an
+int object a value — the master's largest memory, a young garbage collection walking them after each report past
+the cap (~16 ms at 1,000 workers), and at judging ~3-7 ms a column to turn them into the arrays the analysis reads
+(a third of a judged 100k-request step; ``benchmarks/tail_attribution.py``, ``benchmarks/fleet_merge.py``). As
+``array('d')`` (float64: integers exact below 2^53, None as NaN) a column is 8 bytes a row, invisible to the
+garbage collector, joined and shipped by memory copies, and read by the analysis as a numpy array without a copy
+(``analysis.step_columns``). Row access (``rows()``, ``row[i]``, iteration) gives the values back as ints and None.
 
-On the wire a worker's bucket ships its columns (protocol version 2: ``from_wire`` checks them and takes the
-lists as they come, a report's rows then cost the master a check and a copy per column, not a pass per value);
-version 1 shipped rows (``rows()``, ``extend_rows``), which the master still reads.
+On the wire (protocol version 2, "rc") a bucket ships ``[numbers, gaps]``: the numeric columns' bytes one after
+the other (little-endian float64, ``ROW_FIELDS`` order without ``gaps``) and the gaps list; ``from_wire`` checks
+the shape and the integer columns (flags, send times, workers: whole numbers; class: whole or None) in C-level
+passes and copies the bytes into its arrays. Version 1 shipped rows (``rows()``, ``extend_rows``), still read.
 """
 
 from __future__ import annotations
 
+import math
+import sys
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, compress
 from operator import itemgetter
 
 from harness.metrics.rows import ROW_FIELDS, check_rows
 
-__all__ = ["RowColumns"]
+__all__ = ["NUMERIC", "RowColumns"]
 
 _N = len(ROW_FIELDS)
-_FLAGS, _T_MS, _WORKER, _GAPS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "worker", "gaps"))
+_FLAGS, _T_MS, _WORKER, _GAPS, _CLASS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "worker", "gaps", "class"))
+NUMERIC = tuple(i for i in range(_N) if i != _GAPS)
+"""The columns kept as ``array('d')``: every field but ``gaps``."""
+_WHOLE = {_FLAGS: "flags", _T_MS: "t_ms", _WORKER: "worker"}
+"""Columns that must be whole numbers on the wire (the analysis reads them as integer arrays)."""
+_LIMIT = 2.0 ** 53
 _GAP_TYPES = frozenset((list, type(None)))
+_SWAP = sys.byteorder == "big"  # the wire is little-endian
+
+
+def _numbers(values: Iterable) -> array:
+    """Ints and None as float64 (None: NaN); TypeError for anything else."""
+    values = values if isinstance(values, list) else list(values)
+    try:
+        return array("d", values)  # the usual column: no None
+    except TypeError:
+        return array("d", [math.nan if v is None else v for v in values])
+
+
+def _value(x: float) -> int | None:
+    return None if x != x else int(x)
 
 
 class RowColumns:
     """Rows by column. ``extend_rows`` takes rows from the wire (checked: ValueError naming a malformed one),
     ``append`` one encoded row (a worker), ``extend`` another ``RowColumns``; ``columns()`` is the step's columns by
-    name (the lists themselves: read them, never write them); ``rows()`` the rows again, as lists (the wire)."""
+    name (the arrays and the gaps list themselves: read them, never write them); ``rows()`` the rows again, as lists
+    of ints and None (the wire of version 1)."""
 
     __slots__ = ("cols",)
 
-    def __init__(self, cols: list[list] | None = None) -> None:
-        self.cols: list[list] = cols if cols is not None else [[] for _ in ROW_FIELDS]
+    def __init__(self, cols: list[Sequence] | None = None) -> None:
+        if cols is None:
+            self.cols: list = [[] if i == _GAPS else array("d") for i in range(_N)]
+        else:  # lists of ints and None (a test, a worker's own) become arrays
+            self.cols = [c if i == _GAPS or type(c) is array else _numbers(c) for i, c in enumerate(cols)]
 
     @classmethod
     def of(cls, rows: Iterable[Sequence]) -> RowColumns:
@@ -46,27 +74,32 @@ class RowColumns:
         return out
 
     def __len__(self) -> int:
-        return len(self.cols[0])
+        return len(self.cols[_GAPS])
 
     def __bool__(self) -> bool:
-        return bool(self.cols[0])
+        return bool(self.cols[_GAPS])
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RowColumns) and self.cols == other.cols
+    def __eq__(self, other: object) -> bool:  # NaN == NaN here: compared as bytes
+        return isinstance(other, RowColumns) and all(
+            a == b if i == _GAPS else a.tobytes() == b.tobytes()
+            for i, (a, b) in enumerate(zip(self.cols, other.cols, strict=True)))
 
     def __repr__(self) -> str:
         return f"RowColumns({len(self)} rows)"
 
     def __iter__(self) -> Iterator[tuple]:
-        return zip(*self.cols, strict=True)
+        return zip(*self._values(), strict=True)
 
     def __getitem__(self, i: int) -> tuple:
-        return tuple(c[i] for c in self.cols)
+        return tuple(c[i] if k == _GAPS else _value(c[i]) for k, c in enumerate(self.cols))
+
+    def _values(self) -> list[list]:
+        return [c if k == _GAPS else list(map(_value, c)) for k, c in enumerate(self.cols)]
 
     def append(self, row: Sequence) -> None:
         """One row as ``metrics.rows.encode_row`` made it."""
-        for col, v in zip(self.cols, row, strict=True):
-            col.append(v)
+        for k, (col, v) in enumerate(zip(self.cols, row, strict=True)):
+            col.append(v if k == _GAPS or v is not None else math.nan)
 
     def extend_rows(self, rows: list) -> None:
         """Rows from the wire: every row a list of ``ROW_FIELDS``' length (an older kneecap's padded with None,
@@ -76,61 +109,83 @@ class RowColumns:
         if not isinstance(rows, list):
             raise ValueError(f"request rows must be a list, got {type(rows).__name__}")
         # the usual batch in C-level passes: lists only (a dict's keys or a string would chain too), the total
-        # length, and exact int flags and send times (a bool or another type takes check_rows' path)
+        # length, and exact int flags, send times and workers (a bool or another type takes check_rows' path)
         flat = list(chain.from_iterable(rows)) if set(map(type, rows)) == {list} else []
-        if len(flat) != _N * len(rows) or any(set(map(type, flat[i::_N])) != {int} for i in (_FLAGS, _T_MS, _WORKER)):
+        if len(flat) != _N * len(rows) or any(set(map(type, flat[i::_N])) != {int} for i in _WHOLE):
             check_rows(rows)  # pads an older kneecap's rows in place, refuses a malformed one by name
             flat = list(chain.from_iterable(rows))
-        gaps = flat[_GAPS::_N]
-        try:  # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
-            gaps = [g if g is None else tuple(g) for g in gaps]
-        except TypeError:
-            raise ValueError(f"a request row's gaps must be a list or None, got {gaps!r:.80}") from None
-        for i, col in enumerate(self.cols):
-            col.extend(gaps if i == _GAPS else flat[i::_N])
+        try:  # gaps as tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
+            new = [[g if g is None else tuple(g) for g in flat[i::_N]] if i == _GAPS else _numbers(flat[i::_N])
+                   for i in range(_N)]
+        except (TypeError, OverflowError):
+            bad = next((r for r in rows if type(r[_GAPS]) not in _GAP_TYPES or not all(
+                v is None or isinstance(v, (int, float)) for v in r[:_GAPS] + r[_GAPS + 1:])), rows[0])
+            raise ValueError(f"a request row's fields must be numbers or None, gaps a list or None, got "
+                             f"{bad!r:.80}") from None
+        for col, more in zip(self.cols, new, strict=True):
+            col.extend(more)
 
     @classmethod
-    def from_wire(cls, cols: object) -> RowColumns:
-        """Columns off the wire (``ROW_FIELDS``' number of lists of one length, integer flags, send times and
-        workers, gaps lists or None); the lists are taken, not copied: ValueError naming what is wrong, and nothing
-        kept."""
-        if not (type(cols) is list and len(cols) == _N and set(map(type, cols)) == {list}
-                and len(set(map(len, cols))) == 1):
-            raise ValueError(f"request rows by column must be {_N} lists of one length, got {cols!r:.80}")
-        for name, i in (("flags", _FLAGS), ("t_ms", _T_MS), ("worker", _WORKER)):
-            if cols[i] and set(map(type, cols[i])) != {int}:
-                raise ValueError(f"request rows' {name} must be integers, got {cols[i]!r:.80}")
-        gaps = cols[_GAPS]
+    def from_wire(cls, wire: object) -> RowColumns:
+        """``[numbers, gaps]`` off the wire (``wire()``): ValueError naming what is wrong, and nothing kept."""
+        if not (type(wire) is list and len(wire) == 2 and type(wire[0]) is bytes and type(wire[1]) is list):
+            raise ValueError(f"request rows by column must be [numbers as bytes, gaps], got {wire!r:.80}")
+        blob, gaps = wire
+        n = len(gaps)
+        if len(blob) != 8 * n * len(NUMERIC):
+            raise ValueError(f"request rows by column: {len(blob)} bytes of numbers for {n} rows, expected "
+                             f"{8 * n * len(NUMERIC)}")
         if not _GAP_TYPES.issuperset(map(type, gaps)):
             bad = next(g for g in gaps if type(g) not in _GAP_TYPES)
             raise ValueError(f"a request row's gaps must be a list or None, got {bad!r:.80}")
+        cols: list = [None] * _N
+        view = memoryview(blob)
+        for j, i in enumerate(NUMERIC):
+            col = array("d")
+            col.frombytes(view[8 * n * j:8 * n * (j + 1)])
+            if _SWAP:
+                col.byteswap()
+            cols[i] = col
+        for i, name in _WHOLE.items():  # whole and within 2^53 (NaN, inf: not whole)
+            if n and not (all(map(float.is_integer, cols[i])) and min(cols[i]) > -_LIMIT and max(cols[i]) < _LIMIT):
+                raise ValueError(f"request rows' {name} must be integers, got {list(cols[i])!r:.80}")
+        if not all(v != v or v.is_integer() for v in cols[_CLASS]):
+            raise ValueError(f"request rows' class must be integers or None, got {list(cols[_CLASS])!r:.80}")
         # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
         cols[_GAPS] = [g if g is None else tuple(g) for g in gaps]
         return cls(cols)
 
-    def wire(self) -> list[list]:
-        """The columns as a worker ships them (copies, ``ROW_FIELDS`` order; ``from_wire`` reads them)."""
-        return [list(c) for c in self.cols]
+    def wire(self) -> list:
+        """The columns as a worker ships them: ``[numbers, gaps]`` (``from_wire`` reads them)."""
+        numbers = [self.cols[i] for i in NUMERIC]
+        if _SWAP:
+            numbers = [array("d", c) for c in numbers]
+            for c in numbers:
+                c.byteswap()
+        return [b"".join(c.tobytes() for c in numbers), list(self.cols[_GAPS])]
 
     def extend(self, other: RowColumns) -> None:
         for col, more in zip(self.cols, other.cols, strict=True):
             col.extend(more)
 
     def rows(self) -> list[list]:
-        """The rows as lists, in ``ROW_FIELDS`` order (what protocol version 1 shipped)."""
-        return [list(r) for r in zip(*self.cols, strict=True)]
+        """The rows as lists of ints and None, in ``ROW_FIELDS`` order (what protocol version 1 shipped)."""
+        return [list(r) for r in zip(*self._values(), strict=True)]
 
-    def columns(self) -> dict[str, list]:
+    def columns(self) -> dict[str, Sequence]:
+        """Name → the column itself: an ``array('d')`` (None as NaN) for a number, the list of ``gaps``."""
         return dict(zip(ROW_FIELDS, self.cols, strict=True))
 
     def take(self, idx: Sequence[int]) -> RowColumns:
         """The rows at ``idx``, in that order."""
         if len(idx) < 2:
-            return RowColumns([[c[i] for i in idx] for c in self.cols])
+            return RowColumns([[c[i] for i in idx] if k == _GAPS else array("d", [c[i] for i in idx])
+                               for k, c in enumerate(self.cols)])
         get = itemgetter(*idx)  # a C-level gather per column
-        return RowColumns([list(get(c)) for c in self.cols])
+        return RowColumns([list(get(c)) if k == _GAPS else array("d", get(c)) for k, c in enumerate(self.cols)])
 
     def compressed(self, keep: Iterable) -> RowColumns:
         """The rows whose ``keep`` is true (a C-level pass a column)."""
         keep = keep if isinstance(keep, (bytes, list)) else list(keep)
-        return RowColumns([list(compress(c, keep)) for c in self.cols])
+        return RowColumns([list(compress(c, keep)) if k == _GAPS else array("d", compress(c, keep))
+                           for k, c in enumerate(self.cols)])

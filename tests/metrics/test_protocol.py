@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import struct
 
 import msgpack
 import pytest
@@ -120,6 +122,16 @@ def test_report_without_health_or_records():
     assert Report.from_wire(r.to_wire()) == r
 
 
+def _rc(**values: object) -> list:
+    """One request row by column on the wire (version 2: the numbers' float64 bytes, the gaps), fields replaced."""
+    row = [float(v) for v in range(len(ROW_FIELDS))]
+    row[ROW_FIELDS.index("gaps")] = None
+    for name, v in values.items():
+        row[ROW_FIELDS.index(name)] = v
+    gaps = row.pop(ROW_FIELDS.index("gaps"))
+    return [struct.pack(f"<{len(row)}d", *row), [gaps]]
+
+
 @pytest.mark.parametrize("payload, words", [
     ({"v": 3, "step": 0, "buckets": []}, "version 3, expected 2"),
     ({"v": [2], "step": 0, "buckets": []}, "version [2], expected 2"),
@@ -129,16 +141,22 @@ def test_report_without_health_or_records():
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {"sk": {}}]]}, "cannot be read"),
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "sk": {"ttft": {"v": 9}}}]]},
      "SketchMismatch"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 18 + [[1, 2]]}]]},
-     "19 lists of one length"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1], [2]]}]]},
-     "19 lists of one length"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1.5]] * 19}]]},
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 19}]]},
+     "[numbers as bytes, gaps]"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [b"\0" * 8, [None]]}]]},
+     "8 bytes of numbers for 1 rows, expected 144"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(flags=1.5)}]]},
      "flags must be integers"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 15 + [["ab"]] + [[1]] * 3}]]},
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(gaps="ab")}]]},
      "gaps must be a list or None"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 11 + [[None]] + [[1]] * 7}]]},
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(worker=math.nan)}]]},
      "worker must be integers"),  # the analysis reads them as an integer array
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(t_ms=math.inf)}]]},
+     "t_ms must be integers"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(worker=2.0 ** 60)}]]},
+     "worker must be integers"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(**{"class": 0.5})}]]},
+     "class must be integers or None"),
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rows": [[1] * 11 + ["w0"] + [1] * 7]}]]},
      "integer flags, send time and worker"),
 ])

@@ -114,7 +114,8 @@ def test_rows_off_the_wire_join_the_columns_with_the_same_values_and_bytes():
     kept.extend_rows(msgpack.unpackb(packed))
     assert len(kept) == 3 and kept[1][ROW_FIELDS.index("gaps")] == (120, 200)
     assert msgpack.packb(kept.rows()) == packed and decode_row(kept[0])["t_in_step_s"] == 1.5
-    assert kept.columns()["t_ms"] == [1500] * 3 and len(kept.cols) == len(ROW_FIELDS)
+    assert list(kept.columns()["t_ms"]) == [1500.0] * 3 and len(kept.cols) == len(ROW_FIELDS)
+    assert kept.columns()["class"].typecode == "d" and kept[0][ROW_FIELDS.index("class")] is None  # None: NaN
     older = [row[:15] for row in msgpack.unpackb(packed)]  # an older kneecap's rows, and a bool flag: check_rows' way
     older[2][7] = True
     padded = RowColumns.of(older)
@@ -134,8 +135,8 @@ def test_rows_are_taken_and_compressed_by_column():
     kept = RowColumns.of([encode_row(rec(start=100.0 + k), k, 4) for k in range(6)])
     t = ROW_FIELDS.index("t_ms")
     assert [r[t] for r in kept.take([4, 1])] == [4000, 1000] and len(kept.take([2])) == 1 and not kept.take([])
-    assert kept.compressed(b"\x01\x00\x00\x01\x01\x00").columns()["t_ms"] == [0, 3000, 4000]
-    assert kept.compressed(k % 2 == 0 for k in range(6)).columns()["t_ms"] == [0, 2000, 4000]
+    assert list(kept.compressed(b"\x01\x00\x00\x01\x01\x00").columns()["t_ms"]) == [0, 3000, 4000]
+    assert list(kept.compressed(k % 2 == 0 for k in range(6)).columns()["t_ms"]) == [0, 2000, 4000]
 
 
 def test_a_sample_past_its_cap_thins_one_block_a_report_at_one_rate():
