@@ -285,9 +285,10 @@ def test_a_step_s_rows_are_analysed_off_the_loop_which_goes_on_meanwhile(locust,
     took, longest = longest_loop_wait(fleet.master.judge)
     (st,) = fleet.master.ledger.states
     assert st.judgement is not None and st.tails is not None and st.ttft_split is not None
-    # inline, the loop's longest wait was the analysis itself (took); here the longest C call of the analysis (the
-    # GIL switches every 1 ms, load/master.SWITCH_S), or the machine's own hiccups
-    assert took > 0.05 and longest < took / 2, (took, longest)
+    # inline, the loop's longest wait was the analysis itself (took: 40-70 ms for these 30k rows since the rows are
+    # typed arrays, over 50 before); here the longest C call of the analysis (the GIL switches every 1 ms,
+    # load/master.SWITCH_S), or the machine's own hiccups
+    assert took > 0.02 and longest < took / 2, (took, longest)
     print(f"judged in {took * 1e3:.0f} ms, the loop's longest wait {longest * 1e3:.1f} ms")
 
 
