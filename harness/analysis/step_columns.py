@@ -1,13 +1,13 @@
 """A judged step's request-row columns as numpy arrays (without a copy) and, where asked, as lists. Pure.
 
-The master keeps a step's rows by column, each number a float64 ``array('d')`` (None as NaN,
+The master keeps a step's rows by column, each number an int64 ``array('q')`` (None as ``row_columns.NONE``,
 ``metrics.row_columns``); its analysis reads them many times: the tail's four metrics, the TTFT split's parts, the
-pauses' send times and ends, the long prompts. ``StepColumns`` gives each as a numpy array over the same memory
-(``floats``; ``ints`` an int64 copy, made once) — converting Python lists again for each reader was a third of a
-judged 100k-request step (``benchmarks/tail_attribution.py``). Reading it as a mapping (``cols["output"]``) gives
-what the rest of the analysis was written for, a list of ints and None, made once a column and only for the columns
-read that way (a mix's classes, the probes). A plain dict of lists (tests, ``tail_rows.columns``) works the same:
-the functions ``floats``/``ints`` convert its lists each time.
+pauses' send times and ends, the long prompts. ``StepColumns`` gives each as a numpy array: ``ints`` over the same
+memory, ``floats`` a float64 copy with None as NaN, made once — converting Python lists again for each reader was a
+third of a judged 100k-request step (``benchmarks/tail_attribution.py``). Reading it as a mapping
+(``cols["output"]``) gives what the rest of the analysis was written for, a list of ints and None, made once a column
+and only for the columns read that way (a mix's classes, the probes). A plain dict of lists (tests,
+``tail_rows.columns``) works the same: the functions ``floats``/``ints`` convert its lists each time.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
+
+from harness.metrics.row_columns import NONE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +37,7 @@ class StepColumns(Mapping):
         raw = self._raw[name]
         if isinstance(raw, list):
             return raw
-        return self._memo(name, "l", lambda: _as_list(self.floats(name)))
+        return self._memo(name, "l", lambda: _as_list(raw))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._raw)
@@ -59,8 +61,7 @@ class StepColumns(Mapping):
 
         at = np.asarray(idx, dtype=np.int64)
         get = itemgetter(*idx) if len(idx) > 1 else (lambda col: tuple(col[i] for i in idx))
-        return StepColumns({k: list(get(v)) if isinstance(v, list) else self.floats(k)[at]
-                            for k, v in self._raw.items()})
+        return StepColumns({k: list(get(v)) if isinstance(v, list) else _int64(v)[at] for k, v in self._raw.items()})
 
     def _memo(self, name: str, kind: str, make: Any) -> Any:
         key = (name, kind)
@@ -79,13 +80,20 @@ def ints(cols: Mapping[str, Any], name: str) -> np.ndarray:
     return cols.ints(name) if isinstance(cols, StepColumns) else _ints(cols[name])
 
 
-def _floats(col: Any) -> np.ndarray:
+def _int64(col: array | np.ndarray) -> np.ndarray:
     import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
-    if isinstance(col, array):
-        return np.frombuffer(col, dtype=np.float64)  # the same memory: no copy
-    if isinstance(col, np.ndarray):
-        return col.astype(np.float64, copy=False)
+    return np.frombuffer(col, dtype=np.int64)  # the same memory: no copy
+
+
+def _floats(col: Any) -> np.ndarray:
+    import numpy as np
+
+    if isinstance(col, (array, np.ndarray)):  # int64, None as NONE (metrics.row_columns)
+        a = _int64(col)
+        out = a.astype(np.float64)
+        out[a == NONE] = np.nan
+        return out
     try:  # ~40% cheaper than np.array when there is no None; a None, usually among the first, ends it soon
         return np.fromiter(col, np.float64, len(col))
     except TypeError:
@@ -96,19 +104,19 @@ def _ints(col: Any) -> np.ndarray:
     import numpy as np
 
     if isinstance(col, (array, np.ndarray)):
-        a = _floats(col)
-        if np.isnan(a).any():
+        a = _int64(col)
+        if (a == NONE).any():
             raise TypeError("an integer column holds None")
-        return a.astype(np.int64)
+        return a
     return np.fromiter(col, np.int64, len(col))
 
 
-def _as_list(a: np.ndarray) -> list:
-    """Ints, and None for NaN."""
+def _as_list(col: array | np.ndarray) -> list:
+    """Ints, and None for ``NONE``."""
     import numpy as np
 
-    missing = np.isnan(a)
-    out = np.where(missing, 0.0, a).astype(np.int64).tolist()
-    for i in np.flatnonzero(missing).tolist():
+    a = _int64(col)
+    out = a.tolist()
+    for i in np.flatnonzero(a == NONE).tolist():
         out[i] = None
     return out

@@ -85,9 +85,9 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     def flag(bit: int) -> Callable[[list[int]], list]:
         return lambda idx: (flags[idx] & bit).astype(bool).tolist()
 
-    # Numbers as float64 arrays over the rows' own memory (StepColumns; the TTFT split and the pauses read the same
-    # ones), in tenths of a millisecond: only ranks and a few values are read. The flags, send times, queue and
-    # workers are derived for the rows tested only.
+    # Numbers as float64 arrays made once from the rows' int64 columns (StepColumns; the TTFT split and the pauses
+    # read the same ones), in tenths of a millisecond: only ranks and a few values are read. The flags, send times,
+    # queue and workers are derived for the rows tested only.
     data = {"ttft_s": floats(c, "ttft"), "tpot_s": floats(c, "tpot"), "e2e_s": floats(c, "e2e"),
             "ttfo_s": floats(c, "ttfo"), "prompt_tokens": floats(c, "prompt"), "output_tokens": floats(c, "output"),
             "cached_tokens": floats(c, "cached"), "in_flight": floats(c, "in_flight"), "turn": floats(c, "turn")}

@@ -25,9 +25,10 @@ A Bucket on the wire: "sk" (sketches by name, each ``metrics/wire.py``'s bytes),
 those from llama.cpp timings]) and "sess" (``SessionStats.to_wire()``: turn buckets, decode sums, ended-session
 counts), "x" (``Bucket.extra``: counters by name that apply to some endpoints only) and "conn" (requests that opened
 a connection inside their own time),
-"rc" (the request rows, ``metrics.rows``, by column, ``RowColumns.wire()``: [the numeric columns' little-endian
-float64 bytes one after the other, ``ROW_FIELDS`` order without "gaps", None as NaN; the gaps list]; version 1
-shipped them by row, "rows") and "rows_seen" (the requests they sample, when not all).
+"rc" (the request rows, ``metrics.rows``, by column, ``RowColumns.wire()``: ["i" or "q", the numeric columns'
+little-endian int32 bytes (int64 under "q", when a value does not fit) one after the other, ``ROW_FIELDS`` order
+without "gaps", None as the type's least value; the gaps list]; version 1 shipped them by row, "rows") and
+"rows_seen" (the requests they sample, when not all).
 
 Master → workers, the ``STEP_MESSAGE`` when a step begins (and once past the plan's last step)::
 

@@ -1,23 +1,23 @@
-"""A bucket's request rows (``metrics.rows``), kept by column: one typed array per number, a list of gaps. Pure.
+"""A bucket's request rows (``metrics.rows``), kept by column: one int64 array per number, a list of gaps. Pure.
 
 Why columns: the master receives rows by the hundred in every worker's report and reads them by column when it
 judges the step. Why typed: every field but ``gaps`` is an integer or None, and kept as Python lists they cost an
 int object a value — the master's largest memory, a young garbage collection walking them after each report past
 the cap (~16 ms at 1,000 workers), and at judging ~3-7 ms a column to turn them into the arrays the analysis reads
 (a third of a judged 100k-request step; ``benchmarks/tail_attribution.py``, ``benchmarks/fleet_merge.py``). As
-``array('d')`` (float64: integers exact below 2^53, None as NaN) a column is 8 bytes a row, invisible to the
-garbage collector, joined and shipped by memory copies, and read by the analysis as a numpy array without a copy
-(``analysis.step_columns``). Row access (``rows()``, ``row[i]``, iteration) gives the values back as ints and None.
+``array('q')`` (None as ``NONE``, int64's least value) a column is 8 bytes a row, invisible to the garbage
+collector, joined by memory copies, and read by the analysis as a numpy array without a copy
+(``analysis.step_columns``). Row access (``rows()``, ``row[i]``, iteration) gives ints and None.
 
-On the wire (protocol version 2, "rc") a bucket ships ``[numbers, gaps]``: the numeric columns' bytes one after
-the other (little-endian float64, ``ROW_FIELDS`` order without ``gaps``) and the gaps list; ``from_wire`` checks
-the shape and the integer columns (flags, send times, workers: whole numbers; class: whole or None) in C-level
-passes and copies the bytes into its arrays. Version 1 shipped rows (``rows()``, ``extend_rows``), still read.
+On the wire (protocol version 2, "rc") a bucket ships ``[typecode, numbers, gaps]``: the numeric columns one after
+the other (``ROW_FIELDS`` order without ``gaps``) as little-endian int32 ("i", None as int32's least value), or
+int64 ("q") when a value does not fit, then the gaps list. ``from_wire`` (the master's, with numpy at hand) checks
+the shape and that flags, send times and workers are never None, and widens the numbers into its arrays. Version 1
+shipped rows (``rows()``, ``extend_rows``), still read.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,27 +29,36 @@ from harness.metrics.rows import ROW_FIELDS, check_rows
 __all__ = ["NUMERIC", "RowColumns"]
 
 _N = len(ROW_FIELDS)
-_FLAGS, _T_MS, _WORKER, _GAPS, _CLASS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "worker", "gaps", "class"))
+_FLAGS, _T_MS, _WORKER, _GAPS = (ROW_FIELDS.index(f) for f in ("flags", "t_ms", "worker", "gaps"))
 NUMERIC = tuple(i for i in range(_N) if i != _GAPS)
-"""The columns kept as ``array('d')``: every field but ``gaps``."""
-_WHOLE = {_FLAGS: "flags", _T_MS: "t_ms", _WORKER: "worker"}
-"""Columns that must be whole numbers on the wire (the analysis reads them as integer arrays)."""
-_LIMIT = 2.0 ** 53
+"""The columns kept as ``array('q')``: every field but ``gaps``."""
+NONE = -(2 ** 63)
+"""None in a numeric column (int64's least value: no row field comes near it)."""
+_WIRE_NONE = {"i": -(2 ** 31), "q": NONE}
+_NEVER_NONE = {NUMERIC.index(i): name for i, name in ((_FLAGS, "flags"), (_T_MS, "t_ms"), (_WORKER, "worker"))}
+"""Positions in the wire's numbers of the columns that are never None (the analysis reads them as integers)."""
 _GAP_TYPES = frozenset((list, type(None)))
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
 
 
 def _numbers(values: Iterable) -> array:
-    """Ints and None as float64 (None: NaN); TypeError for anything else."""
+    """Ints and None as int64 (None: ``NONE``); TypeError for anything else (OverflowError past int64)."""
     values = values if isinstance(values, list) else list(values)
     try:
-        return array("d", values)  # the usual column: no None
+        return array("q", values)  # the usual column: no None
     except TypeError:
-        return array("d", [math.nan if v is None else v for v in values])
+        return array("q", [NONE if v is None else v for v in values])
 
 
-def _value(x: float) -> int | None:
-    return None if x != x else int(x)
+def _fits_int32(col: array) -> bool:
+    low = min(col, default=0)
+    if low == NONE:
+        low = min((v for v in col if v != NONE), default=0)
+    return low > -(2 ** 31) and max(col, default=0) < 2 ** 31
+
+
+def _value(x: int) -> int | None:
+    return None if x == NONE else x
 
 
 class RowColumns:
@@ -62,7 +71,7 @@ class RowColumns:
 
     def __init__(self, cols: list[Sequence] | None = None) -> None:
         if cols is None:
-            self.cols: list = [[] if i == _GAPS else array("d") for i in range(_N)]
+            self.cols: list = [[] if i == _GAPS else array("q") for i in range(_N)]
         else:  # lists of ints and None (a test, a worker's own) become arrays
             self.cols = [c if i == _GAPS or type(c) is array else _numbers(c) for i, c in enumerate(cols)]
 
@@ -79,10 +88,8 @@ class RowColumns:
     def __bool__(self) -> bool:
         return bool(self.cols[_GAPS])
 
-    def __eq__(self, other: object) -> bool:  # NaN == NaN here: compared as bytes
-        return isinstance(other, RowColumns) and all(
-            a == b if i == _GAPS else a.tobytes() == b.tobytes()
-            for i, (a, b) in enumerate(zip(self.cols, other.cols, strict=True)))
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowColumns) and self.cols == other.cols
 
     def __repr__(self) -> str:
         return f"RowColumns({len(self)} rows)"
@@ -99,7 +106,7 @@ class RowColumns:
     def append(self, row: Sequence) -> None:
         """One row as ``metrics.rows.encode_row`` made it."""
         for k, (col, v) in enumerate(zip(self.cols, row, strict=True)):
-            col.append(v if k == _GAPS or v is not None else math.nan)
+            col.append(v if k == _GAPS or v is not None else NONE)
 
     def extend_rows(self, rows: list) -> None:
         """Rows from the wire: every row a list of ``ROW_FIELDS``' length (an older kneecap's padded with None,
@@ -111,7 +118,7 @@ class RowColumns:
         # the usual batch in C-level passes: lists only (a dict's keys or a string would chain too), the total
         # length, and exact int flags, send times and workers (a bool or another type takes check_rows' path)
         flat = list(chain.from_iterable(rows)) if set(map(type, rows)) == {list} else []
-        if len(flat) != _N * len(rows) or any(set(map(type, flat[i::_N])) != {int} for i in _WHOLE):
+        if len(flat) != _N * len(rows) or any(set(map(type, flat[i::_N])) != {int} for i in (_FLAGS, _T_MS, _WORKER)):
             check_rows(rows)  # pads an older kneecap's rows in place, refuses a malformed one by name
             flat = list(chain.from_iterable(rows))
         try:  # gaps as tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
@@ -127,42 +134,46 @@ class RowColumns:
 
     @classmethod
     def from_wire(cls, wire: object) -> RowColumns:
-        """``[numbers, gaps]`` off the wire (``wire()``): ValueError naming what is wrong, and nothing kept."""
-        if not (type(wire) is list and len(wire) == 2 and type(wire[0]) is bytes and type(wire[1]) is list):
-            raise ValueError(f"request rows by column must be [numbers as bytes, gaps], got {wire!r:.80}")
-        blob, gaps = wire
-        n = len(gaps)
-        if len(blob) != 8 * n * len(NUMERIC):
+        """``[typecode, numbers, gaps]`` off the wire (``wire()``): ValueError naming what is wrong, nothing kept."""
+        import numpy as np  # the master's: imported as its run starts (load/master.py)
+
+        if not (type(wire) is list and len(wire) == 3 and wire[0] in _WIRE_NONE and type(wire[1]) is bytes
+                and type(wire[2]) is list):
+            raise ValueError(f"request rows by column must be [typecode 'i' or 'q', numbers as bytes, gaps], got "
+                             f"{wire!r:.80}")
+        code, blob, gaps = wire
+        n, size = len(gaps), 4 if code == "i" else 8
+        if len(blob) != size * n * len(NUMERIC):
             raise ValueError(f"request rows by column: {len(blob)} bytes of numbers for {n} rows, expected "
-                             f"{8 * n * len(NUMERIC)}")
+                             f"{size * n * len(NUMERIC)}")
         if not _GAP_TYPES.issuperset(map(type, gaps)):
             bad = next(g for g in gaps if type(g) not in _GAP_TYPES)
             raise ValueError(f"a request row's gaps must be a list or None, got {bad!r:.80}")
+        wide = np.frombuffer(blob, dtype=f"<i{size}").reshape(len(NUMERIC), n).astype(np.int64)  # one pass a report
+        if code == "i":
+            wide[wide == _WIRE_NONE["i"]] = NONE
+        for j, name in _NEVER_NONE.items():
+            if n and (wide[j] == NONE).any():
+                raise ValueError(f"request rows' {name} must be integers, got None")
         cols: list = [None] * _N
-        view = memoryview(blob)
         for j, i in enumerate(NUMERIC):
-            col = array("d")
-            col.frombytes(view[8 * n * j:8 * n * (j + 1)])
-            if _SWAP:
-                col.byteswap()
-            cols[i] = col
-        for i, name in _WHOLE.items():  # whole and within 2^53 (NaN, inf: not whole)
-            if n and not (all(map(float.is_integer, cols[i])) and min(cols[i]) > -_LIMIT and max(cols[i]) < _LIMIT):
-                raise ValueError(f"request rows' {name} must be integers, got {list(cols[i])!r:.80}")
-        if not all(v != v or v.is_integer() for v in cols[_CLASS]):
-            raise ValueError(f"request rows' class must be integers or None, got {list(cols[_CLASS])!r:.80}")
+            cols[i] = array("q", wide[j].tobytes())
         # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
         cols[_GAPS] = [g if g is None else tuple(g) for g in gaps]
         return cls(cols)
 
     def wire(self) -> list:
-        """The columns as a worker ships them: ``[numbers, gaps]`` (``from_wire`` reads them)."""
+        """The columns as a worker ships them: ``[typecode, numbers, gaps]`` (``from_wire`` reads them)."""
         numbers = [self.cols[i] for i in NUMERIC]
+        code = "i" if all(map(_fits_int32, numbers)) else "q"
+        if code == "i":  # None as int32's least value
+            numbers = [array("i", [_WIRE_NONE["i"] if v == NONE else v for v in c] if NONE in c else c)
+                       for c in numbers]
         if _SWAP:
-            numbers = [array("d", c) for c in numbers]
+            numbers = [array(c.typecode, c) for c in numbers]
             for c in numbers:
                 c.byteswap()
-        return [b"".join(c.tobytes() for c in numbers), list(self.cols[_GAPS])]
+        return [code, b"".join(c.tobytes() for c in numbers), list(self.cols[_GAPS])]
 
     def extend(self, other: RowColumns) -> None:
         for col, more in zip(self.cols, other.cols, strict=True):
@@ -173,19 +184,24 @@ class RowColumns:
         return [list(r) for r in zip(*self._values(), strict=True)]
 
     def columns(self) -> dict[str, Sequence]:
-        """Name → the column itself: an ``array('d')`` (None as NaN) for a number, the list of ``gaps``."""
+        """Name → the column itself: an ``array('q')`` (None as ``NONE``) for a number, the list of ``gaps``."""
         return dict(zip(ROW_FIELDS, self.cols, strict=True))
 
     def take(self, idx: Sequence[int]) -> RowColumns:
         """The rows at ``idx``, in that order."""
         if len(idx) < 2:
-            return RowColumns([[c[i] for i in idx] if k == _GAPS else array("d", [c[i] for i in idx])
+            return RowColumns([[c[i] for i in idx] if k == _GAPS else array("q", [c[i] for i in idx])
                                for k, c in enumerate(self.cols)])
         get = itemgetter(*idx)  # a C-level gather per column
-        return RowColumns([list(get(c)) if k == _GAPS else array("d", get(c)) for k, c in enumerate(self.cols)])
+        return RowColumns([list(get(c)) if k == _GAPS else array("q", get(c)) for k, c in enumerate(self.cols)])
 
     def compressed(self, keep: Iterable) -> RowColumns:
         """The rows whose ``keep`` is true (a C-level pass a column)."""
         keep = keep if isinstance(keep, (bytes, list)) else list(keep)
-        return RowColumns([list(compress(c, keep)) if k == _GAPS else array("d", compress(c, keep))
-                           for k, c in enumerate(self.cols)])
+        np = sys.modules.get("numpy")  # a master's (imported as its run starts): one gather a column, no int objects
+        if np is None or len(keep) < 1024:
+            return RowColumns([list(compress(c, keep)) if k == _GAPS else array("q", compress(c, keep))
+                               for k, c in enumerate(self.cols)])
+        at = np.flatnonzero(np.frombuffer(keep, np.uint8) if isinstance(keep, bytes) else np.array(keep, bool))
+        return RowColumns([list(compress(c, keep)) if k == _GAPS else
+                           array("q", np.frombuffer(c, np.int64)[at].tobytes()) for k, c in enumerate(self.cols)])

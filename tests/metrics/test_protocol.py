@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import struct
 
 import msgpack
@@ -123,13 +122,14 @@ def test_report_without_health_or_records():
 
 
 def _rc(**values: object) -> list:
-    """One request row by column on the wire (version 2: the numbers' float64 bytes, the gaps), fields replaced."""
-    row = [float(v) for v in range(len(ROW_FIELDS))]
+    """One request row by column on the wire (version 2: int32 numbers, None as int32's least; the gaps), fields
+    replaced."""
+    row = list(range(len(ROW_FIELDS)))
     row[ROW_FIELDS.index("gaps")] = None
     for name, v in values.items():
         row[ROW_FIELDS.index(name)] = v
     gaps = row.pop(ROW_FIELDS.index("gaps"))
-    return [struct.pack(f"<{len(row)}d", *row), [gaps]]
+    return ["i", struct.pack(f"<{len(row)}i", *(-(2 ** 31) if v is None else v for v in row)), [gaps]]
 
 
 @pytest.mark.parametrize("payload, words", [
@@ -142,22 +142,22 @@ def _rc(**values: object) -> list:
     ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "sk": {"ttft": {"v": 9}}}]]},
      "SketchMismatch"),
     ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [[1]] * 19}]]},
-     "[numbers as bytes, gaps]"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": [b"\0" * 8, [None]]}]]},
-     "8 bytes of numbers for 1 rows, expected 144"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(flags=1.5)}]]},
-     "flags must be integers"),
+     "[typecode 'i' or 'q', numbers as bytes, gaps]"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": ["d", b"\0" * 144, [None]]}]]},
+     "[typecode 'i' or 'q', numbers as bytes, gaps]"),  # float64 numbers: never shipped
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": ["i", b"\0" * 8, [None]]}]]},
+     "8 bytes of numbers for 1 rows, expected 72"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": ["q", b"\0" * 72, [None]]}]]},
+     "72 bytes of numbers for 1 rows, expected 144"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(flags=None)}]]},
+     "flags must be integers, got None"),
     ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(gaps="ab")}]]},
      "gaps must be a list or None"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(worker=math.nan)}]]},
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(worker=None)}]]},
      "worker must be integers"),  # the analysis reads them as an integer array
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(t_ms=math.inf)}]]},
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(t_ms=None)}]]},
      "t_ms must be integers"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(worker=2.0 ** 60)}]]},
-     "worker must be integers"),
-    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rc": _rc(**{"class": 0.5})}]]},
-     "class must be integers or None"),
-    ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rows": [[1] * 11 + ["w0"] + [1] * 7]}]]},
+({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rows": [[1] * 11 + ["w0"] + [1] * 7]}]]},
      "integer flags, send time and worker"),
 ])
 def test_unreadable_payloads_are_refused_by_name(payload, words):
