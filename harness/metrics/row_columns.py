@@ -149,18 +149,20 @@ class RowColumns:
         if not _GAP_TYPES.issuperset(map(type, gaps)):
             bad = next(g for g in gaps if type(g) not in _GAP_TYPES)
             raise ValueError(f"a request row's gaps must be a list or None, got {bad!r:.80}")
-        wide = np.frombuffer(blob, dtype=f"<i{size}").reshape(len(NUMERIC), n).astype(np.int64)  # one pass a report
+        wide = np.frombuffer(blob, dtype=f"<i{size}").reshape(len(NUMERIC), n)
+        if (wide[list(_NEVER_NONE)] == _WIRE_NONE[code]).any():
+            name = next(name for j, name in _NEVER_NONE.items() if (wide[j] == _WIRE_NONE[code]).any())
+            raise ValueError(f"request rows' {name} must be integers, got None")
+        wide = wide.astype(np.int64)  # one pass a report, then one copy into an array sliced by column
         if code == "i":
-            wide[wide == _WIRE_NONE["i"]] = NONE
-        for j, name in _NEVER_NONE.items():
-            if n and (wide[j] == NONE).any():
-                raise ValueError(f"request rows' {name} must be integers, got None")
-        cols: list = [None] * _N
-        for j, i in enumerate(NUMERIC):
-            cols[i] = array("q", wide[j].tobytes())
+            np.putmask(wide, wide == _WIRE_NONE["i"], NONE)
+        numbers = array("q", wide.tobytes())
+        cols: list = [numbers[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
         # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
-        cols[_GAPS] = [g if g is None else tuple(g) for g in gaps]
-        return cls(cols)
+        cols.insert(_GAPS, [g if g is None else tuple(g) for g in gaps])
+        out = cls.__new__(cls)
+        out.cols = cols
+        return out
 
     def wire(self) -> list:
         """The columns as a worker ships them: ``[typecode, numbers, gaps]`` (``from_wire`` reads them)."""
