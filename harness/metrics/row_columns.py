@@ -82,6 +82,12 @@ class RowColumns:
         out.extend_rows([list(r) if isinstance(r, tuple) else r for r in rows])
         return out
 
+    @classmethod
+    def _of(cls, cols: list) -> RowColumns:
+        out = cls.__new__(cls)  # columns already arrays: none of __init__'s checks
+        out.cols = cols
+        return out
+
     def __len__(self) -> int:
         return len(self.cols[_GAPS])
 
@@ -160,9 +166,7 @@ class RowColumns:
         cols: list = [numbers[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
         # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
         cols.insert(_GAPS, [g if g is None else tuple(g) for g in gaps])
-        out = cls.__new__(cls)
-        out.cols = cols
-        return out
+        return cls._of(cols)
 
     def wire(self) -> list:
         """The columns as a worker ships them: ``[typecode, numbers, gaps]`` (``from_wire`` reads them)."""
@@ -200,10 +204,14 @@ class RowColumns:
     def compressed(self, keep: Iterable) -> RowColumns:
         """The rows whose ``keep`` is true (a C-level pass a column)."""
         keep = keep if isinstance(keep, (bytes, list)) else list(keep)
-        np = sys.modules.get("numpy")  # a master's (imported as its run starts): one gather a column, no int objects
-        if np is None or len(keep) < 1024:
+        np = sys.modules.get("numpy")  # a master's (imported as its run starts): one gather for every column
+        if np is None:
             return RowColumns([list(compress(c, keep)) if k == _GAPS else array("q", compress(c, keep))
                                for k, c in enumerate(self.cols)])
-        at = np.flatnonzero(np.frombuffer(keep, np.uint8) if isinstance(keep, bytes) else np.array(keep, bool))
-        return RowColumns([list(compress(c, keep)) if k == _GAPS else
-                           array("q", np.frombuffer(c, np.int64)[at].tobytes()) for k, c in enumerate(self.cols)])
+        mask = np.frombuffer(keep, np.uint8) != 0 if isinstance(keep, bytes) else np.array(keep, bool)
+        n = int(np.count_nonzero(mask))
+        numbers = np.frombuffer(b"".join(self.cols[i] for i in NUMERIC), np.int64).reshape(len(NUMERIC), -1)
+        kept = array("q", numbers[:, mask].tobytes())  # no int objects: one copy, sliced by column
+        cols: list = [kept[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
+        cols.insert(_GAPS, list(compress(self.cols[_GAPS], keep)))
+        return RowColumns._of(cols)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import msgpack
 import pytest
 
@@ -131,8 +133,18 @@ def test_rows_off_the_wire_join_the_columns_with_the_same_values_and_bytes():
     assert not any(map(gc.is_tracked, kept.cols[ROW_FIELDS.index("gaps")]))
 
 
-def test_rows_are_taken_and_compressed_by_column():
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_rows_are_taken_and_compressed_by_column(with_numpy, monkeypatch):
+    """A master (numpy loaded) compresses every column in one gather, a worker by ``itertools.compress``: the same
+    rows."""
+    if with_numpy:
+        import numpy  # noqa: F401
+    else:
+        monkeypatch.setitem(sys.modules, "numpy", None)
     kept = RowColumns.of([encode_row(rec(start=100.0 + k), k, 4) for k in range(6)])
+    kept.cols[ROW_FIELDS.index("gaps")][2] = (7, 9)
+    assert kept.compressed([False, True, True, False, False, False]).rows() == kept.rows()[1:3]
+    assert not kept.compressed(b"\x00" * 6) and not RowColumns().compressed(b"")
     t = ROW_FIELDS.index("t_ms")
     assert [r[t] for r in kept.take([4, 1])] == [4000, 1000] and len(kept.take([2])) == 1 and not kept.take([])
     assert list(kept.compressed(b"\x01\x00\x00\x01\x01\x00").columns()["t_ms"]) == [0, 3000, 4000]
