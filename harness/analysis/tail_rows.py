@@ -2,9 +2,9 @@
 
 The rows are kept by column as the reports come (``metrics.row_columns``): no object per request. The latencies
 stay in tenths of a millisecond (compared int to int) and the flags, send times and server queue are derived only
-for the rows tested (``tail.explain_columns``). A judged step of 100k requests, tails + TTFT split, costs 7-11× a
-``sorted()`` of its TTFTs in the same run (0.18-0.3 s of CPU on a 2-CPU EPYC VM; 12× before the rows were kept by
-column); when every stream went through two of 29 server-wide pauses, 12-14× (0.3-0.43 s: over the 0.2 s goal)
+for the rows tested (``tail.explain_columns``). A judged step of 100k requests, tails + TTFT split, costs 3.4-3.6×
+a ``sorted()`` of its TTFTs in the same run (66 ms of CPU on a 2-CPU VM; 12× when the rows were lists of rows,
+7-11× as lists by column); when every stream went through two of 29 server-wide pauses, 8-9× (157-161 ms)
 (``python -m benchmarks.tail_attribution``: ``master_step``, ``master_step_pauses``; ±30% from run to run there).
 """
 

@@ -37,8 +37,8 @@ client's mean concurrency by Little's law, against the server's gauges (``analys
 CLASS_CANCEL_KEY = "class_cancel:"
 """``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
 ROWS_CAP = 100_000
-"""Request rows kept per bucket (a step's, on the master): ~36-55 MB (360 bytes a row by tracemalloc, by column;
-most of it the values' own int objects); past it a uniform sample of half the cap to the cap
+"""Request rows kept per bucket (a step's, on the master): ~16 MB (157 bytes a row by tracemalloc: 18 int64 columns
+and the gaps, ``metrics.row_columns``; 360 as lists of ints); past it a uniform sample of half the cap to the cap
 (``metrics.row_sample``)."""
 
 LATENCIES = REQUEST_LATENCIES
