@@ -48,6 +48,9 @@ the newest of them (``client/inflight.py``): its time, the TTFT, may be the read
 PROBE_CLASS = -1
 """The ``class`` of a probe's row (``load.probes``): kept apart from the step's requests by the master."""
 _LATENCY = 10_000  # tenths of a millisecond per second
+_MAX_TENTHS = 2 ** 62
+"""The largest latency a row holds (~14.6 million years): a server's absurd timing (llama.cpp's ``prompt_ms`` may be
+any finite float) is kept as this, not as an int past the int64 columns (``metrics.row_columns``) or an inf."""
 GAP_FACTOR = 4.0
 """A silence counts when it is at least this many times the stream's median gap between chunks..."""
 GAP_MIN_S = 0.005
@@ -78,7 +81,10 @@ def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[i
 
 
 def _tenths(s: float | None) -> int | None:
-    return None if s is None or s < 0 else round(s * _LATENCY)
+    if s is None or not s >= 0:  # NaN: unknown too
+        return None
+    t = s * _LATENCY
+    return round(t) if t < _MAX_TENTHS else _MAX_TENTHS
 
 
 def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:

@@ -230,3 +230,14 @@ def test_rows_by_column_cross_the_wire_as_int32_or_int64(big, code):
     assert wire[0] == code and len(wire[1]) == (4 if code == "i" else 8) * 3 * (len(ROW_FIELDS) - 1)
     back = RowColumns.from_wire(wire)
     assert back == kept and back.rows() == kept.rows() and back[2][ROW_FIELDS.index("ttft")] is None
+
+
+@pytest.mark.parametrize("prefill_s", [1e300, 1.7e305, float("inf")])
+def test_an_absurd_server_timing_fits_the_row(prefill_s):
+    """llama.cpp's ``timings.prompt_ms`` may be any finite float (and ms / 1000 * 10^4 then overflows to inf): the
+    row keeps the largest latency it holds, and a worker's rows take it (an int past int64 raised OverflowError)."""
+    row = encode_row(rec(server_prefill_s=prefill_s), 1.0, 4)
+    assert row[ROW_FIELDS.index("server_prefill")] == 2 ** 62
+    sample = RowSample(10)
+    sample.append(row)
+    assert sample.joined()[0][ROW_FIELDS.index("server_prefill")] == 2 ** 62
