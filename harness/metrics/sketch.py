@@ -153,7 +153,9 @@ class Sketch:
             else:  # () or a decoded sketch's own (payload,)
                 self._pending = [*self._pending, *other._pending]
         bins, theirs = self._bins, other._bins
-        if not bins:
+        if not theirs:  # a decoded sketch keeps its bins as pending bytes (the master's usual merge): none to add
+            pass
+        elif not bins:
             bins.update(theirs)  # the common first merge into an empty bucket
         else:
             keys = list(theirs) if other is self else theirs  # a copy when merging into itself: the keys are read
