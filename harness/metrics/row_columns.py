@@ -23,8 +23,12 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, compress
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from harness.metrics.rows import ROW_FIELDS, check_rows
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["NUMERIC", "RowColumns"]
 
@@ -83,9 +87,13 @@ class RowColumns:
         return out
 
     @classmethod
-    def _of(cls, cols: list) -> RowColumns:
-        out = cls.__new__(cls)  # columns already arrays: none of __init__'s checks
-        out.cols = cols
+    def _of_numbers(cls, numbers: np.ndarray, gaps: list) -> RowColumns:
+        """``numbers``: int64, one row per ``NUMERIC`` column: one copy into an array, sliced by column (no int
+        objects, none of ``__init__``'s checks)."""
+        flat, n = array("q", numbers.tobytes()), len(gaps)
+        out = cls.__new__(cls)
+        out.cols = [flat[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
+        out.cols.insert(_GAPS, gaps)
         return out
 
     def __len__(self) -> int:
@@ -159,14 +167,11 @@ class RowColumns:
         if (wide[list(_NEVER_NONE)] == _WIRE_NONE[code]).any():
             name = next(name for j, name in _NEVER_NONE.items() if (wide[j] == _WIRE_NONE[code]).any())
             raise ValueError(f"request rows' {name} must be integers, got None")
-        wide = wide.astype(np.int64)  # one pass a report, then one copy into an array sliced by column
+        wide = wide.astype(np.int64)  # one pass a report
         if code == "i":
             np.putmask(wide, wide == _WIRE_NONE["i"], NONE)
-        numbers = array("q", wide.tobytes())
-        cols: list = [numbers[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
         # tuples: out of the garbage collector's sight once collected ([] is the one empty tuple)
-        cols.insert(_GAPS, [g if g is None else tuple(g) for g in gaps])
-        return cls._of(cols)
+        return cls._of_numbers(wide, [g if g is None else tuple(g) for g in gaps])
 
     def wire(self) -> list:
         """The columns as a worker ships them: ``[typecode, numbers, gaps]`` (``from_wire`` reads them)."""
@@ -209,9 +214,5 @@ class RowColumns:
             return RowColumns([list(compress(c, keep)) if k == _GAPS else array("q", compress(c, keep))
                                for k, c in enumerate(self.cols)])
         mask = np.frombuffer(keep, np.uint8) != 0 if isinstance(keep, bytes) else np.array(keep, bool)
-        n = int(np.count_nonzero(mask))
         numbers = np.frombuffer(b"".join(self.cols[i] for i in NUMERIC), np.int64).reshape(len(NUMERIC), -1)
-        kept = array("q", numbers[:, mask].tobytes())  # no int objects: one copy, sliced by column
-        cols: list = [kept[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
-        cols.insert(_GAPS, list(compress(self.cols[_GAPS], keep)))
-        return RowColumns._of(cols)
+        return RowColumns._of_numbers(numbers[:, mask], list(compress(self.cols[_GAPS], keep)))
