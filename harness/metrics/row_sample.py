@@ -1,12 +1,14 @@
 """A bucket's request rows, at most a cap of them: a uniform sample of its requests, in blocks. Pure.
 
 Past the cap (``metrics.aggregate.ROWS_CAP``) the rows are a Bernoulli sample of every request at one rate, the
-same for all whichever worker and report they came in (so a uniform sample): a report's rows are thinned to the
-rate as they come, and when the rows pass the cap the rate halves. The rows already kept are thinned to the new
-rate one block (``BLOCK_ROWS``) per report, not all at once — each thinning a random byte a row and a C-level pass
-a column, where halving 100k rows at once held a master's loop 74 ms in one report (``benchmarks/fleet_merge.py``,
-1,000 workers). When the
-step is judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept.
+same for all whichever worker and report they came in (so a uniform sample): when the rows pass the cap the rate
+halves, and the blocks (``BLOCK_ROWS`` rows) above it are thinned to it one per report, not all at once — each
+thinning a random byte a row and one gather of every column, where halving 100k rows at once held a master's loop
+74 ms in one report (``benchmarks/fleet_merge.py``, 1,000 workers). A report's rows join the open (last) block at
+their own rate, and that block is thinned once it is sealed (a block of 8,192 rows in one gather, ~0.06 µs a row,
+not 45 rows at a time at ~0.3); rows with no open block at their rate are thinned as they come. When the step is
+judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept, and at most one
+open block's worth more until it is sealed.
 
 Why not a fixed-size reservoir: replacing a row at a random place costs a write into every column, each a cache
 miss (~0.45 µs: 19 a row), with the draws of the places two fifths of a 1,000-worker merge past the cap (cProfile)
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+from itertools import islice
 
 from harness.metrics.row_columns import RowColumns
 
@@ -68,13 +71,13 @@ class RowSample:
         ``take`` (rows no one else holds: a report's off the wire) and they begin a block."""
         if not rows:
             return
-        if rate > self.rate:
-            rows = self._thinned(rows, self.rate / rate)
+        last = self.blocks[-1] if self.blocks else None
+        if rate > self.rate and (last is None or last[1] != rate):  # no open block at their rate: thinned now
+            rows, rate = self._thinned(rows, self.rate / rate), self.rate
         elif rate < self.rate:
             self.rate = rate  # the blocks above it are thinned below, one a call
-        last = self.blocks[-1] if self.blocks else None
-        if last is None or last[1] != self.rate or len(last[0]) + len(rows) > BLOCK_ROWS:
-            self.blocks.append([rows if take else RowColumns(), self.rate])
+        if last is None or last[1] != rate or len(last[0]) + len(rows) > BLOCK_ROWS:
+            self.blocks.append([rows if take else RowColumns(), rate])  # the block before is sealed
             if not take:
                 self.blocks[-1][0].extend(rows)
         else:
@@ -82,7 +85,7 @@ class RowSample:
         self._n += len(rows)
         while self._n > self.cap and sum(len(b) * self.rate / r for b, r in self.blocks) > self.cap:
             self.rate /= 2
-        for entry in self.blocks:  # one block above the rate a call: the work spread over the reports
+        for entry in islice(self.blocks, len(self.blocks) - 1):  # a sealed block above the rate, one a call
             if entry[1] > self.rate:
                 self._thin(entry)
                 break

@@ -153,21 +153,33 @@ def test_rows_are_taken_and_compressed_by_column(with_numpy, monkeypatch):
 
 def test_a_sample_past_its_cap_thins_one_block_a_report_at_one_rate():
     """``RowSample``: below the cap every row; past it the rate halves and the blocks kept are thinned to it one a
-    report (never all at once), new rows as they come; ``joined`` brings every block to the rate."""
+    report (never all at once), the open block once it is sealed; ``joined`` brings every block to the rate."""
     sample = RowSample(3 * BLOCK_ROWS)
     for k in range(4):
         sample.add(_rows(k, BLOCK_ROWS))
     assert sample.rate == 0.5 and len(sample.blocks) == 4
     assert [r for _, r in sample.blocks] == [0.5, 1.0, 1.0, 1.0]  # the first block thinned, the others wait
     assert len(sample) == BLOCK_ROWS * 3.5 + (len(sample.blocks[0][0]) - BLOCK_ROWS / 2)
-    sample.add(_rows(9, 100))  # a report: thinned to the rate as it comes; one more block thinned
-    assert [r for _, r in sample.blocks] == [0.5, 0.5, 1.0, 1.0, 0.5]
+    sample.add(_rows(9, 50))  # a report: the last block is full, so it opens one at its rate; one more thinned
+    assert [r for _, r in sample.blocks] == [0.5, 0.5, 1.0, 1.0, 1.0]
+    sample.add(_rows(9, 50))  # joins the open block, unthinned until it is sealed
+    assert [r for _, r in sample.blocks] == [0.5, 0.5, 0.5, 1.0, 1.0] and len(sample.blocks[-1][0]) == 100
     joined = sample.joined()
     assert all(r == 0.5 for _, r in sample.blocks) and len(joined) == len(sample)
     workers = joined.columns()["worker"]
     for k in range(4):
         assert abs(workers.count(k) - BLOCK_ROWS / 2) < 4 * (BLOCK_ROWS / 4) ** 0.5  # binomial(n, 1/2): 4 sd
     assert 20 <= workers.count(9) <= 80
+
+
+def test_rows_with_no_open_block_at_their_rate_are_thinned_as_they_come():
+    sample = RowSample(3 * BLOCK_ROWS)
+    for k in range(4):
+        sample.add(_rows(k, BLOCK_ROWS))
+    sample.joined()  # every block at the rate (0.5), the last one too
+    before = len(sample)
+    sample.add(_rows(9, 1000))  # at rate 1: no open block at it, so thinned to 0.5 now (it joins the last block)
+    assert all(r == 0.5 for _, r in sample.blocks) and 400 <= len(sample) - before <= 600
 
 
 def _rows(worker: int, n: int, k: int | None = None) -> RowColumns:
