@@ -77,7 +77,9 @@ class RowSample:
         elif rate < self.rate:
             self.rate = rate  # the blocks above it are thinned below, one a call
         if last is None or last[1] != rate or len(last[0]) + len(rows) > BLOCK_ROWS:
-            self.blocks.append([rows if take else RowColumns(), rate])  # the block before is sealed
+            if last is not None:  # the block before is sealed: its rows off the wire widened now, in one pass
+                last[0].settle()
+            self.blocks.append([rows if take else RowColumns(), rate])
             if not take:
                 self.blocks[-1][0].extend(rows)
         else:

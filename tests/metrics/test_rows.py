@@ -253,3 +253,34 @@ def test_an_absurd_server_timing_fits_the_row(prefill_s):
     sample = RowSample(10)
     sample.append(row)
     assert sample.joined()[0][ROW_FIELDS.index("server_prefill")] == 2 ** 62
+
+
+def test_rows_off_the_wire_stay_pending_until_read_and_keep_their_order():
+    """``from_wire`` keeps a report's numbers as its bytes; ``extend`` gathers them by reference (int32 and int64
+    wires, rows of a worker's own between them) and the first read widens them all, in the order they came."""
+    def made(first: int, big: int) -> RowColumns:
+        rows = [encode_row(rec(start=100.0 + k), k, first + k) for k in range(3)]
+        rows[1][ROW_FIELDS.index("class")] = big
+        rows[2][ROW_FIELDS.index("ttft")] = None
+        return RowColumns.of(rows)
+
+    narrow, local, wide = made(0, 3), made(10, 5), made(20, 2 ** 40)
+    parts = [RowColumns.from_wire(msgpack.unpackb(msgpack.packb(r.wire()))) for r in (narrow, wide)]
+    assert [p._waiting for p in parts] == [3, 3]  # pending: nothing widened yet
+    block = RowColumns()
+    block.extend(parts[0])
+    block.extend(local)  # settled rows after pending ones: those are widened first
+    block.extend(parts[1])
+    assert len(block) == 9 and block._pending
+    assert block.rows() == narrow.rows() + local.rows() + wide.rows() and not block._pending
+    assert block[2][ROW_FIELDS.index("ttft")] is None and block[7][ROW_FIELDS.index("class")] == 2 ** 40
+
+
+def test_a_sealed_block_is_widened_as_the_next_one_opens():
+    sample = RowSample(10 * BLOCK_ROWS)
+    report = RowColumns.of([encode_row(rec(start=100.0), 1, 4)] * 1000)
+    for _ in range(9):  # 9,000 rows: the first block takes 8 reports, the ninth opens the second
+        sample.add(RowColumns.from_wire(report.wire()))
+    assert [len(b) for b, _ in sample.blocks] == [8000, 1000]
+    assert not sample.blocks[0][0]._pending and sample.blocks[1][0]._pending
+    assert sample.joined().rows() == report.rows() * 9
