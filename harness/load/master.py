@@ -117,8 +117,13 @@ class MasterSide:
         self.scraper.start()
         self.live.start()
         # numpy folds a large fleet's sketches (``metrics.sketch.fold_bins``) and judges the steps: loaded now (~0.1 s,
-        # before the first report), not inside a report's merge with the loop held; frozen below with the rest
-        import numpy  # noqa: F401
+        # before the first report), not inside a report's merge with the loop held; frozen below with the rest. The
+        # analysis's own modules too (numpy.ma: np.unique's first call imports it), and the native thread it runs in:
+        # the first judging imported them in that thread, the loop waiting 12-22 ms (benchmarks/fleet_merge.py)
+        import numpy.ma  # noqa: F401
+
+        import harness.analysis.tail_counts  # noqa: F401
+        gevent.get_hub().threadpool.apply(int)
         # What is alive now (modules, Locust, the scenario: ~60k objects) lives as long as the process: out of the
         # collector's generations, a full collection walks only what the run adds, not 35 ms of start-up objects
         # with the loop blocked (benchmarks/fleet_merge.py). Collected first: cyclic garbage frozen is never freed.

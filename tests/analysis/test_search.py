@@ -12,6 +12,7 @@ from harness.analysis.knee import KneeParams, StepPoint
 from harness.analysis.plan import StepPlan, p99_precision
 from harness.analysis.search import PREDICTED, Decision, Probe, SearchGrid, choose, search_line, search_summary
 from harness.analysis.steps import StepInfo
+from harness.metrics import quantiles
 from harness.metrics.aggregate import ci_min_samples, ci_ranks
 
 TOKENS_PER_USER = 50.0
@@ -198,6 +199,22 @@ def test_order_statistic_interval_covers_at_its_level(q, n):
     coverage = _binomial_cdf(n, q, hi) - _binomial_cdf(n, q, lo)
     assert coverage >= 0.95, (lo, hi, coverage)
     assert _binomial_cdf(n, q, hi - 1) < 0.975 and (lo == 0 or _binomial_cdf(n, q, lo + 1) > 0.025)
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.95, 0.99, 0.999])
+@pytest.mark.parametrize("n", [30_000, 123_457, 10 ** 6, 36_000_001, 10 ** 8])
+def test_a_large_sample_s_ranks_are_the_same_summed_as_an_array(q, n):
+    """Past ``ARRAY_TERMS`` terms (a large step's ITL) ``ci_ranks`` sums the pmf in numpy: the ranks term by term."""
+    tail = math.erfc(1.96 / math.sqrt(2)) / 2
+    sd = math.sqrt(n * q * (1 - q))
+    lo_k, hi_k = max(0, math.floor(n * q - 10 * sd - 2)), min(n, math.ceil(n * q + 10 * sd + 2))
+    first = (math.lgamma(n + 1) - math.lgamma(lo_k + 1) - math.lgamma(n - lo_k + 1) + lo_k * math.log(q)
+             + (n - lo_k) * math.log1p(-q))
+    by_array = quantiles._ranks_by_array(n, q, tail, lo_k, hi_k, first)
+    assert by_array == quantiles._ranks_by_term(n, q, tail, lo_k, hi_k, first)
+    if hi_k - lo_k > quantiles.ARRAY_TERMS:
+        assert ci_ranks(n, q) == by_array
+    assert abs(by_array[0] - (n * q - 1.96 * sd)) < 3 and abs(by_array[1] - (n * q + 1.96 * sd)) < 3  # ~normal
 
 
 def test_a_latency_break_at_the_resolution_with_throughput_growing_is_no_knee_look_higher():
