@@ -11,9 +11,10 @@ seconds (tokens/s for ``tokens_per_s``); summaries print milliseconds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from harness.metrics.extract import add_request, add_session
 from harness.metrics.quantiles import ci_min_samples, ci_ranks, quantile_ci, summarize_sketch
@@ -48,6 +49,10 @@ _WIRE_FIELDS = (("n", "requests"), ("ok", "ok"), ("good", "good"), ("fail", "fai
                 ("in", "input_tokens"), ("counted", "counted_outputs"), ("perr", "prompt_error_sum"),
                 ("pn", "prompt_error_n"), ("arr", "arrivals"), ("drop", "dropped"))
 """A bucket's counters on the wire, in wire order: (short key, field); the sketches go first, under "sk"."""
+_COUNT_KEYS = tuple(key for key, name in _WIRE_FIELDS if name not in ("failures", "prompt_error_sum"))
+_COUNTS = itemgetter(*_COUNT_KEYS)
+_INT = frozenset((int,))
+_NUMBER = frozenset((int, float))
 
 
 @dataclass
@@ -264,6 +269,8 @@ class Bucket:
 
     @classmethod
     def from_wire(cls, d: dict) -> Bucket:
+        """A bucket off the wire: ValueError (or KeyError, TypeError) for what cannot be merged, before any of it is."""
+        _check_counts(d)
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
         cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
@@ -281,6 +288,26 @@ class Bucket:
                    **fields)
         out.add_rows(rows, int(d.get("rows_seen", len(rows))), take=True)
         return out
+
+
+def _check_counts(d: dict) -> None:
+    """The counters are ints >= 0 (a failure class's count too) and the prompt error a number >= 0: a string there
+    raised in the master's merge, halfway through adding the report (in C-level passes, the usual case)."""
+    counts, fail, perr = _COUNTS(d), d["fail"], d["perr"]
+    if (_INT.issuperset(map(type, counts)) and min(counts) >= 0 and type(fail) is dict
+            and _INT.issuperset(map(type, fail.values())) and min(fail.values(), default=0) >= 0
+            and type(perr) in _NUMBER and 0 <= perr < math.inf):
+        return
+    bad = [f"{key!r} must be an int >= 0, got {v!r:.40}" for key, v in zip(_COUNT_KEYS, counts, strict=True)
+           if type(v) is not int or v < 0]
+    if type(fail) is not dict:
+        bad.append(f"'fail' must be a dict of failure class to count, got {fail!r:.40}")
+    else:
+        bad += [f"'fail'[{k!r:.40}] must be an int >= 0, got {v!r:.40}" for k, v in fail.items()
+                if type(v) is not int or v < 0]
+    if not (type(perr) in _NUMBER and 0 <= perr < math.inf):
+        bad.append(f"'perr' must be a finite number >= 0, got {perr!r:.40}")
+    raise ValueError("bucket counters: " + "; ".join(bad))
 
 
 _COUNTED = {f.name for f in fields(Bucket)}

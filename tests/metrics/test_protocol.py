@@ -159,6 +159,12 @@ def _rc(**values: object) -> list:
      "t_ms must be integers"),
 ({"v": 1, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "rows": [[1] * 11 + ["w0"] + [1] * 7]}]]},
      "integer flags, send time and worker"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "n": "x", "out": -1}]]},
+     "'n' must be an int >= 0, got 'x'; 'out' must be an int >= 0, got -1"),  # raised in the merge, halfway
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "fail": {"http_500": 1.5}}]]},
+     "'fail'['http_500'] must be an int >= 0, got 1.5"),
+    ({"v": 2, "step": 0, "buckets": [[0, "measure", {**Bucket().to_wire(), "fail": [1], "perr": float("nan")}]]},
+     "'fail' must be a dict of failure class to count, got [1]; 'perr' must be a finite number >= 0, got nan"),
 ])
 def test_unreadable_payloads_are_refused_by_name(payload, words):
     with pytest.raises(ProtocolError, match="worker w7") as err:
