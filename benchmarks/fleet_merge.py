@@ -15,15 +15,15 @@ The workers' reports are all made first, and the workers dropped, before the mas
 process then holds only a master's objects (its garbage collections cost what they would in a real one). The
 master takes the reports one at a time, as Locust's ``client_listener`` hands them over, each dropped once merged.
 
-Figures per fleet size (one JSON line each, each size measured in a process of its own): ``round_cpu_ms`` (median), ``round_cpu_ms_mean`` and
-``round_cpu_ms_max`` (the worst round: garbage collections land in some), ``report_cpu_ms_max`` (the longest one
-report held the loop, a collection included), ``gc_pause_ms_max`` (the longest collection during the merges, wall
-time), ``gc_ms_per_round`` (all of them, judging included, over the rounds), ``judge_step_cpu_ms`` (judging a step,
-its rows' analysis in a native thread as in a run) and ``judge_loop_ms_max`` (the longest the gevent loop waited
-meanwhile: a greenlet beside it ticks every ms). Reference measured in the same run,
-on the same messages: ``unserialize_ms``, Locust's msgpack decode of a round's messages alone (the part no merge
-can avoid); ``ratio_vs_unserialize`` is the round's median / that. CPU time (``time.process_time``). On a busy
-machine the figures move together; compare the ratio.
+Figures per fleet size (one JSON line each, each size measured in a process of its own): ``round_cpu_ms`` (median),
+``round_cpu_ms_mean`` and ``round_cpu_ms_max`` (the worst round: garbage collections land in some),
+``report_cpu_ms_max`` (the longest one report held the loop, a collection included), ``gc_pause_ms_max`` (the
+longest collection during the merges, wall time), ``gc_ms_per_round`` (all of them, judging included, over the
+rounds), ``judge_step_cpu_ms`` (judging a step, its rows' analysis in a native thread as in a run) and
+``judge_loop_ms_max`` (the longest the gevent loop waited meanwhile: a greenlet beside it ticks every ms). Reference
+measured in the same run, on the same messages: ``unserialize_ms``, Locust's msgpack decode of a round's messages
+alone (the part no merge can avoid); ``ratio_vs_unserialize`` is the round's median / that. CPU time
+(``time.process_time``). On a busy machine the figures move together; compare the ratio.
 """
 
 from __future__ import annotations

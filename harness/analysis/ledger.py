@@ -49,7 +49,8 @@ from harness.analysis.steps import Generator, StepInfo, step_health, step_result
 from harness.analysis.tail import StepTails, TailParams
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
-from harness.metrics.aggregate import BUSY_KEY, Bucket, Fleet
+from harness.metrics.aggregate import BUSY_KEY, Bucket
+from harness.metrics.by_step import Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.row_sample import RowSample
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS

@@ -23,7 +23,8 @@ from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
 from harness.load.samplers import Samplers
-from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY, Recorder
+from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY
+from harness.metrics.by_step import Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord

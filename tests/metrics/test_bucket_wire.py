@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import msgpack
 
-from harness.metrics.aggregate import Bucket, Recorder
+from harness.metrics.aggregate import Bucket
+from harness.metrics.by_step import Recorder
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
 

@@ -8,7 +8,8 @@ import msgpack
 import pytest
 
 from harness.metrics import aggregate
-from harness.metrics.aggregate import Bucket, Recorder
+from harness.metrics.aggregate import Bucket
+from harness.metrics.by_step import Recorder
 from harness.metrics.record import RequestRecord
 from harness.metrics.row_columns import RowColumns
 from harness.metrics.row_sample import BLOCK_ROWS, RowSample
