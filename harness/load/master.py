@@ -51,10 +51,10 @@ SWITCH_S = 0.001
 
 
 def _off_the_loop(work: Callable[[], None]) -> None:
-    """A judged step's analysis of its rows in one of gevent's native threads, this greenlet waiting: the GIL comes
-    back to the loop every ``SWITCH_S`` (``sys.setswitchinterval``, 5 ms by default: ~10 ms a turn of the loop), so
-    reports, heartbeats and step messages go on. Inline, a 100k-request step held the loop ~0.4 s
-    (``benchmarks/fleet_merge.py``, ``judge_loop_ms_max``)."""
+    """``work`` (a judged step's analysis of its rows, the checkpoint's encoding and fsync) in one of gevent's native
+    threads, this greenlet waiting: the GIL comes back to the loop every ``SWITCH_S`` (``sys.setswitchinterval``, 5
+    ms by default: ~10 ms a turn of the loop), so reports, heartbeats and step messages go on. Inline, a
+    100k-request step's analysis held the loop ~0.4 s (``benchmarks/fleet_merge.py``, ``judge_loop_ms_max``)."""
     was = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_S)
     try:
