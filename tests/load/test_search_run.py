@@ -75,18 +75,15 @@ def test_a_server_without_metrics_is_searched_by_littles_law(tmp_path):
     assert any("Little's law" in e["why"] for e in path), [e["why"] for e in path]
 
 
+# timing: the simulator's iterations are real time and share the two cores with the client; beside two other lanes
+# its latency rose at 8 users and a knee was found below max (fresh-clone CI 2026-12-03 and 2026-12-04: knees at 6,
+# once with every step past it flagged TIMING, once with only the knee's step flagged). The premise — capacity above
+# max — holds only on cores the test has to itself.
+@pytest.mark.timing
 @pytest.mark.xdist_group("search_c")
 def test_a_knee_above_max_is_no_knee_not_a_guess(tmp_path):
     summary, _, output = _search(tmp_path, slots=32, top=8)
-    knee = summary["knee"]
-    if knee["found"]:  # a busy lane: the client, not the server, fell behind (fresh-clone CI 2026-12-03: 69% of
-        # step 3's requests read late, throughput +15% for +33% users): allowed only as said — low confidence, and
-        # every step from the knee on flagged TIMING (its chunk times uncertain)
-        past = [s for s in summary["steps"] if s["users"] >= knee["users"]]
-        assert knee["confidence"] == "low" and past and all(s["generator"]["stamps_flagged"] for s in past), (
-            output[-3000:])
-        assert "TIMING: step" in output
-        return
+    assert not summary["knee"]["found"], output[-3000:]
     levels = [e["level"] for e in summary["search"]["path"]]
     assert levels[:2] == [2, 4] and levels[-1] == 8 and levels == sorted(levels), levels  # up to max, not past
     assert summary["search"]["state"] == "no knee" and summary["search"]["line"] == "no knee up to max 8 users"
