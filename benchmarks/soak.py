@@ -98,6 +98,9 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=48)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--every-s", type=float, default=30.0)
+    ap.add_argument("--keep", metavar="FILE", help="copy every process's samples (soak.jsonl) to FILE")
+    ap.add_argument("--trace", action="store_true", help="the master traces its allocations from minute 10 "
+                    "(slower): its samples name the sites that grew (with --keep)")
     args = ap.parse_args()
     seconds, rev = round(args.minutes * 60), git_rev()
     with tempfile.TemporaryDirectory(prefix="kneecap-soak-") as tmp:
@@ -107,7 +110,8 @@ def main() -> None:
             with open(path, "w") as f:
                 f.write(SCENARIO.format(users=args.users, seconds=seconds, url=url))
             env = {**os.environ, "KNEECAP_SOAK_FILE": os.path.join(tmp, "soak.jsonl"),
-                   "KNEECAP_SOAK_EVERY_S": str(args.every_s)}
+                   "KNEECAP_SOAK_EVERY_S": str(args.every_s),
+                   **({"KNEECAP_SOAK_TRACE": str(min(600.0, args.minutes * 10))} if args.trace else {})}
             out = os.path.join(tmp, "out")
             started = time.time()
             # the console to a file, read at the end: a pipe nobody reads fills (64 KB) within the hour and the
@@ -134,6 +138,8 @@ def _report(args: argparse.Namespace, rev: str, started: float, tmp: str,
     t10, end = started + min(600.0, args.minutes * 60 / 6), started + args.minutes * 60
     ok = code == 0
     inside: dict[str, list[dict]] = {}
+    if args.keep:
+        shutil.copy(os.path.join(tmp, "soak.jsonl"), args.keep)
     with open(os.path.join(tmp, "soak.jsonl")) as f:
         for line in f:
             d = json.loads(line)

@@ -42,7 +42,7 @@ from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
 from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
-from harness.analysis.server import ServerStep
+from harness.analysis.server import ServerStep, TimeSeries
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.step_columns import StepColumns
 from harness.analysis.steps import Generator, StepInfo, step_health, step_result
@@ -86,7 +86,7 @@ class StepState:
     """The workers' load-generator health over the step (loop lag, CPU, GC), merged."""
     server: ServerStep | None = None
     """The server's /metrics scrapes in the step's measured part (None: not scraped)."""
-    waiting: list[tuple[float, float]] = field(default_factory=list)
+    waiting: TimeSeries = field(default_factory=TimeSeries)
     """The server's waiting queue at every scrape: (time on the step clock, requests waiting)."""
     halves: Halves = field(default_factory=Halves)
     """The knee metric's deltas by time (``analysis/halves.py``): the stationarity check splits them in two."""

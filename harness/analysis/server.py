@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from harness.analysis.histogram import delta, mean, quantile
 from harness.client.server_metrics import ServerSample
 
-__all__ = ["NO_STAGE_DELTA", "STAGES", "ServerStep", "explain"]
+__all__ = ["NO_STAGE_DELTA", "STAGES", "ServerStep", "TimeSeries", "explain"]
 
 STAGES = ("queue_time", "prefill_time", "decode_time", "ttft")
 """The server's per-request latency histograms a step reports (``client.server_metrics``): their step deltas."""
@@ -16,14 +17,44 @@ NO_STAGE_DELTA = ("not measured in this step: the server has the histograms, but
                   "the step's scrapes (a step cut short, or a counter reset)")
 
 
+def _floats() -> array:
+    return array("d")
+
+
+class TimeSeries(Sequence[tuple[float, float]]):
+    """(time, value) pairs, appended in time order, kept as two float arrays: a scrape every 0.5 s of an hour-long
+    step is 7,200 of them (~110 bytes each as tuples of floats, 16 here; ``benchmarks/soak.py``)."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times, self.values = _floats(), _floats()
+
+    def append(self, point: tuple[float, float]) -> None:
+        self.times.append(point[0])
+        self.values.append(point[1])
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return list(zip(self.times[i], self.values[i], strict=True))
+        return self.times[i], self.values[i]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.values, strict=True)
+
+
 @dataclass
 class ServerStep:
-    waiting: list[float] = field(default_factory=list)
-    running: list[float] = field(default_factory=list)
-    kv: list[float] = field(default_factory=list)
-    preemptions: list[float] = field(default_factory=list)
-    cache_queries: list[float] = field(default_factory=list)
-    cache_hits: list[float] = field(default_factory=list)
+    # arrays of floats, not lists: a scrape every 0.5 s of an hour-long step (see TimeSeries)
+    waiting: Sequence[float] = field(default_factory=_floats)
+    running: Sequence[float] = field(default_factory=_floats)
+    kv: Sequence[float] = field(default_factory=_floats)
+    preemptions: Sequence[float] = field(default_factory=_floats)
+    cache_queries: Sequence[float] = field(default_factory=_floats)
+    cache_hits: Sequence[float] = field(default_factory=_floats)
     first: ServerSample | None = None
     last: ServerSample | None = None
     """The step's first and last measured scrapes: their histogram deltas are the step's own requests."""
@@ -40,10 +71,10 @@ class ServerStep:
                 values.append(v)
 
     def summary(self) -> dict:
-        def stat(v: list[float], f: Callable[[list[float]], float]) -> float | None:
+        def stat(v: Sequence[float], f: Callable[[Sequence[float]], float]) -> float | None:
             return round(f(v), 3) if v else None
 
-        def mean(v: list[float]) -> float:
+        def mean(v: Sequence[float]) -> float:
             return sum(v) / len(v)
 
         out: dict = {"samples": max(len(self.waiting), len(self.running)),

@@ -15,8 +15,10 @@ int64 ("q") when a value does not fit, then the gaps list. ``from_wire`` (the ma
 flags, send times and workers are never None, and keeps the numbers pending, as the payload's bytes: ``extend``
 gathers them by reference, and the first read of the columns widens every pending part into the arrays in one numpy
 pass (a block of ~180 reports at once, ``metrics.row_sample``, where widening each report's 45 rows cost ~15 µs of
-the master's ~120 a report at 1,000 workers; ``benchmarks/fleet_merge.py``). Version 1 shipped rows (``rows()``,
-``extend_rows``), still read.
+the master's ~120 a report at 1,000 workers; ``benchmarks/fleet_merge.py``). A sealed block is ``pack``ed instead:
+each column in the narrowest signed type that holds it (int8 for flags, worker, turn; int16 for most latencies in
+tenths of a millisecond; its least value is None), widened when the step is judged. Version 1 shipped rows
+(``rows()``, ``extend_rows``), still read.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ _NEVER_NONE = {NUMERIC.index(i): name for i, name in ((_FLAGS, "flags"), (_T_MS,
 """Positions in the wire's numbers of the columns that are never None (the analysis reads them as integers)."""
 _GAP_TYPES = frozenset((list, type(None)))
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
+_PACKED = ("int8", "int16", "int32", "int64")
 
 
 def _numbers(values: Iterable) -> array:
@@ -75,11 +78,47 @@ def _swapped(code: str, blob: bytes) -> array:
     return out
 
 
-def _widened(np: Any, code: str, blob: bytes, gaps: list) -> np.ndarray:
+def _widened(np: Any, code: str, blob: bytes | tuple, gaps: list) -> np.ndarray:
+    if code == "p":  # packed (``pack``): a narrow array a column, None as its type's least value
+        wide = np.empty((len(NUMERIC), len(gaps)), np.int64)
+        for row, col in zip(wide, blob, strict=True):
+            row[:] = col
+            np.putmask(row, col == np.iinfo(col.dtype).min, NONE)
+        return wide
     wide = np.frombuffer(blob, f"<i{4 if code == 'i' else 8}").reshape(len(NUMERIC), len(gaps)).astype(np.int64)
     if code == "i":
         np.putmask(wide, wide == _WIRE_NONE["i"], NONE)
     return wide
+
+
+class _PackedGaps:
+    """A packed block's gaps: a length a row (-1 for None) and all their numbers in one array; iterated, the rows'
+    gaps again (None, ``()`` or a tuple of ints). A long gap's row held ~100 bytes as a tuple of int objects."""
+
+    __slots__ = ("lens", "numbers")
+
+    def __init__(self, np: Any, gaps: Iterable) -> None:
+        gaps = gaps if isinstance(gaps, list) else list(gaps)
+        lens = np.fromiter((-1 if g is None else len(g) for g in gaps), np.int64, len(gaps))
+        numbers = np.fromiter(chain.from_iterable(g for g in gaps if g), np.int64)
+        self.lens = lens.astype(np.int8) if len(lens) and lens.max() < 128 else lens
+        fits = not len(numbers) or (numbers.min() > -(2 ** 31) and numbers.max() < 2 ** 31)
+        self.numbers = numbers.astype(np.int32) if fits else numbers
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def __iter__(self) -> Iterator[tuple | None]:
+        lens = self.lens
+        out: list = [()] * len(lens)
+        for i in (lens < 0).nonzero()[0].tolist():
+            out[i] = None
+        ends = (lens * (lens > 0)).cumsum()
+        some = (lens > 0).nonzero()[0]
+        numbers = self.numbers.tolist()
+        for i, a, b in zip(some.tolist(), (ends[some] - lens[some]).tolist(), ends[some].tolist(), strict=True):
+            out[i] = tuple(numbers[a:b])
+        return iter(out)
 
 
 class RowColumns:
@@ -119,12 +158,14 @@ class RowColumns:
 
     @classmethod
     def _of_numbers(cls, numbers: np.ndarray, gaps: list) -> RowColumns:
-        """``numbers``: int64, one row per ``NUMERIC`` column: one copy into an array, sliced by column (no int
-        objects, none of ``__init__``'s checks)."""
-        flat, n = array("q", numbers.tobytes()), len(gaps)
+        """``numbers``: int64, one row per ``NUMERIC`` column: an array each (no int objects, none of
+        ``__init__``'s checks)."""
         out = cls.__new__(cls)
         out._pending, out._waiting = (), 0
-        out._cols = [flat[j * n:(j + 1) * n] for j in range(len(NUMERIC))]
+        out._cols = [array("q") for _ in NUMERIC]
+        if len(gaps):  # one copy a column, from numpy's buffer
+            for col, row in zip(out._cols, numbers if numbers.flags.c_contiguous else numbers.copy(), strict=True):
+                col.frombytes(row.data.cast("B"))
         out._cols.insert(_GAPS, gaps)
         return out
 
@@ -223,6 +264,35 @@ class RowColumns:
         else:
             for col, new in zip(self._cols, more, strict=True):
                 col.extend(new)
+
+    def pack(self) -> None:
+        """Keep the rows as narrow columns (a master's sealed block: the narrowest signed type that holds a column,
+        its least value reserved for None), pending until read: ~27-40 bytes a row of a usual step, not 144."""
+        if not len(self):
+            return
+        import numpy as np  # imported as a master's run starts (load/master.py)
+
+        parts = self._pending
+        if (self._cols is None or not self._cols[_GAPS]) and all(code == "i" for code, _, _ in parts):
+            # the usual sealed block, reports off the wire: narrowed from their int32, never widened
+            numbers, none = np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g))
+                                            for _, b, g in parts], axis=1), _WIRE_NONE["i"]
+            gaps = list(chain.from_iterable(g for _, _, g in parts))
+        else:
+            cols, none = self.cols, NONE
+            numbers = np.frombuffer(b"".join(cols[i] for i in NUMERIC), np.int64).reshape(len(NUMERIC), -1)
+            gaps = cols[_GAPS]
+        packed = []
+        for col in numbers:
+            absent = col == none
+            values = col[~absent] if absent.any() else col
+            lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+            kind = next(t for t in _PACKED if np.iinfo(t).min < lo and hi <= np.iinfo(t).max)
+            narrow = col.astype(kind)
+            if values is not col:
+                narrow[absent] = np.iinfo(kind).min
+            packed.append(narrow)
+        self._cols, self._pending, self._waiting = None, [("p", tuple(packed), _PackedGaps(np, gaps))], len(gaps)
 
     def wire(self) -> list:
         """The columns as a worker ships them: ``[typecode, numbers, gaps]`` (``from_wire`` reads them)."""

@@ -8,7 +8,9 @@ thinning a random byte a row and one gather of every column, where halving 100k 
 their own rate, and that block is thinned once it is sealed (a block of 8,192 rows in one gather, ~0.06 µs a row,
 not 45 rows at a time at ~0.3); rows with no open block at their rate are thinned as they come. When the step is
 judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept, and at most one
-open block's worth more until it is sealed.
+open block's worth more until it is sealed. On a master a sealed block is packed (``RowColumns.pack``: each column
+in the narrowest integer type that holds it, ~27-40 bytes a row instead of 144 as int64) and widened only when the
+step is judged: an hour-long step's rows are what a master's memory grows by (``benchmarks/soak.py``).
 
 Why not a fixed-size reservoir: replacing a row at a random place costs a write into every column, each a cache
 miss (~0.45 µs: 19 a row), with the draws of the places two fifths of a 1,000-worker merge past the cap (cProfile)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from itertools import islice
 
 from harness.metrics.row_columns import RowColumns
@@ -28,6 +31,12 @@ __all__ = ["BLOCK_ROWS", "RowSample"]
 BLOCK_ROWS = 8192
 _HALVING = [bytes(int(b < 256 >> j) for b in range(256)) for j in range(9)]
 """``_HALVING[j]`` maps a random byte to 1 with probability 2^-j: a Bernoulli mask by ``bytes.translate``."""
+
+
+def _seal(rows: RowColumns) -> None:
+    """A sealed block packed (``RowColumns.pack``) on a master, which has numpy; a worker's kept as it is."""
+    if "numpy" in sys.modules:
+        rows.pack()
 
 
 class RowSample:
@@ -77,8 +86,8 @@ class RowSample:
         elif rate < self.rate:
             self.rate = rate  # the blocks above it are thinned below, one a call
         if last is None or last[1] != rate or len(last[0]) + len(rows) > BLOCK_ROWS:
-            if last is not None:  # the block before is sealed: its rows off the wire widened now, in one pass
-                last[0].settle()
+            if last is not None:  # the block before is sealed: packed now, in one pass (a worker's: as it is)
+                _seal(last[0])
             self.blocks.append([rows if take else RowColumns(), rate])
             if not take:
                 self.blocks[-1][0].extend(rows)
@@ -108,6 +117,8 @@ class RowSample:
         before = len(entry[0])
         entry[0] = self._thinned(entry[0], self.rate / entry[1])
         entry[1] = self.rate
+        if entry is not self.blocks[-1]:
+            _seal(entry[0])
         self._n -= before - len(entry[0])
 
     def _thinned(self, rows: RowColumns, keep: float) -> RowColumns:

@@ -6,6 +6,8 @@ import sys
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.metrics import aggregate
 from harness.metrics.aggregate import Bucket
@@ -277,11 +279,44 @@ def test_rows_off_the_wire_stay_pending_until_read_and_keep_their_order():
     assert block[2][ROW_FIELDS.index("ttft")] is None and block[7][ROW_FIELDS.index("class")] == 2 ** 40
 
 
-def test_a_sealed_block_is_widened_as_the_next_one_opens():
+def test_a_sealed_block_is_packed_as_the_next_one_opens():
+    pytest.importorskip("numpy")
     sample = RowSample(10 * BLOCK_ROWS)
     report = RowColumns.of([encode_row(rec(start=100.0), 1, 4)] * 1000)
     for _ in range(9):  # 9,000 rows: the first block takes 8 reports, the ninth opens the second
         sample.add(RowColumns.from_wire(report.wire()))
     assert [len(b) for b, _ in sample.blocks] == [8000, 1000]
-    assert not sample.blocks[0][0]._pending and sample.blocks[1][0]._pending
+    (code, _, _), = sample.blocks[0][0]._pending  # one packed part, not 8 reports' wires
+    assert code == "p" and [c for c, _, _ in sample.blocks[1][0]._pending] == ["i"]
     assert sample.joined().rows() == report.rows() * 9
+
+
+_EDGES = [None, 0, -1, 127, -127, -128, 128, 32767, -32768, 2 ** 31 - 1, -(2 ** 31), 2 ** 62, -(2 ** 63) + 1]
+
+
+_GAPS = st.none() | st.lists(st.integers(0, 2 ** 40), max_size=8)
+
+
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_EDGES) | st.integers(-(2 ** 63) + 1, 2 ** 63 - 1), min_size=18,
+                                   max_size=18), _GAPS), min_size=1, max_size=40))
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_packed_rows_read_back_the_same(numbers):
+    """Every column at the edges of int8..int64 (a type's least value is None's: -128 needs int16), None anywhere;
+    gaps None, empty or long."""
+    pytest.importorskip("numpy")
+    rows = [[*r[:15], gaps, *r[15:]] for r, gaps in numbers]
+    for r in rows:  # flags, send time and worker are never None
+        r[7], r[9], r[11] = r[7] or 0, r[9] or 0, r[11] or 0
+    packed = RowColumns.of(rows)
+    packed.pack()
+    assert len(packed) == len(rows) and packed._pending[0][0] == "p"
+    assert packed.rows() == RowColumns.of(rows).rows()
+
+
+def test_a_usual_block_packs_to_a_third():
+    np = pytest.importorskip("numpy")
+    block = RowColumns.of([encode_row(rec(start=100.0, in_flight=i % 50), 0.06 * i, i % 2) for i in range(8192)])
+    block.pack()
+    size = sum(c.nbytes for c in block._pending[0][1])
+    assert size < 8192 * 48, size / 8192  # 18 numbers a row: 144 bytes as int64
+    assert all(c.dtype != np.int64 for c in block._pending[0][1])
