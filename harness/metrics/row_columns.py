@@ -48,7 +48,8 @@ _NEVER_NONE = {NUMERIC.index(i): name for i, name in ((_FLAGS, "flags"), (_T_MS,
 """Positions in the wire's numbers of the columns that are never None (the analysis reads them as integers)."""
 _GAP_TYPES = frozenset((list, type(None)))
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
-_PACKED = ("int8", "int16", "int32", "int64")
+_LIMITS = tuple((f"int{b}", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in (8, 16, 32, 64))
+"""A packed column's types, narrowest first, with their least value (None's) and their greatest."""
 
 
 def _numbers(values: Iterable) -> array:
@@ -92,31 +93,33 @@ def _widened(np: Any, code: str, blob: bytes | tuple, gaps: list) -> np.ndarray:
 
 
 class _PackedGaps:
-    """A packed block's gaps: a length a row (-1 for None) and all their numbers in one array; iterated, the rows'
-    gaps again (None, ``()`` or a tuple of ints). A long gap's row held ~100 bytes as a tuple of int objects."""
+    """A packed block's gaps: each row's None or ``()`` as it was (a singleton: a pointer a row), and the rows with
+    long gaps (a tuple of int objects each, ~100 bytes as they came off the wire) as their places, lengths and
+    numbers in arrays. Iterated: the rows' gaps again."""
 
-    __slots__ = ("lens", "numbers")
+    __slots__ = ("base", "lens", "numbers", "rows")
 
     def __init__(self, np: Any, gaps: Iterable) -> None:
-        gaps = gaps if isinstance(gaps, list) else list(gaps)
-        lens = np.fromiter((-1 if g is None else len(g) for g in gaps), np.int64, len(gaps))
-        numbers = np.fromiter(chain.from_iterable(g for g in gaps if g), np.int64)
-        self.lens = lens.astype(np.int8) if len(lens) and lens.max() < 128 else lens
+        self.base = list(gaps)
+        rows = list(compress(range(len(self.base)), self.base))  # the rows with a gap: neither None nor ()
+        some = [self.base[i] for i in rows]
+        for i in rows:
+            self.base[i] = ()
+        self.rows = np.array(rows, np.int32 if len(rows) < 2 ** 31 else np.int64)
+        self.lens = np.fromiter(map(len, some), np.int64, len(some))
+        numbers = np.fromiter(chain.from_iterable(some), np.int64)
         fits = not len(numbers) or (numbers.min() > -(2 ** 31) and numbers.max() < 2 ** 31)
         self.numbers = numbers.astype(np.int32) if fits else numbers
 
     def __len__(self) -> int:
-        return len(self.lens)
+        return len(self.base)
 
     def __iter__(self) -> Iterator[tuple | None]:
-        lens = self.lens
-        out: list = [()] * len(lens)
-        for i in (lens < 0).nonzero()[0].tolist():
-            out[i] = None
-        ends = (lens * (lens > 0)).cumsum()
-        some = (lens > 0).nonzero()[0]
-        numbers = self.numbers.tolist()
-        for i, a, b in zip(some.tolist(), (ends[some] - lens[some]).tolist(), ends[some].tolist(), strict=True):
+        if not len(self.rows):
+            return iter(self.base)
+        out, numbers = self.base.copy(), self.numbers.tolist()
+        ends = self.lens.cumsum()
+        for i, a, b in zip(self.rows.tolist(), (ends - self.lens).tolist(), ends.tolist(), strict=True):
             out[i] = tuple(numbers[a:b])
         return iter(out)
 
@@ -282,15 +285,15 @@ class RowColumns:
             cols, none = self.cols, NONE
             numbers = np.frombuffer(b"".join(cols[i] for i in NUMERIC), np.int64).reshape(len(NUMERIC), -1)
             gaps = cols[_GAPS]
+        absent = numbers == none
+        lo = np.where(absent, np.iinfo(numbers.dtype).max, numbers).min(axis=1).tolist()  # None left out
+        hi = numbers.max(axis=1).tolist()  # None is the least value: the max only of a column all None
         packed = []
-        for col in numbers:
-            absent = col == none
-            values = col[~absent] if absent.any() else col
-            lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
-            kind = next(t for t in _PACKED if np.iinfo(t).min < lo and hi <= np.iinfo(t).max)
-            narrow = col.astype(kind)
-            if values is not col:
-                narrow[absent] = np.iinfo(kind).min
+        for col, a, b, some in zip(numbers, lo, hi, absent.any(axis=1).tolist(), strict=True):
+            kind = _LIMITS[0] if b == none else next(k for k in _LIMITS if k[1] < a and b <= k[2])
+            narrow = col.astype(kind[0])
+            if some and kind[0] != numbers.dtype.name:
+                np.putmask(narrow, col == none, kind[1])
             packed.append(narrow)
         self._cols, self._pending, self._waiting = None, [("p", tuple(packed), _PackedGaps(np, gaps))], len(gaps)
 
