@@ -17,6 +17,7 @@ import base64
 import json
 import pathlib
 import textwrap
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -111,3 +112,19 @@ def test_a_steady_load_grows_no_descriptor_greenlet_or_memory(run: Run):
         assert min(s["greenlets"] for s in end) <= first["greenlets"], (name, [s["greenlets"] for s in samples])
         if name.startswith("master"):
             assert 0 < last["rows"] <= ROWS_CAP
+
+
+def test_the_soak_trace_names_the_site_that_grew():
+    import tracemalloc
+
+    from harness.load.soak import _Growth
+
+    growth = _Growth(0.0)
+    try:
+        assert growth.since_base(time.time()) is None  # the base snapshot
+        held = [str(i) * 8 for i in range(20_000)]  # noqa: F841 (held while the second snapshot is taken)
+        top = growth.since_base(time.time())
+    finally:
+        tracemalloc.stop()
+    kib, count, sites = top[0]
+    assert kib > 500 and count >= 20_000 and any("test_no_secrets.py" in s for s in sites), top[:3]
