@@ -311,6 +311,16 @@ def test_packed_rows_read_back_the_same(numbers):
     packed.pack()
     assert len(packed) == len(rows) and packed._pending[0][0] == "p"
     assert packed.rows() == RowColumns.of(rows).rows()
+    # off the wire as int32 (the master's usual block: narrowed from the reports' bytes, never widened first)
+    small = [[v if v is None or k == 15 else max(-(2 ** 31) + 1, min(v, 2 ** 31 - 1)) for k, v in enumerate(r)]
+             for r in rows]
+    wire = msgpack.unpackb(msgpack.packb(RowColumns.of(small).wire()))
+    assert wire[0] == "i"
+    half = len(small) // 2
+    off = RowColumns.from_wire(msgpack.unpackb(msgpack.packb(RowColumns.of(small[:half]).wire())))
+    off.extend(RowColumns.from_wire(msgpack.unpackb(msgpack.packb(RowColumns.of(small[half:]).wire()))))
+    off.pack()
+    assert off._pending[0][0] == "p" and off.rows() == RowColumns.of(small).rows()
 
 
 def test_a_usual_block_packs_to_a_third():
