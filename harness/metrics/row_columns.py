@@ -92,6 +92,11 @@ def _widened(np: Any, code: str, blob: bytes | tuple, gaps: list) -> np.ndarray:
     return wide
 
 
+def _int32_matrix(np: Any, parts: list) -> np.ndarray:
+    """Pending int32 parts off the wire as one matrix, a row per ``NUMERIC`` column (one concatenation)."""
+    return np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g)) for _, b, g in parts], axis=1)
+
+
 class _PackedGaps:
     """A packed block's gaps: each row's None or ``()`` as it was (a singleton: a pointer a row), and the rows with
     long gaps (a tuple of int objects each, ~100 bytes as they came off the wire) as their places, lengths and
@@ -256,8 +261,7 @@ class RowColumns:
 
         parts, self._pending, self._waiting = self._pending, (), 0
         if all(code == "i" for code, _, _ in parts):  # the usual wire: one concatenation, one widening
-            wide = np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g)) for _, b, g in parts],
-                                  axis=1).astype(np.int64)
+            wide = _int32_matrix(np, parts).astype(np.int64)
             np.putmask(wide, wide == _WIRE_NONE["i"], NONE)
         else:
             wide = np.concatenate([_widened(np, *part) for part in parts], axis=1)
@@ -270,7 +274,7 @@ class RowColumns:
 
     def pack(self) -> None:
         """Keep the rows as narrow columns (a master's sealed block: the narrowest signed type that holds a column,
-        its least value reserved for None), pending until read: ~27-40 bytes a row of a usual step, not 144."""
+        its least value reserved for None), pending until read (``benchmarks/row_memory.py``)."""
         if not len(self):
             return
         import numpy as np  # imported as a master's run starts (load/master.py)
@@ -278,8 +282,7 @@ class RowColumns:
         parts = self._pending
         if (self._cols is None or not self._cols[_GAPS]) and all(code == "i" for code, _, _ in parts):
             # the usual sealed block, reports off the wire: narrowed from their int32, never widened
-            numbers, none = np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g))
-                                            for _, b, g in parts], axis=1), _WIRE_NONE["i"]
+            numbers, none = _int32_matrix(np, parts), _WIRE_NONE["i"]
             gaps = list(chain.from_iterable(g for _, _, g in parts))
         else:
             cols, none = self.cols, NONE
