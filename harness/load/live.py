@@ -10,10 +10,12 @@ merged report to ``observe``; the server's last scrape comes from the ``load/scr
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from array import array
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import gevent
 
@@ -30,11 +32,39 @@ from harness.sinks.points import event_point, generator_point, server_point, ste
 if TYPE_CHECKING:
     from harness.sinks.influx import InfluxSink
 
-__all__ = ["Live"]
+__all__ = ["Live", "WindowHistory"]
 
 log = logging.getLogger("kneecap")
 HISTORY_SKETCHES = ("ttft", "tpot")
 """The metrics of the web UI's live dashboard (``history``)."""
+_HISTORY_FIELDS = ("t", "load", *(f"{m}_{p}" for m in HISTORY_SKETCHES for p in ("p50", "p99")))
+
+
+class WindowHistory(Sequence):
+    """The dashboard's windows: a float array a field (NaN where a window has none), ~48 bytes a window where a
+    dict was ~500 (an hour's soak grew by them, ``benchmarks/soak.py``); read back as dicts, only those asked for
+    (the page takes the last ``web.dashboard.MAX_HISTORY``)."""
+
+    def __init__(self) -> None:
+        self._cols = [array("d") for _ in _HISTORY_FIELDS]
+
+    def append(self, entry: dict[str, float]) -> None:
+        for name, col in zip(_HISTORY_FIELDS, self._cols, strict=True):
+            col.append(entry.get(name, math.nan))
+
+    def __len__(self) -> int:
+        return len(self._cols[0])
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, float]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, float] | list[dict[str, float]]:
+        if isinstance(i, slice):
+            return [{k: v for k, v in zip(_HISTORY_FIELDS, values, strict=True) if v == v}  # NaN != NaN: absent
+                    for values in zip(*(col[i] for col in self._cols), strict=True)]
+        return {k: col[i] for k, col in zip(_HISTORY_FIELDS, self._cols, strict=True) if col[i] == col[i]}
 
 
 class Live:
@@ -70,7 +100,7 @@ class Live:
         self._gen: dict[str, GeneratorSample] = {}
         self._cost: dict[str, list[float]] = {}
         """Per worker over the window: [CPU seconds, longest GC pause (s)] (-1: not measured)."""
-        self.history: list[dict] = []
+        self.history = WindowHistory()
         """One entry per window for the web UI's live dashboard (t, load, p50/p99 of ttft and tpot)."""
         self._t0 = time.monotonic()
         self._greenlets: list[gevent.Greenlet] = []

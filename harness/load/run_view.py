@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class RunView:
         return self._m.stop_reason
 
     @property
-    def history(self) -> list[dict]:
+    def history(self) -> Sequence[dict]:
         """One entry per live window (t, load, p50/p99 of ttft and tpot), for the chart page."""
         return self._m.live.history if self._m.live is not None else []
 

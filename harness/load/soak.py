@@ -12,9 +12,13 @@ the site's last frames): how the rows' gaps and the scrapes' series were found g
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
+import re
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -44,7 +48,7 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
                     "rss_mb": round(me.memory_info().rss / 2**20, 2), "fds": me.num_fds(),
                     "greenlets": sum(isinstance(o, greenlet.greenlet) for o in objects),
                     "objects": len(objects) + gc.get_freeze_count(),
-                    **sizes()}
+                    **_malloc(), **_pymalloc(), **sizes()}
             del objects
             if trace is not None:
                 grown = trace.since_base(line["t"])
@@ -54,6 +58,58 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
                 f.write(json.dumps(line) + "\n")
 
     return gevent.spawn(loop)
+
+
+def _malloc() -> dict[str, float]:
+    """glibc's own account of its heap (``mallinfo2``, all arenas): RSS that grows while ``heap_used_mb`` does not is
+    memory freed but kept (fragmentation), not objects held. Empty where it is not glibc."""
+    global _MALLINFO
+    if _MALLINFO is None:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallinfo2.restype = _Mallinfo2
+            _MALLINFO = libc.mallinfo2
+        except (OSError, AttributeError):
+            _MALLINFO = False
+    if not _MALLINFO:
+        return {}
+    m = _MALLINFO()
+    return {"heap_mb": round(m.arena / 2**20, 2), "heap_used_mb": round(m.uordblks / 2**20, 2),
+            "heap_free_mb": round(m.fordblks / 2**20, 2), "malloc_mmap_mb": round(m.hblkhd / 2**20, 2)}
+
+
+def _pymalloc() -> dict[str, float]:
+    """Python's small-object allocator (``sys._debugmallocstats``, which writes to descriptor 2: read back from a
+    file): its arenas, the bytes in live objects and those free inside the arenas."""
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    out = {}
+    for key, pattern in (("py_arenas_mb", r"(\d+) arenas \* (\d+) bytes/arena"),
+                         ("py_used_mb", r"# bytes in allocated blocks\s+=\s+([\d,]+)"),
+                         ("py_free_mb", r"# bytes in available blocks\s+=\s+([\d,]+)"),
+                         ("py_unused_pools_mb", r"unused pools \* \d+ bytes\s+=\s+([\d,]+)")):
+        m = re.search(pattern, text)
+        if m:
+            n = int(m.group(1).replace(",", "")) * (int(m.group(2)) if m.lastindex == 2 else 1)
+            out[key] = round(n / 2**20, 2)
+    return out
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+_MALLINFO: Callable | bool | None = None
 
 
 class _Growth:

@@ -28,6 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.fleet import FleetWatch
+from harness.load.locust_stats import start_trimming
 from harness.load.locust_waits import end_the_plan_first, quit_when_workers_have
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
@@ -175,6 +176,7 @@ def _master(environment: Any, k: Kneecap) -> None:
                               rebalance=rebalance)
 
     probe = ClockProbe(runner, m.clock_measured)
+    start_trimming(environment)
     start_soak_sampler("master", lambda: {"steps": len(m.ledger.states), "buckets": len(m.ledger.fleet.steps),
                                           "rows": sum(len(b.rows) for b in m.ledger.fleet.steps.values())})
 
@@ -227,6 +229,7 @@ def _local(environment: Any, k: Kneecap) -> None:
 
     m = k.master = MasterSide(environment, k.source, send_step=send_step, workers=lambda: 1,
                               before_summary=before_summary)
+    start_trimming(environment)
 
     def flush_loop() -> None:
         while True:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, compress
-from operator import itemgetter
+from itertools import chain, compress, repeat
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from harness.metrics.rows import ROW_FIELDS, check_rows
@@ -47,6 +47,7 @@ _WIRE_NONE = {"i": -(2 ** 31), "q": NONE}
 _NEVER_NONE = {NUMERIC.index(i): name for i, name in ((_FLAGS, "flags"), (_T_MS, "t_ms"), (_WORKER, "worker"))}
 """Positions in the wire's numbers of the columns that are never None (the analysis reads them as integers)."""
 _GAP_TYPES = frozenset((list, type(None)))
+_GAP_OF = ((), None)
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
 _LIMITS = tuple((f"int{b}", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in (8, 16, 32, 64))
 """A packed column's types, narrowest first, with their least value (None's) and their greatest."""
@@ -97,35 +98,36 @@ def _int32_matrix(np: Any, parts: list) -> np.ndarray:
     return np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g)) for _, b, g in parts], axis=1)
 
 
+def _narrow(np: Any, a: np.ndarray) -> np.ndarray:
+    """``a`` (no None in it) in the narrowest signed type that holds it."""
+    lo, hi = (int(a.min()), int(a.max())) if len(a) else (0, 0)
+    return a.astype(next(k[0] for k in _LIMITS if k[1] <= lo and hi <= k[2]))
+
+
 class _PackedGaps:
-    """A packed block's gaps: each row's None or ``()`` as it was (a singleton: a pointer a row), and the rows with
-    long gaps (a tuple of int objects each, ~100 bytes as they came off the wire) as their places, lengths and
-    numbers in arrays. Iterated: the rows' gaps again."""
+    """A packed block's gaps: which rows' are None (a byte a row), and the rows with long gaps (a tuple of int
+    objects each, ~100 bytes as they came off the wire) as their places, lengths and numbers in narrow arrays; the
+    others' are ``()``. Iterated: the rows' gaps again."""
 
-    __slots__ = ("base", "lens", "numbers", "rows")
+    __slots__ = ("lens", "nones", "numbers", "rows")
 
-    def __init__(self, np: Any, gaps: Iterable) -> None:
-        self.base = list(gaps)
-        rows = list(compress(range(len(self.base)), self.base))  # the rows with a gap: neither None nor ()
-        some = [self.base[i] for i in rows]
-        for i in rows:
-            self.base[i] = ()
-        self.rows = np.array(rows, np.int32 if len(rows) < 2 ** 31 else np.int64)
-        self.lens = np.fromiter(map(len, some), np.int64, len(some))
-        numbers = np.fromiter(chain.from_iterable(some), np.int64)
-        fits = not len(numbers) or (numbers.min() > -(2 ** 31) and numbers.max() < 2 ** 31)
-        self.numbers = numbers.astype(np.int32) if fits else numbers
+    def __init__(self, np: Any, gaps: Sequence) -> None:
+        self.nones = bytes(map(is_, gaps, repeat(None)))
+        rows = list(compress(range(len(gaps)), gaps))  # the rows with a gap: neither None nor ()
+        some = [gaps[i] for i in rows]
+        self.rows = _narrow(np, np.array(rows, np.int64))
+        self.lens = _narrow(np, np.fromiter(map(len, some), np.int64, len(some)))
+        self.numbers = _narrow(np, np.fromiter(chain.from_iterable(some), np.int64))
 
     def __len__(self) -> int:
-        return len(self.base)
+        return len(self.nones)
 
     def __iter__(self) -> Iterator[tuple | None]:
-        if not len(self.rows):
-            return iter(self.base)
-        out, numbers = self.base.copy(), self.numbers.tolist()
-        ends = self.lens.cumsum()
-        for i, a, b in zip(self.rows.tolist(), (ends - self.lens).tolist(), ends.tolist(), strict=True):
-            out[i] = tuple(numbers[a:b])
+        out = list(map(_GAP_OF.__getitem__, self.nones))  # a C-level pass: byte 1 is None, 0 is ()
+        if len(self.rows):
+            numbers, ends = self.numbers.tolist(), self.lens.cumsum().tolist()
+            for i, a, b in zip(self.rows.tolist(), [0, *ends[:-1]], ends, strict=True):
+                out[i] = tuple(numbers[a:b])
         return iter(out)
 
 
@@ -294,9 +296,12 @@ class RowColumns:
         packed = []
         for col, a, b, some in zip(numbers, lo, hi, absent.any(axis=1).tolist(), strict=True):
             kind = _LIMITS[0] if b == none else next(k for k in _LIMITS if k[1] < a and b <= k[2])
-            narrow = col.astype(kind[0])
-            if some and kind[0] != numbers.dtype.name:
-                np.putmask(narrow, col == none, kind[1])
+            if b == none or (a == b and not some):  # every row None, or the same number: one value, read n times
+                narrow = np.broadcast_to(np.array(kind[1] if b == none else a, kind[0]), col.shape)
+            else:
+                narrow = col.astype(kind[0])
+                if some and kind[0] != numbers.dtype.name:
+                    np.putmask(narrow, col == none, kind[1])
             packed.append(narrow)
         self._cols, self._pending, self._waiting = None, [("p", tuple(packed), _PackedGaps(np, gaps))], len(gaps)
 

@@ -9,6 +9,8 @@ otherwise appear and vanish.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Step, Summary
@@ -24,7 +26,7 @@ MAX_HISTORY = 1440
 PATH_KEYS = ("step", "level", "why", "verdict", "ended", "warmup_s", "warmup")
 
 
-def payload(data: dict, history: list[dict], table: list[dict], status: str) -> dict:
+def payload(data: dict, history: Sequence[dict], table: list[dict], status: str) -> dict:
     """What the page draws: header, charts' points, percentile table, why, sessions, prefix cache, search."""
     summary = as_summary(data, "the live summary", walk=False)
     search = data.get("search") if isinstance(data.get("search"), dict) else None
