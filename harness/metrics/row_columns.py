@@ -293,16 +293,26 @@ class RowColumns:
         absent = numbers == none
         lo = np.where(absent, np.iinfo(numbers.dtype).max, numbers).min(axis=1).tolist()  # None left out
         hi = numbers.max(axis=1).tolist()  # None is the least value: the max only of a column all None
-        packed = []
-        for col, a, b, some in zip(numbers, lo, hi, absent.any(axis=1).tolist(), strict=True):
-            kind = _LIMITS[0] if b == none else next(k for k in _LIMITS if k[1] < a and b <= k[2])
-            if b == none or (a == b and not some):  # every row None, or the same number: one value, read n times
-                narrow = np.broadcast_to(np.array(kind[1] if b == none else a, kind[0]), col.shape)
-            else:
-                narrow = col.astype(kind[0])
-                if some and kind[0] != numbers.dtype.name:
-                    np.putmask(narrow, col == none, kind[1])
-            packed.append(narrow)
+        kinds = [_LIMITS[0] if b == none else next(k for k in _LIMITS if k[1] < a and b <= k[2])
+                 for a, b in zip(lo, hi, strict=True)]
+        some = absent.any(axis=1).tolist()
+        # one buffer for the block's columns, the widest first (each view aligned): a block held as one allocation
+        # among the seal's temporaries, not 18 (the master's heap fragmented around them: benchmarks/soak.py)
+        n, wide_first = numbers.shape[1], sorted(range(len(kinds)), key=lambda j: -int(kinds[j][0][3:]))
+        spread = [j for j in wide_first if not (hi[j] == none or (lo[j] == hi[j] and not some[j]))]
+        buf = np.empty(sum(n * int(kinds[j][0][3:]) // 8 for j in spread), np.uint8)
+        packed: list = [None] * len(kinds)
+        at = 0
+        for j in spread:
+            size = n * int(kinds[j][0][3:]) // 8
+            packed[j] = narrow = buf[at:at + size].view(kinds[j][0])
+            at += size
+            narrow[:] = numbers[j]
+            if some[j] and kinds[j][0] != numbers.dtype.name:
+                np.putmask(narrow, absent[j], kinds[j][1])
+        for j, col in enumerate(packed):  # every row None, or the same number: one value, read n times
+            if col is None:
+                packed[j] = np.broadcast_to(np.array(kinds[j][1] if hi[j] == none else lo[j], kinds[j][0]), (n,))
         self._cols, self._pending, self._waiting = None, [("p", tuple(packed), _PackedGaps(np, gaps))], len(gaps)
 
     def wire(self) -> list:
