@@ -2,12 +2,14 @@
 
 Every ``KNEECAP_SOAK_EVERY_S`` seconds (30 by default) each kneecap process (master, workers) appends one JSON line
 to that file: its role and pid, resident memory, open file descriptors, live greenlets (those made since the master
-froze its start-up heap: growth is what counts), tracked Python objects, and its role's own sizes (the master:
-steps, buckets and request rows held; ``benchmarks/soak.py`` reads them). Counting greenlets and objects walks the
+froze its start-up heap: growth is what counts), tracked Python objects, the two allocators' own accounts (glibc's
+heap: its size, the part in use and the part free; pymalloc's arenas, their blocks in use and free: RSS that grows
+while the parts in use do not is fragmentation, not objects held), and its role's own sizes (the master: steps,
+buckets and request rows held; ``benchmarks/soak.py`` reads them). Counting greenlets and objects walks the
 garbage collector's lists (~10-50 ms in a worker): one short stall per interval, which is why it is off outside
 soaks. ``KNEECAP_SOAK_TRACE`` (seconds): the master also traces its allocations (``tracemalloc``, slower) and, from
 that many seconds on, adds to each line the allocation sites that grew most since then (``trace``: KiB, objects,
-the site's last frames): how the rows' gaps and the scrapes' series were found growing.
+the site's last frames): how the rows' gaps, the scrapes' series and Locust's per-second counts were found growing.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ gathers them by reference, and the first read of the columns widens every pendin
 pass (a block of ~180 reports at once, ``metrics.row_sample``, where widening each report's 45 rows cost ~15 µs of
 the master's ~120 a report at 1,000 workers; ``benchmarks/fleet_merge.py``). A sealed block is ``pack``ed instead:
 each column in the narrowest signed type that holds it (int8 for flags, worker, turn; int16 for most latencies in
-tenths of a millisecond; its least value is None), widened when the step is judged. Version 1 shipped rows
+tenths of a millisecond; its least value is None), all in one buffer, a column of one value (all None, say) as that
+value, the gaps as a byte a row and the long ones in narrow arrays; widened when the step is judged
+(``benchmarks/row_memory.py``: 28 bytes a row held, 210 as int64). Version 1 shipped rows
 (``rows()``, ``extend_rows``), still read.
 """
 

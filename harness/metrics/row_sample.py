@@ -9,7 +9,7 @@ their own rate, and that block is thinned once it is sealed (a block of 8,192 ro
 not 45 rows at a time at ~0.3); rows with no open block at their rate are thinned as they come. When the step is
 judged (``joined``), every block is at the rate. Between half the cap and the cap rows are kept, and at most one
 open block's worth more until it is sealed. On a master a sealed block is packed (``RowColumns.pack``: each column
-in the narrowest integer type that holds it: 49 bytes a row held against 210 as int64, ``benchmarks/row_memory.py``)
+in the narrowest integer type that holds it: 28 bytes a row held against 210 as int64, ``benchmarks/row_memory.py``)
 and widened only when the step is judged: an hour-long step's rows are what a master's memory grows by
 (``benchmarks/soak.py``).
 
