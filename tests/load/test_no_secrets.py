@@ -128,3 +128,15 @@ def test_the_soak_trace_names_the_site_that_grew():
         tracemalloc.stop()
     kib, count, sites = top[0]
     assert kib > 500 and count >= 20_000 and any("test_no_secrets.py" in s for s in sites), top[:3]
+
+
+def test_the_soak_samples_the_allocators_accounts():
+    from harness.load.soak import _malloc, _pymalloc
+
+    heap, py = _malloc(), _pymalloc()
+    assert set(heap) == {"heap_mb", "heap_used_mb", "heap_free_mb", "malloc_mmap_mb"}  # glibc here (Debian)
+    assert 0 < heap["heap_used_mb"] <= heap["heap_mb"] and heap["heap_free_mb"] >= 0
+    assert set(py) == {"py_arenas_mb", "py_used_mb", "py_free_mb", "py_unused_pools_mb"}
+    assert 0 < py["py_used_mb"] < py["py_arenas_mb"]
+    held = [str(i) * 8 for i in range(50_000)]  # ~3.5 MB of small objects: pymalloc's
+    assert _pymalloc()["py_used_mb"] > py["py_used_mb"] + 2, len(held)
