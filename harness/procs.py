@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-__all__ = ["Child", "LogRelay", "free_port", "start_child", "stop_child"]
+__all__ = ["MMAP_THRESHOLD", "Child", "LogRelay", "free_port", "large_blocks_mapped", "start_child", "stop_child"]
 
 PR_SET_PDEATHSIG = 1
 RELAY_LINES = 5
@@ -177,3 +177,19 @@ class LogRelay:
             self._muted[c.name] = 0
         sent.append(now)
         self.say(f"{c.name}: {line.strip()[:300]}")
+
+
+MMAP_THRESHOLD = 128 * 1024
+"""From this size a master's allocation is a mapping of its own, returned when freed (``large_blocks_mapped``)."""
+
+
+def large_blocks_mapped() -> None:
+    """Keep this process's large allocations out of glibc's heap (a master's, ``load/master.py``). glibc maps a
+    block past its threshold, and after such a block is freed raises the threshold to its size (up to 32 MB): from
+    then on a master's short-lived numpy temporaries (sealing a block of rows: ~0.6 MB each, judging a step: several
+    MB) come from the heap, the small long-lived allocations made between them pin its top, and the heap's free part
+    grew at every sealed block (1.1 -> 2.5 MB in 24 minutes of a soak, ``benchmarks/soak.py``, ``heap_free_mb``). A
+    fixed threshold (``mallopt``; it also stops the adjustment) maps them all. Nothing where the C library is not
+    glibc."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD

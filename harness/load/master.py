@@ -37,6 +37,7 @@ from harness.load.scraper import Scraper
 from harness.metrics.clock import ClockOffset
 from harness.metrics.clocks import FleetClocks
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
+from harness.procs import large_blocks_mapped
 from harness.scenario import DEFAULT_HOST
 from harness.sinks.files import CHECKPOINT, JsonLinesWriter, write_json_atomic
 
@@ -48,23 +49,6 @@ CHECKPOINT_EVERY_S = 10.0
 judged (a few ms each)."""
 SWITCH_S = 0.001
 """While a step's rows are analysed beside the loop, how long either thread holds the GIL when the other waits."""
-
-
-MMAP_THRESHOLD = 128 * 1024
-"""From this size a master's allocation is a mapping of its own, returned when freed (``_large_blocks_mapped``)."""
-
-
-def _large_blocks_mapped() -> None:
-    """Keep large allocations out of glibc's heap. glibc maps a block past its threshold, and after such a block is
-    freed raises the threshold to its size (up to 32 MB): from then on a master's short-lived numpy temporaries
-    (sealing a block of rows: ~0.6 MB each, judging a step: several MB) come from the heap, the small long-lived
-    allocations made between them pin its top, and the heap's free part grew at every sealed block (1.1 -> 2.5 MB in
-    24 minutes of a soak, ``benchmarks/soak.py``, ``heap_free_mb``). A fixed threshold
-    (``mallopt``; it also stops the adjustment) maps them all. Nothing where the C library is not glibc."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
 
 
 def _off_the_loop(work: Callable[[], None]) -> None:
@@ -141,7 +125,7 @@ class MasterSide:
 
         import harness.analysis.tail_counts  # noqa: F401
         gevent.get_hub().threadpool.apply(int)
-        _large_blocks_mapped()
+        large_blocks_mapped()  # a master's numpy temporaries: the heap grew around them (harness/procs.py)
         # What is alive now (modules, Locust, the scenario: ~60k objects) lives as long as the process: out of the
         # collector's generations, a full collection walks only what the run adds, not 35 ms of start-up objects
         # with the loop blocked (benchmarks/fleet_merge.py). Collected first: cyclic garbage frozen is never freed.
