@@ -68,6 +68,7 @@ print(round(_malloc()["malloc_mmap_mb"] - before, 2), len(held))
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode, mapped_mb", [("mapped", 0.59), ("default", 0.0)])
 def test_large_blocks_stay_mapped_after_a_large_free(mode: str, mapped_mb: float) -> None:
     out = subprocess.run([sys.executable, "-c", _AFTER_A_LARGE_FREE, mode], capture_output=True, text=True,
