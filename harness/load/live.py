@@ -41,9 +41,9 @@ _HISTORY_FIELDS = ("t", "load", *(f"{m}_{p}" for m in HISTORY_SKETCHES for p in 
 
 
 class WindowHistory(Sequence):
-    """The dashboard's windows: a float array a field (NaN where a window has none), ~48 bytes a window where a
-    dict was ~500 (an hour's soak grew by them, ``benchmarks/soak.py``); read back as dicts, only those asked for
-    (the page takes the last ``web.dashboard.MAX_HISTORY``)."""
+    """The dashboard's windows: a float array a field (NaN where a window has none), 48 bytes a window where a
+    dict was ~400 (a traced soak: 98 KB in 20 minutes, ``benchmarks/soak.py --trace``); read back as dicts, only
+    those asked for (the page takes the last ``web.dashboard.MAX_HISTORY``)."""
 
     def __init__(self) -> None:
         self._cols = [array("d") for _ in _HISTORY_FIELDS]

@@ -3,8 +3,8 @@
 Locust counts every request of a stats entry by the second it ended (``StatsEntry.num_reqs_per_sec``, failures in
 ``num_fail_per_sec``) and reads only the last ~12 seconds (``current_rps``, ``current_fail_per_sec``: the web UI's
 RPS, the console table). A worker resets its entries with every report; the process that merges them (the master,
-or a local run's one process) keeps a key a second for as long as the run lasts, in every entry and the total: ~12
-KB a minute for kneecap's two (``benchmarks/soak.py``: an hour's soak, found by ``--trace``). ``trim_per_second``
+or a local run's one process) keeps a key a second for as long as the run lasts, in every entry and the total: 189
+KB in 20 minutes of a traced soak (``benchmarks/soak.py --trace``), ~9.5 KB a minute. ``trim_per_second``
 drops the seconds older than ``KEEP_S`` before the newest request; ``start_trimming`` does it every ``EVERY_S``.
 """
 

@@ -51,8 +51,8 @@ _NEVER_NONE = {NUMERIC.index(i): name for i, name in ((_FLAGS, "flags"), (_T_MS,
 _GAP_TYPES = frozenset((list, type(None)))
 _GAP_OF = ((), None)
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
-_LIMITS = tuple((f"int{b}", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in (8, 16, 32, 64))
-"""A packed column's types, narrowest first, with their least value (None's) and their greatest."""
+_LIMITS = tuple((f"int{b}", -(2 ** (b - 1)), 2 ** (b - 1) - 1, b // 8) for b in (8, 16, 32, 64))
+"""A packed column's types, narrowest first: name, least value (None's in a column), greatest, bytes."""
 
 
 def _numbers(values: Iterable) -> array:
@@ -100,10 +100,14 @@ def _int32_matrix(np: Any, parts: list) -> np.ndarray:
     return np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g)) for _, b, g in parts], axis=1)
 
 
+def _kind(lo: int, hi: int, *, none: bool = False) -> tuple:
+    """The narrowest of ``_LIMITS`` that holds ``lo``..``hi`` (with ``none``, its least value left for None)."""
+    return next(k for k in _LIMITS if (k[1] < lo if none else k[1] <= lo) and hi <= k[2])
+
+
 def _narrow(np: Any, a: np.ndarray) -> np.ndarray:
     """``a`` (no None in it) in the narrowest signed type that holds it."""
-    lo, hi = (int(a.min()), int(a.max())) if len(a) else (0, 0)
-    return a.astype(next(k[0] for k in _LIMITS if k[1] <= lo and hi <= k[2]))
+    return a.astype(_kind(int(a.min()), int(a.max()))[0] if len(a) else "int8")
 
 
 class _PackedGaps:
@@ -295,18 +299,17 @@ class RowColumns:
         absent = numbers == none
         lo = np.where(absent, np.iinfo(numbers.dtype).max, numbers).min(axis=1).tolist()  # None left out
         hi = numbers.max(axis=1).tolist()  # None is the least value: the max only of a column all None
-        kinds = [_LIMITS[0] if b == none else next(k for k in _LIMITS if k[1] < a and b <= k[2])
-                 for a, b in zip(lo, hi, strict=True)]
+        kinds = [_LIMITS[0] if b == none else _kind(a, b, none=True) for a, b in zip(lo, hi, strict=True)]
         some = absent.any(axis=1).tolist()
         # one buffer for the block's columns, the widest first (each view aligned): a block held as one allocation
         # among the seal's temporaries, not 18 (the master's heap fragmented around them: benchmarks/soak.py)
-        n, wide_first = numbers.shape[1], sorted(range(len(kinds)), key=lambda j: -int(kinds[j][0][3:]))
+        n, wide_first = numbers.shape[1], sorted(range(len(kinds)), key=lambda j: -kinds[j][3])
         spread = [j for j in wide_first if not (hi[j] == none or (lo[j] == hi[j] and not some[j]))]
-        buf = np.empty(sum(n * int(kinds[j][0][3:]) // 8 for j in spread), np.uint8)
+        buf = np.empty(sum(n * kinds[j][3] for j in spread), np.uint8)
         packed: list = [None] * len(kinds)
         at = 0
         for j in spread:
-            size = n * int(kinds[j][0][3:]) // 8
+            size = n * kinds[j][3]
             packed[j] = narrow = buf[at:at + size].view(kinds[j][0])
             at += size
             narrow[:] = numbers[j]
