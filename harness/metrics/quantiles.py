@@ -12,7 +12,7 @@ from harness.metrics.sketch import Sketch
 __all__ = ["ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 
-@functools.lru_cache(maxsize=4096)  # summaries ask again every second for the same counts
+@functools.lru_cache(maxsize=256)  # a judgement's callers ask again; summaries keep theirs on the sketch
 def ci_ranks(n: int, q: float, z: float = 1.96) -> tuple[int, int]:
     """Distribution-free CI ranks (0-based) of the q-quantile of n samples: the exact Binomial(n, q) ranks l, u with
     P(K <= l) <= a/2 and P(K <= u) >= 1 - a/2 (K: samples below the true quantile; a = 2·(1 - Φ(z)), 5% at the
@@ -82,9 +82,14 @@ def quantile_ci(s: Sketch, q: float, z: float = 1.96) -> tuple[float, float] | N
 
 def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
     """count, mean, p50…p99.9, max and the p50/p95/p99 CIs (``quantile_ci``), in ms by default (``scale`` 1 for
-    tokens/s)."""
+    tokens/s). Kept on the sketch while its samples stay the same (``Sketch.remembered``); a copy each call."""
     if s.count == 0:
         return {"count": 0}
+    kept = s.remembered(("summary", scale), lambda s: _summary(s, scale))
+    return {k: list(v) if isinstance(v, list) else v for k, v in kept.items()}
+
+
+def _summary(s: Sketch, scale: float) -> dict:
     r = 3
     out = {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
            "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),

@@ -41,10 +41,11 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import repeat
 from math import ceil as _ceil
 from math import log as _log
+from typing import TypeVar
 
 from harness.errors import KneecapError
 
@@ -54,6 +55,7 @@ ZERO_CUTOFF = 1e-9
 """Values in [0, ZERO_CUTOFF) go to the zero bin (1 ns when values are seconds)."""
 
 _INF = math.inf
+_T = TypeVar("_T")
 _ONE = 1  # CPython caches small ints: `count is _ONE` is one pointer compare on the hot path
 
 
@@ -87,7 +89,7 @@ class Sketch:
         s.quantile(0.99), s.count, s.overflow
     """
 
-    __slots__ = ("_bins", "_count", "_gamma", "_inv_log_gamma", "_max", "_min", "_overflow", "_pending",
+    __slots__ = ("_bins", "_count", "_gamma", "_inv_log_gamma", "_max", "_memo", "_min", "_overflow", "_pending",
                  "_read_factor", "_sorted_keys", "_sum", "_zero", "relative_accuracy")
 
     def __init__(self, *, relative_accuracy: float = 0.01) -> None:
@@ -111,6 +113,7 @@ class Sketch:
         self._sum = 0.0
         self._min = _INF
         self._max = -_INF
+        self._memo: tuple[int, object, object] | None = None
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -273,6 +276,17 @@ class Sketch:
 
     # -- housekeeping ------------------------------------------------------------------------
 
+    def remembered(self, tag: Hashable, make: Callable[[Sketch], _T]) -> _T:
+        """``make(self)``, kept while the samples stay the same (their count: every added sample raises it, ``clear``
+        forgets it): a master summarises every judged step's sketches again at each checkpoint, every 10 s. One value
+        kept, told apart from another reader's by ``tag``; the caller copies it before changing it."""
+        memo = self._memo
+        if memo is not None and memo[0] == self._count and memo[1] == tag:
+            return memo[2]  # type: ignore[return-value]
+        value = make(self)
+        self._memo = (self._count, tag, value)
+        return value
+
     def copy(self) -> Sketch:
         """An independent sketch with the same samples."""
         new = Sketch(relative_accuracy=self.relative_accuracy)
@@ -287,6 +301,7 @@ class Sketch:
         self._sum = 0.0
         self._min = _INF
         self._max = -_INF
+        self._memo = None
 
     @classmethod
     def _from_parts(cls, *, relative_accuracy: float, bins: dict[int, int], zero: int, overflow: int,
@@ -305,6 +320,7 @@ class Sketch:
         s._overflow = overflow
         s._sum = total
         s._min, s._max = (lo, hi) if count else (_INF, -_INF)
+        s._memo = None
         return s
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ import pytest
 import harness.metrics
 from harness.errors import KneecapError
 from harness.metrics import Sketch, SketchMismatch
+from harness.metrics.quantiles import summarize_sketch
 
 ALPHA = 0.01
 QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999, 0.0, 1.0)
@@ -277,6 +278,41 @@ def test_copy_is_independent_and_clear_resets() -> None:
     assert math.isnan(s.quantile(0.5)) and s.relative_accuracy == ALPHA
     s.add(3.0)
     assert s.min == s.max == 3.0
+
+
+def test_a_kept_value_lasts_while_the_samples_do() -> None:
+    s, made = _sketch([0.1, 0.2]), []
+
+    def make(sk: Sketch) -> float:
+        made.append(sk.count)
+        return sk.quantile(0.5)
+
+    assert s.remembered("p50", make) == s.remembered("p50", make) == pytest.approx(0.1, rel=ALPHA)
+    s.add(-1.0)  # overflow: no sample the value reads
+    assert s.remembered("p50", make) and made == [2]
+    s.remembered("other", make)  # another reader's tag: made again, and it replaces the first
+    s.add(0.3)
+    s.remembered("p50", make)
+    s.clear()  # the same count again, other samples
+    s.add(5.0)
+    s.add(6.0)
+    s.add(7.0)
+    assert s.remembered("p50", make) == pytest.approx(6.0, rel=ALPHA) and made == [2, 2, 3, 3]
+    other = _sketch([9.0])
+    s.merge(other)
+    assert s.remembered("p50", make) == pytest.approx(6.0, rel=ALPHA) and made == [2, 2, 3, 3, 4]
+
+
+def test_a_summary_is_kept_on_its_sketch_and_each_caller_gets_a_copy() -> None:
+    s = _sketch([i / 1000 for i in range(1, 1001)])
+    first = summarize_sketch(s)
+    first["p99_ci"][0] = -1.0  # a caller changing its copy (the step summary rewrites its dict)
+    first["p50"] = -1.0
+    again = summarize_sketch(s)
+    assert again == summarize_sketch(s.copy()) and again["p99_ci"][0] > 0 and again["p50"] > 0
+    assert summarize_sketch(s, 1.0)["p50"] == pytest.approx(again["p50"] / 1000, abs=1e-3)  # another scale: made anew
+    s.add(5.0)
+    assert summarize_sketch(s)["max"] == 5000.0 and summarize_sketch(s)["count"] == 1001
 
 
 def test_exported_members() -> None:
