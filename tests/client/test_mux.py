@@ -14,7 +14,8 @@ from tests.kit.sim import start_sim
 pytestmark = pytest.mark.integration
 
 STREAMS = 200
-# fault -> expected class; the simulator's stall (0.6 s) outlasts the idle limit (0.3 s)
+# fault -> expected class; the simulator's stall (1.2 s) outlasts the idle limit (0.5 s), which a clean stream's gaps
+# stay under on a busy machine (0.3 s did not once: 200 streams beside two lanes of tests, a fresh-clone CI 2026-12-04)
 FAULTS = {"": None, "stall": "idle_timeout", "reset": "reset", "malformed": "malformed_chunk", "no_done": "truncated",
           "long_line": "oversized_line", "500": "http_5xx"}
 
@@ -30,7 +31,7 @@ from harness.workload.prompts import Prompt
 
 url, streams, faults = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 prompt = Prompt(messages=[{"role": "user", "content": "x"}], text=None, words=1, target_tokens=1)
-limits = Timeouts(connect_s=5, ttft_s=5, idle_s=0.3, total_s=8)
+limits = Timeouts(connect_s=5, ttft_s=5, idle_s=0.5, total_s=8)
 out = []
 
 def user(i):
@@ -64,7 +65,7 @@ print(json.dumps({"records": out, "wall_s": time.perf_counter() - t0, "left_live
 
 def test_two_hundred_streams_with_mixed_faults_each_end_with_the_right_class_in_time():
     with start_sim("--preset", "tiny", "--max-num-seqs", "256", "--kv-cache-tokens", "400000",
-                   "--stall-s", "0.6", "--long-line-bytes", "70000") as sim:
+                   "--stall-s", "1.2", "--long-line-bytes", "70000") as sim:
         out = subprocess.run([sys.executable, "-c", LOAD, sim.url, str(STREAMS), json.dumps(list(FAULTS))],
                              capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -78,6 +79,6 @@ def test_two_hundred_streams_with_mixed_faults_each_end_with_the_right_class_in_
         if error is None:
             assert chunks == tokens == 20
         elif error == "idle_timeout":
-            assert e2e_s >= 0.3 and chunks == 10  # the stall came halfway; noticed within a tick of the limit
+            assert e2e_s >= 0.5 and chunks == 10  # the stall came halfway; noticed within a tick of the limit
     stalls = [e2e_s for _, r, f, _, e2e_s, _, _ in recs if f == "stall" and r == 0]
     assert stalls and max(stalls) - min(stalls) < 1.0
