@@ -1,15 +1,16 @@
 """A process's own health over a long run, for soaks: off unless ``KNEECAP_SOAK_FILE`` names a file.
 
 Every ``KNEECAP_SOAK_EVERY_S`` seconds (30 by default) each kneecap process (master, workers) appends one JSON line
-to that file: its role and pid, resident memory, open file descriptors, live greenlets (those made since the master
-froze its start-up heap: growth is what counts), tracked Python objects, the two allocators' own accounts (glibc's
-heap: its size, the part in use and the part free; pymalloc's arenas, their blocks in use and free: RSS that grows
-while the parts in use do not is fragmentation, not objects held), and its role's own sizes (the master: steps,
-buckets and request rows held; ``benchmarks/soak.py`` reads them). Counting greenlets and objects walks the
-garbage collector's lists (~10-50 ms in a worker): one short stall per interval, which is why it is off outside
-soaks. ``KNEECAP_SOAK_TRACE`` (seconds): the master also traces its allocations (``tracemalloc``, slower) and, from
-that many seconds on, adds to each line the allocation sites that grew most since then (``trace``: KiB, objects,
-the site's last frames): how the rows' gaps, the scrapes' series and Locust's per-second counts were found growing.
+to that file: its role and pid, resident memory, open file descriptors, live greenlets of its loop (those made since
+the master froze its start-up heap: growth is what counts), its native threads and how many are gevent's pool's,
+tracked Python objects, the two allocators' own accounts (glibc's heap: its size, the part in use and the part free;
+pymalloc's arenas, their blocks in use and free: RSS that grows while the parts in use do not is fragmentation, not
+objects held), and its role's own sizes (the master: steps, buckets and request rows held; ``benchmarks/soak.py``
+reads them). Counting greenlets and objects walks the garbage collector's lists (~10-50 ms in a worker): one short
+stall per interval, which is why it is off outside soaks. ``KNEECAP_SOAK_TRACE`` (seconds): the master also traces
+its allocations (``tracemalloc``, slower) and, from that many seconds on, adds to each line the allocation sites that
+grew most since then (``trace``: KiB, objects, the site's last frames): how the rows' gaps, the scrapes' series and
+Locust's per-second counts were found growing.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
             objects = gc.get_objects()
             line = {"role": role, "pid": me.pid, "t": round(time.time(), 3),
                     "rss_mb": round(me.memory_info().rss / 2**20, 2), "fds": me.num_fds(),
-                    "greenlets": sum(isinstance(o, greenlet.greenlet) for o in objects),
+                    "greenlets": _loop_greenlets(objects), "threads": me.num_threads(),
+                    "pool_threads": gevent.get_hub().threadpool.size,
                     "objects": len(objects) + gc.get_freeze_count(),
                     **_malloc(), **_pymalloc(), **sizes()}
             del objects
@@ -60,6 +62,20 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
                 f.write(json.dumps(line) + "\n")
 
     return gevent.spawn(loop)
+
+
+def _loop_greenlets(objects: list) -> int:
+    """The greenlets of this thread's loop: not those of gevent's pool threads (``pool_threads``, a worker greenlet
+    and a root each), which the pool adds when work overlaps, up to its size, and keeps (the master's count went 1 → 3
+    in an hour's soak beside a CI run, 2026-12-04)."""
+    mine = _root(greenlet.getcurrent())
+    return sum(isinstance(o, greenlet.greenlet) and _root(o) is mine for o in objects)
+
+
+def _root(g: greenlet.greenlet) -> greenlet.greenlet:
+    while g.parent is not None:
+        g = g.parent
+    return g
 
 
 def _malloc() -> dict[str, float]:

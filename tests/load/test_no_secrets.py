@@ -110,6 +110,8 @@ def test_a_steady_load_grows_no_descriptor_greenlet_or_memory(run: Run):
         end = later[-max(1, len(later) // 3):]
         assert min(s["fds"] for s in end) <= first["fds"], (name, [s["fds"] for s in samples])
         assert min(s["greenlets"] for s in end) <= first["greenlets"], (name, [s["greenlets"] for s in samples])
+        others = [s["threads"] - s["pool_threads"] for s in samples]  # gevent's pool grows to its size, by design
+        assert min(others[-len(end):]) <= others[samples.index(first)] and others[0] >= 1, (name, others)
         if name.startswith("master"):
             assert 0 < last["rows"] <= ROWS_CAP
 
@@ -128,6 +130,29 @@ def test_the_soak_trace_names_the_site_that_grew():
         tracemalloc.stop()
     kib, count, sites = top[0]
     assert kib > 500 and count >= 20_000 and any("test_no_secrets.py" in s for s in sites), top[:3]
+
+
+def test_the_soak_counts_its_loops_greenlets_not_those_of_gevents_pool():
+    import gc
+
+    import gevent
+    import greenlet
+    from gevent.threadpool import ThreadPool
+
+    from harness.load.soak import _loop_greenlets
+
+    gevent.get_hub()
+    before = _loop_greenlets(gc.get_objects())
+    pool = ThreadPool(2)
+    held = gevent.spawn(gevent.sleep, 30)
+    try:
+        pool.apply(lambda: None)  # a native thread, with a worker greenlet and a root of its own
+        objects = gc.get_objects()
+        mine, every = _loop_greenlets(objects), sum(isinstance(o, greenlet.greenlet) for o in objects)
+        assert pool.size == 1 and mine == before + 1 and every >= mine + 2, (before, mine, every)
+    finally:
+        held.kill()
+        pool.kill()
 
 
 def test_the_soak_samples_the_allocators_accounts():
