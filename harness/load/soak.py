@@ -66,8 +66,8 @@ def start_soak_sampler(role: str, sizes: Callable[[], dict[str, int]] = dict) ->
 
 def _loop_greenlets(objects: list) -> int:
     """The greenlets of this thread's loop: not those of gevent's pool threads (``pool_threads``, a worker greenlet
-    and a root each), which the pool adds when work overlaps, up to its size, and keeps (the master's count went 1 → 3
-    in an hour's soak beside a CI run, 2026-12-04)."""
+    and a root each), which the pool adds when work overlaps, up to its size, and keeps (counted with them, the
+    master's went 1 → 3 once in each of two hour-long soaks, at minutes 25 and 50)."""
     mine = _root(greenlet.getcurrent())
     return sum(isinstance(o, greenlet.greenlet) and _root(o) is mine for o in objects)
 
