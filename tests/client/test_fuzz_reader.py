@@ -188,7 +188,7 @@ print(json.dumps(ratios))
 def test_pathological_responses_cost_linear_time(name):
     """4x the size costs ~4x (quadratic: 16x); the best of three tries, as a busy machine only slows a try down.
     In a fresh interpreter: in a test worker hundreds of tests old, the escaped-content case cost 8.6-8.8x three tries
-    running (a fresh-clone CI of 2026-12-04; 3.4-4.5x fresh, the same machine, that hour)."""
+    running (a fresh-clone CI of 2026-12-04; 3.3-4.5x fresh, the same machine, that hour)."""
     assert name in PATHOLOGICAL
     out = subprocess.run([sys.executable, "-c", _RATIOS, name, str(SIZES[name])], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
