@@ -1,9 +1,14 @@
 """The processes ``kneecap run`` starts, owned: they die with it, and their output goes to files, not to pipes.
 
-- Each child gets its own session (Ctrl-C reaches only ``kneecap run``, which stops them in order) and,
-  on Linux, a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): when ``kneecap run`` is killed,
+- Each child gets its own process group in the caller's session (Ctrl-C reaches only ``kneecap run``, which
+  stops them in order; stdin is /dev/null unless given, so no child waits on the terminal) and, on Linux, a
+  parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): when ``kneecap run`` is killed,
   even by SIGKILL, every child gets SIGTERM at once — the master ends the plan and writes its partial
   summary, the workers stop their users. No load goes on after the run's process is gone.
+  Not a session of its own: with ``sched_autogroup`` (on in most distributions' kernels) every session is a
+  scheduling group, and a worker alone in its group, on a machine a co-located engine saturates, waited ~5 s of
+  every 10 s for a CPU while using 0.25 s (loop lag p99 275-420 ms beside vLLM; 2.3 ms in the caller's group:
+  docs/real-engines.md).
 - Output goes to ``NAME.log`` in the results folder. A pipe nobody reads fills up and blocks its writer
   (a worker logging one error per request froze that way); a file never does. ``LogRelay`` tails the
   files and shows their warnings and errors on the console as they happen, a few lines per process per
@@ -45,6 +50,7 @@ def _die_with(parent: int) -> Callable[[], None]:
                 ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the parent died between fork and prctl
             os._exit(1)
+        os.setpgid(0, 0)  # its own process group (signals, ``killpg``), in the caller's session (module docstring)
 
     return setup
 
@@ -89,16 +95,16 @@ def free_port() -> int:
 
 
 def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:
-    """Start ``cmd`` in its own session, tied to this process's life. With ``log_path``, what ``kw`` does not
-    redirect (stdout, stderr) goes to that file."""
+    """Start ``cmd`` in its own process group, tied to this process's life. With ``log_path``, what ``kw`` does not
+    redirect (stdout, stderr) goes to that file; stdin is /dev/null unless ``kw`` says."""
     log: IO[bytes] | None = None
     if log_path is not None:
         log = open(log_path, "ab")  # noqa: SIM115 - the child holds it; ours is closed right after the fork
         kw.setdefault("stdout", log)
         kw.setdefault("stderr", subprocess.STDOUT if kw["stdout"] is log else log)
+    kw.setdefault("stdin", subprocess.DEVNULL)
     try:
-        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with(os.getpid()),
-                                **kw)  # type: ignore[call-overload]
+        proc = subprocess.Popen(cmd, preexec_fn=_die_with(os.getpid()), **kw)  # type: ignore[call-overload]
     finally:
         if log is not None:
             log.close()

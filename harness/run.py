@@ -1,7 +1,7 @@
 """``kneecap run``: a headless Locust master and N local workers running a scenario's plan, then the verdict.
 
 Processes: the built-in simulator (only when no host is given anywhere), one Locust master with the
-knee-seeking shape, N workers, all owned by this process (``procs.py``: their own sessions, dead with it,
+knee-seeking shape, N workers, all owned by this process (``procs.py``: their own process groups, dead with it,
 output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process, which asks the master
 to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
 of a plain ``locust --master``/``--worker`` run (README); ``processes.json`` (each process's CPU, the

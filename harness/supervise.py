@@ -1,6 +1,6 @@
 """Supervising a run's master until it ends: its output relayed, interrupts turned into an orderly stop.
 
-Ctrl-C, SIGTERM and SIGHUP reach only ``kneecap run`` (its children have their own sessions, ``procs.py``);
+Ctrl-C, SIGTERM and SIGHUP reach only ``kneecap run`` (its children have their own process groups, ``procs.py``);
 the first asks the master to end the plan (SIGTERM: it writes a partial summary), a second, or a master that
 has not finished ``GRACE_S`` later, stops it at once.
 """

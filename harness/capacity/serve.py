@@ -1,6 +1,6 @@
 """A sweep's server: started for a set of params, waited for, asked what it is, stopped with all it started.
 
-The command runs without a shell, in its own process group and session (``procs.start_child``: it gets SIGTERM if
+The command runs without a shell, in its own process group (``procs.start_child``: it gets SIGTERM if
 the sweep dies, even by SIGKILL). Stopping signals the whole group — an engine's own workers and children
 (vLLM's API server, its engine core) go with it — then kills the group after ``STOP_GRACE_S``.
 """
@@ -121,7 +121,7 @@ class SweepServer:
 
 def _signal_group(child: Child, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.proc.pid, sig)  # start_new_session: its pid is the group's id
+        os.killpg(child.proc.pid, sig)  # its own process group: its pid is the group's id
 
 
 def run_hooks(hooks: tuple[Hook, ...], url: str | None, say: Callable[[str], None]) -> list[str]:

@@ -7,17 +7,20 @@ vLLM v1's ``vllm:prefix_cache_queries`` / ``_hits``.
 A histogram is kept as the server sends it, cumulative since the server started (``Histogram``); the step's
 share is the delta of two scrapes (``analysis/histogram.py``). Series of one name are summed over their label
 sets on the bucket bounds they all have, so the sum is exact (a label set with other bounds only widens buckets).
+
+Only the samples named here are parsed: a line's name is looked up before anything else of it is read, so the
+rest of the page (vLLM 0.32's is ~52 KB, 614 lines, ~90 of them ours) costs a split and a prefix test
+(docs/server-timing.md: the cost per scrape).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-
-from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["Histogram", "ServerSample", "parse_server_metrics", "scrape"]
 
@@ -56,10 +59,19 @@ _HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
     "e2e": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "tgi_request_duration"),
     "time_per_token": ("vllm:request_time_per_output_token_seconds", "tgi_request_mean_time_per_token_duration"),
+    # Per token, not per request: every gap between two output tokens (vLLM 0.32; before v0.11 vLLM called it
+    # time_per_output_token_seconds; SGLang's collector.py). Its sum/count is the exact mean inter-token gap.
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+            "sglang:inter_token_latency_seconds"),
 }
 _HIST_SAMPLES = {name + part: (name, part) for names in _HISTOGRAMS.values() for name in names
                  for part in ("_bucket", "_sum", "_count")}
 """A histogram's sample name → (its name, which part): one dict lookup per sample."""
+_WANTED = frozenset(_HIST_SAMPLES) | {n for names in _NAMES.values() for n in names}
+_PREFIXES = tuple(sorted({n.split(":", 1)[0] + ":" if ":" in n else n.split("_", 1)[0] + "_" for n in _WANTED}))
+"""What a wanted sample's line starts with ("vllm:", "tgi_", ...): most unwanted lines stop at this test."""
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+"""One label pair; a value may hold escaped quotes, backslashes and commas (the exposition format's escapes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,8 @@ class ServerSample:
     """Per request: arrival → last token (vLLM, SGLang, TGI)."""
     time_per_token: Histogram | None = None
     """Per request: its mean time per output token (vLLM v1, TGI)."""
+    itl: Histogram | None = None
+    """Per output token after the first: the gap before it (vLLM, SGLang): one observation per token."""
 
 
 class _Series:
@@ -119,9 +133,9 @@ class _Series:
         self.buckets: dict[float, list[float]] = {}  # le → [summed count, label sets with this bound]
         self.sum = self.count = 0.0
 
-    def add(self, part: str, labels: dict[str, str], value: float) -> None:
+    def add(self, part: str, le: str | None, value: float) -> None:
         if part == "_bucket":
-            le = float(labels["le"])  # "+Inf" reads as inf; a missing or bad le raises: not exposition
+            le = float(le)  # type: ignore[arg-type]  # "+Inf" reads as inf; a missing or bad le raises
             b = self.buckets.get(le)
             if b is None:
                 self.buckets[le] = [value, 1]
@@ -143,24 +157,53 @@ class _Series:
                          count=self.count)
 
 
+def _samples(text: str):
+    """(name, labels text or "", value text) of each wanted sample line, in order; an unwanted line is skipped
+    after a prefix test and a name lookup, never parsed."""
+    wanted, prefixes = _WANTED, _PREFIXES
+    for line in text.splitlines():
+        if not line.startswith(prefixes):
+            continue
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace].rstrip()
+            if name not in wanted:
+                continue
+            close = line.rfind("}")
+            if close < brace:
+                raise ValueError(f"unclosed labels: {line[:80]!r}")
+            yield name, line[brace + 1:close], line[close + 1:]
+        else:
+            name = line[:space] if space != -1 else line
+            if name in wanted:
+                yield name, "", line[len(name):]
+
+
+def _le(labels: str) -> str | None:
+    for key, value in _LABEL.findall(labels):
+        if key == "le":
+            return value
+    return None
+
+
 def parse_server_metrics(text: str) -> ServerSample | None:
     """None when the text is not Prometheus exposition or has none of the known names."""
     sums: dict[str, float] = {}
     series: dict[str, _Series] = {}
     hist_samples = _HIST_SAMPLES
     try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                name, value = s.name, s.value
-                hit = hist_samples.get(name)
-                if hit is None:
-                    sums[name] = sums.get(name, 0.0) + value
-                elif not math.isnan(value):  # a NaN would poison the step's delta
-                    ser = series.get(hit[0])
-                    if ser is None:
-                        ser = series[hit[0]] = _Series()
-                    ser.add(hit[1], s.labels, value)
-    except (ValueError, TypeError, IndexError, KeyError):
+        for name, labels, rest in _samples(text):
+            value = float(rest.split()[0])  # a timestamp may follow the value
+            hit = hist_samples.get(name)
+            if hit is None:
+                sums[name] = sums.get(name, 0.0) + value
+            elif not math.isnan(value):  # a NaN would poison the step's delta
+                ser = series.get(hit[0])
+                if ser is None:
+                    ser = series[hit[0]] = _Series()
+                ser.add(hit[1], _le(labels) if hit[1] == "_bucket" else None, value)
+    except (ValueError, TypeError, IndexError):
         return None
     found: dict[str, object] = {field: next((sums[n] for n in names if n in sums), None)
                                 for field, names in _NAMES.items()}
