@@ -22,6 +22,7 @@ from harness.analysis.classes import class_figures, class_tail_lines, mix_step, 
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.results import level_unit
 from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
+from harness.analysis.summary_blocks import Generator
 from harness.analysis.summary_model import Summary
 from harness.procs import Child
 from harness.report.validate import load_summary
@@ -54,13 +55,24 @@ def _untrusted(summary: Summary) -> list[str]:
                        "generator added latency, so the knee search skips it")
         elif not g.reliable:
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its event-loop lag p99 was {g.lag_p99_ms} ms "
-                       f"(limit {limit:g}): the load generator added latency, so the knee search skips it")
+                       f"(limit {limit:g}): the load generator added latency, so the knee search skips it"
+                       + _held_off(g))
         if g.stamps_flagged is True:
             out.append(f"TIMING: step {st.index} ({st.level:g}): {g.shared_stamp_share:.1%} of its requests had chunk "
                        f"times that may be late by more than 1 ms (limit {SHARED_STAMP_LIMIT:.0%}): the reader fell "
                        "behind and one receive brought several chunks under one time; their ITL and TTFT are uncertain "
                        "at that scale")
     return out
+
+
+def _held_off(g: Generator) -> str:
+    """Who made the loop late, when the kernel says: other processes, if it waited for a CPU longer than it ran."""
+    wait, cpu = g.runqueue_wait_s, g.cpu_s
+    if not isinstance(wait, float | int) or not isinstance(cpu, float | int) or wait <= cpu:
+        return ""
+    return (f"; its loops waited {wait:.1f} s for a CPU while running {cpu:.1f} s: other processes held the cores "
+            "(a co-located server? give kneecap its own cores or machine, or run both from one shell: "
+            "docs/real-engines.md)")
 
 
 def write_processes(out: str, children: list[Child], report_cpu: list[float], say: Callable[[str], None]) -> None:

@@ -11,8 +11,8 @@ Server side, one of:
 - **per step** — the step deltas of the server's histograms (vLLM's ``request_queue_time``, ``request_prefill_time``,
   ``time_to_first_token``; SGLang/TGI where they have them; ``analysis.server``): means are exact (sum / count),
   quantiles known only to their bucket, given as [estimate, low, high]. "network + client" = client TTFT − server
-  TTFT: its bounds are the client's figure minus the server's bucket bounds. The server counts every request that
-  finished between the step's first and last scrape, not exactly the client's measured ones;
+  TTFT, as a mean only (quantiles do not subtract). The server counts every request that finished between the
+  step's first and last scrape, not exactly the client's measured ones: a negative mean says so (``NEGATIVE``);
 - else "unknown: the endpoint does not say".
 
 Means add up (client TTFT = network+client + server TTFT; server TTFT ⊇ queue + prefill), quantiles do not: the
@@ -31,9 +31,11 @@ from harness.analysis.step_columns import floats, ints
 from harness.analysis.tail_rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
 
-__all__ = ["UNKNOWN", "ttft_split"]
+__all__ = ["NEGATIVE", "UNKNOWN", "ttft_split"]
 
 UNKNOWN = "unknown: the endpoint does not say"
+NEGATIVE = ("the server's mean TTFT is above the client's: its histograms counted other requests than this step's "
+            "(another client, or a step whose TTFT was still growing between the two scrapes)")
 _QUANTILES = (0.5, 0.95)
 _TENTHS_PER_MS = 10  # the rows' latencies are in tenths of a millisecond
 
@@ -88,13 +90,11 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
                          "network_client_queue": _stat(ttft[has_prefill] - prefill)}
     elif stages.get("ttft"):
         src = "per step: the server's /metrics histograms (bucket bounds: [estimate, low, high] ms)"
-        s_ttft, ct = stages["ttft"], client["ttft"]
-        net: dict = {"mean_ms": round(ct["mean_ms"] - s_ttft["mean_ms"], 3)}
-        for key in ("p50_ms", "p95_ms"):
-            est, low, high = s_ttft.get(key) or (None, None, None)
-            if est is not None:
-                net[key] = [round(ct[key] - est, 3), None if high is None else round(ct[key] - high, 3),
-                            round(ct[key] - low, 3)]
+        s_ttft = stages["ttft"]
+        # Means subtract; quantiles do not (a p50 minus a bucket's bounds is no request's part, and went negative).
+        net: dict = {"mean_ms": round(client["ttft"]["mean_ms"] - s_ttft["mean_ms"], 3)}
+        if net["mean_ms"] < 0:
+            net["note"] = NEGATIVE
         out["server"] = {"source": src, "ttft": s_ttft, "queue": stages.get("queue_time") or UNKNOWN,
                          "prefill": stages.get("prefill_time") or UNKNOWN, "network_client": net}
     else:

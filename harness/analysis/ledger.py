@@ -207,7 +207,7 @@ class Ledger:
             for index, seconds in gen.cpu_s.items():  # CPU is charged to the step it was spent in
                 if (st := self.state(index)) is not None:
                     st.generator = st.generator or self.generator()
-                    st.generator.add_cpu(seconds)
+                    st.generator.add_cpu(seconds, gen.wait_s.get(index))
 
     def server_sample(self, sample: ServerSample, now: float, *, measuring: bool) -> None:
         """A scrape of the server's /metrics at ``now``, into the running step: its waiting queue always (tail

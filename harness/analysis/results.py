@@ -75,6 +75,9 @@ class GeneratorHealth:
     cpu_us_per_token: float | None = None
     """The client's cost: ``cpu_s`` / ``output_tokens``, in µs of worker CPU per streamed token."""
     gc_pause_max_ms: float | None = None
+    runqueue_wait_s: float | None = None
+    """Seconds the workers' loops were runnable but not running in the step (the kernel's run-queue wait), the period
+    of ``cpu_s``: above ``cpu_s``, other processes held the cores; None where not measured."""
     """The longest garbage-collector pause of any worker in the step (it stalls every stream of that worker)."""
     shared_stamps: int = 0
     """Measured successful requests with chunk times that may be late by more than 1 ms: a receive that came late

@@ -11,8 +11,9 @@ from harness.client.server_metrics import ServerSample
 
 __all__ = ["NO_STAGE_DELTA", "STAGES", "ServerStep", "TimeSeries", "explain"]
 
-STAGES = ("queue_time", "prefill_time", "decode_time", "ttft")
-"""The server's per-request latency histograms a step reports (``client.server_metrics``): their step deltas."""
+STAGES = ("queue_time", "prefill_time", "decode_time", "ttft", "e2e", "time_per_token", "itl")
+"""The server's latency histograms a step reports (``client.server_metrics``): their step deltas. Per request but
+``itl``, one observation per output token after the first (the engine's own mean inter-token gap)."""
 NO_STAGE_DELTA = ("not measured in this step: the server has the histograms, but no request ended between two of "
                   "the step's scrapes (a step cut short, or a counter reset)")
 

@@ -68,6 +68,8 @@ class Generator:
     cpu_max_pct: float = 0.0
     cpu_s: float | None = None
     """CPU seconds of all workers spent in the step (warm-up included); None when no worker measured it."""
+    wait_s: float | None = None
+    """Seconds the workers' loops were runnable but not running in the same period; None when not measured."""
     gc_max_s: float | None = None
     """The longest garbage-collector pause of any worker in the step's reports; None when not measured."""
     lag_limit_ms: float = LAG_LIMIT_MS
@@ -82,8 +84,10 @@ class Generator:
         if gc_max_s is not None:
             self.gc_max_s = max(self.gc_max_s or 0.0, gc_max_s)
 
-    def add_cpu(self, seconds: float) -> None:
+    def add_cpu(self, seconds: float, wait_s: float | None = None) -> None:
         self.cpu_s = (self.cpu_s or 0.0) + seconds
+        if wait_s is not None:
+            self.wait_s = (self.wait_s or 0.0) + wait_s
 
     def health(self, output_tokens: int = 0, shared_stamps: int = 0, ok: int = 0,
                send_lag_p99_s: float | None = None) -> GeneratorHealth:
@@ -98,6 +102,7 @@ class Generator:
                     cpu_us_per_token=round(self.cpu_s * 1e6 / output_tokens, 2)
                     if self.cpu_s is not None and output_tokens else None,
                     gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
+                    runqueue_wait_s=None if self.wait_s is None else round(self.wait_s, 3),
                     shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
                     stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps, send_lag_p99_ms=send)
         if self.lag.count == 0:

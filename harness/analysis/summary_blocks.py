@@ -57,6 +57,7 @@ class Generator(View, kw_only=True):
     output_tokens: int | UnsetType = UNSET
     cpu_us_per_token: float | UnsetType | None = UNSET
     gc_pause_max_ms: float | UnsetType | None = UNSET
+    runqueue_wait_s: float | UnsetType | None = UNSET  # absent from older files; None: not measured (not Linux)
     shared_stamps: int | UnsetType = UNSET  # these three: absent from files older than shared stamps
     shared_stamp_share: float | UnsetType = UNSET
     stamps_flagged: bool | UnsetType = UNSET
@@ -249,6 +250,8 @@ class SplitPart(View, kw_only=True, omit_defaults=True):
     mean_ms: float | None = None
     p50_ms: float | list[float | None] | None = None
     p95_ms: float | list[float | None] | None = None
+    note: str | None = None
+    """Why the figure is not a part of this step's TTFT (``decompose.NEGATIVE``)."""
 
     @property
     def p50(self) -> float | None:

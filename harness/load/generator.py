@@ -5,8 +5,10 @@ A loop-lag monitor measures how late a 20 ms sleep wakes up: the validity signal
 the step, not its maximum (a 3 s step held 30 samples at 100 ms, so one 12 ms scheduler hiccup unjudged it; at
 20 ms it takes ~1% of the step's moments lagging, what a p99 means). 50 wake-ups a second cost 1–2% of a core
 (0.25% at 100 ms; ``python -m benchmarks.lag_monitor_cost``, an otherwise idle process: 0.08%).
-Each report also carries the process's CPU seconds by step (for the client's cost per streamed token) and its
-garbage-collector pauses.
+Each report also carries the process's CPU seconds by step (for the client's cost per streamed token), its
+garbage-collector pauses, and by step how long its loop thread was runnable but not running (the kernel's
+run-queue wait, ``/proc/thread-self/schedstat``): a lagging loop that waited longer than it ran was held off the
+CPU by other processes, not slowed by its own work (docs/real-engines.md).
 
 GC: at test start the worker collects once and freezes what it has (``gc.freeze``): the modules, Locust, the
 scenario — ~53 k tracked objects that every full collection would otherwise walk, a 10-15 ms pause of every
@@ -29,6 +31,15 @@ from harness.metrics.sketch import Sketch
 __all__ = ["LAG_PERIOD_S", "GcPauses", "GeneratorMonitor"]
 
 LAG_PERIOD_S = 0.02
+
+
+def runqueue_wait_s() -> float | None:
+    """Seconds the calling thread has waited on a run queue since it started (Linux's schedstat), or None."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class GcPauses:
@@ -69,6 +80,9 @@ class GeneratorMonitor:
         self._cpu_mark = time.process_time()
         self._cpu_steps: dict[int, float] = {}
         """CPU seconds since the last report by the step they were spent in (charged at step changes)."""
+        self._wait_mark = runqueue_wait_s()
+        self._wait_steps: dict[int, float] = {}
+        """Run-queue wait of the loop thread since the last report, by step (charged with the CPU)."""
 
     def start(self) -> None:
         if not self._frozen:  # once per process: what exists now lives until the end
@@ -77,6 +91,7 @@ class GeneratorMonitor:
             gc.freeze()
             gc.callbacks.append(self.gc)
         self._cpu_mark, self._cpu_steps = time.process_time(), {}  # the cost counts from the test's start
+        self._wait_mark, self._wait_steps = runqueue_wait_s(), {}
         self.gc.take()
         if self._monitor is None:
             self._monitor = gevent.spawn(self._lag_monitor)
@@ -92,13 +107,17 @@ class GeneratorMonitor:
         now = time.process_time()
         self._cpu_steps[step] = self._cpu_steps.get(step, 0.0) + now - self._cpu_mark
         self._cpu_mark = now
+        wait = runqueue_wait_s()  # read on the loop's thread: charge() and sample() run there
+        if wait is not None and self._wait_mark is not None:
+            self._wait_steps[step] = self._wait_steps.get(step, 0.0) + wait - self._wait_mark
+        self._wait_mark = wait
 
     def sample(self, cpu_pct: float, step: int) -> GeneratorSample:
         """Everything since the last sample; the monitor starts empty again."""
         self.charge(step)
         out = GeneratorSample(self.lag, cpu_pct, cpu_s=self._cpu_steps, gc=self.gc.take(),
-                              kernel_stamps=SO_TIMESTAMPNS is not None)
-        self.lag, self._cpu_steps = Sketch(), {}
+                              kernel_stamps=SO_TIMESTAMPNS is not None, wait_s=self._wait_steps)
+        self.lag, self._cpu_steps, self._wait_steps = Sketch(), {}, {}
         return out
 
     def _lag_monitor(self) -> None:

@@ -92,6 +92,9 @@ class GeneratorSample:
     kernel_stamps: bool = True
     """The worker's receives are dated by the kernel (``client.inflight.SO_TIMESTAMPNS``); on the wire only when
     not ("ks": false), so payloads keep their bytes."""
+    wait_s: dict[int, float] = field(default_factory=dict)
+    """Seconds the worker's loop thread was runnable but not running (the kernel's run-queue wait) since the last
+    report, by step as ``cpu_s``; empty where not measured (not Linux, older kneecap)."""
 
     def to_wire(self) -> dict:
         out: dict = {"lag": encode_sketch(self.lag), "cpu": self.cpu}
@@ -101,6 +104,8 @@ class GeneratorSample:
             out["cpu_s"] = [[step, seconds] for step, seconds in sorted(self.cpu_s.items())]
         if self.gc is not None:
             out["gc"] = list(self.gc)
+        if self.wait_s:
+            out["wait_s"] = [[step, seconds] for step, seconds in sorted(self.wait_s.items())]
         return out
 
     @classmethod
@@ -111,7 +116,8 @@ class GeneratorSample:
         return cls(decode_sketch(g["lag"]), float(g["cpu"]),
                    cpu_s={int(step): float(seconds) for step, seconds in g.get("cpu_s", ())},
                    gc=None if gc is None else (float(gc[0]), float(gc[1]), int(gc[2])),
-                   kernel_stamps=bool(g.get("ks", True)))
+                   kernel_stamps=bool(g.get("ks", True)),
+                   wait_s={int(step): float(seconds) for step, seconds in g.get("wait_s", ())})
 
 
 @dataclass(kw_only=True)

@@ -140,8 +140,9 @@ def _search_table(s: Summary) -> str:
 
 
 def _mean(part: object) -> float | None:
-    """A TTFT part's mean; None for a part the server does not report (``decompose.UNKNOWN``) or no part."""
-    return part.mean_ms if isinstance(part, SplitPart) else None
+    """A TTFT part's mean; None for a part the server does not report (``decompose.UNKNOWN``), no part, or a
+    difference that is not a part (its ``note``: the server counted other requests)."""
+    return part.mean_ms if isinstance(part, SplitPart) and part.note is None else None
 
 
 def _split_table(s: Summary) -> str:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from harness.analysis.decompose import UNKNOWN, ttft_split
+from harness.analysis.decompose import NEGATIVE, UNKNOWN, ttft_split
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import ROW_FIELDS, encode_row
 
@@ -48,8 +48,13 @@ def test_histograms_give_the_server_ttft_and_the_rest_with_bucket_bounds():
     s = split["server"]
     assert s["source"].startswith("per step") and s["queue"]["mean_ms"] == 60.0 and s["prefill"]["mean_ms"] == 78.0
     net = s["network_client"]
-    assert net["mean_ms"] == 9.5  # 149.5 - 140: means add up
-    assert net["p50_ms"] == [10.0, -100.0, 50.0]  # 150 - 140, within 150 - 250 .. 150 - 100
+    assert net == {"mean_ms": 9.5}  # 149.5 - 140: means add up; quantiles do not subtract, so none is given
+
+
+def test_a_server_mean_above_the_clients_is_named_not_shown_as_a_part():
+    stages = {"ttft": {"count": 100, "mean_ms": 400.0, "p50_ms": [400.0, 250.0, 500.0]}}
+    net = ttft_split(rows(), {"stages": stages})["server"]["network_client"]
+    assert net["mean_ms"] == -250.5 and net["note"] == NEGATIVE
 
 
 def test_no_successful_request_no_split():

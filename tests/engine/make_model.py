@@ -12,6 +12,7 @@ import io
 import pathlib
 import pydoc
 import sys
+import warnings
 
 VOCAB = 8000
 CHAT_TEMPLATE = (
@@ -23,6 +24,7 @@ CHAT_TEMPLATE = (
 def corpus() -> str:
     """Docstrings of the standard library's modules that import cleanly, in a fixed order."""
     out = io.StringIO()
+    warnings.simplefilter("ignore")  # deprecated modules say so on import; their docstrings are still text
     for mod in sorted(m for m in sys.stdlib_module_names if not m.startswith("_")):
         if mod in {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test"}:
             continue

@@ -87,6 +87,7 @@ def test_a_starved_generator_is_named(starved):
     g = r.summary["steps"][0]["generator"]
     assert g["stamps_flagged"] and g["shared_stamp_share"] > 0.01, (g, r.output)
     assert "TIMING: step 0" in r.output and "the reader fell behind" in r.output, r.output
+    assert g["runqueue_wait_s"] > 0.05, g  # the hog on its core: the worker's loop waited for the CPU, and says so
     if not g["reliable"]:  # its loop lag broke the limit too: then said as such
         assert "UNRELIABLE: step 0" in r.output and "the load generator added latency" in r.output, r.output
     assert r.code == (0 if g["reliable"] else 4), r.output  # flagged, still judged (unless its loop lag broke too)

