@@ -182,8 +182,11 @@ class OutputTracker(ABC):
             self.reasoning_chunk_tokens += n
 
     def usage_seen(self, cumulative: int) -> None:
-        """A chunk without output carried cumulative usage (a role chunk): later chunks count from here."""
-        self._cum = cumulative
+        """A chunk without output carried cumulative usage. Before any output (a role chunk) later chunks count from
+        here; after it (vLLM's empty chunk for a token whose text is not yet whole) its tokens go to the next output
+        chunk, whose gap spans them."""
+        if not self.chunk_times:
+            self._cum = cumulative
 
 
 # -- field checks for the API trackers: a wrong type raises FieldError, which the caller words with its event ----

@@ -83,9 +83,13 @@ def test_a_staircase_finds_the_same_knee(tmp_path, vllm: VllmServer) -> None:
 
 
 def _explained(knee: dict, steps: list[dict], slots: int) -> None:
-    """Every step up to the knee judged; past it, the engine ran its ``slots`` and others waited."""
-    assert all(_judged(s) for s in steps if s["users"] <= knee["users"]), [(s["users"], s["generator"])
-                                                                            for s in steps]
+    """Every step up to the knee judged (its loop kept time) and any TIMING flag true: the kernel says the workers'
+    loops waited for a CPU in that step (vLLM keeps both cores busy; at 6-8 users ~1% of requests had a chunk time
+    late by more than 1 ms); past the knee, the engine ran its ``slots`` and others waited."""
+    for s in steps:
+        g = s["generator"]
+        assert s["users"] > knee["users"] or g["reliable"], (s["users"], g)
+        assert not g["stamps_flagged"] or g["runqueue_wait_s"] > 0, (s["users"], g)
     above = [s["server"] for s in steps if s["users"] > slots]
     assert above and all(v["running_max"] == slots and v["waiting_max"] >= 1 for v in above), above
     assert all(s["server"]["kv_cache_usage_max"] is not None for s in steps)
