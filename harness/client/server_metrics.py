@@ -9,7 +9,7 @@ share is the delta of two scrapes (``analysis/histogram.py``). Series of one nam
 sets on the bucket bounds they all have, so the sum is exact (a label set with other bounds only widens buckets).
 
 Only the samples named here are parsed: a line's name is looked up before anything else of it is read, so the
-rest of the page (vLLM 0.32's is ~52 KB, 614 lines, ~90 of them ours) costs a split and a prefix test
+rest of the page (vLLM 0.32's is ~52 KB, 614-629 lines, ~90 of them ours) costs a split and a prefix test
 (docs/server-timing.md: the cost per scrape).
 """
 
