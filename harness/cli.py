@@ -177,7 +177,8 @@ def _check_sets(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--host", default=None, callback=_check_host,
               help="Endpoint base URL, e.g. http://127.0.0.1:8000 [scenario endpoint.host; none: start the simulator].")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local Locust worker processes [cores].")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local Locust worker processes [one per 400 users, at most one per core].")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Results folder [scenario sinks.results_dir/NAME-RUNID].")
 @click.option("--save-requests", is_flag=True, help="Also write every request record to OUT/requests.jsonl.")
@@ -208,7 +209,6 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     2 usage or invalid input, 3 an SLO failed, 4 no valid result (no data, unreliable generator),
     5 degraded (a worker was lost).
     """
-    import os
 
     from harness.run import RunOptions
     from harness.run import run as run_plan
@@ -216,7 +216,7 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
 
     influx = {"influx_url": influx_url, "influx_org": influx_org, "influx_bucket": influx_bucket,
               "influx_token_env": influx_token_env} if influx_url else None
-    opts = RunOptions(scenario, host=host, workers=workers or max(1, os.cpu_count() or 1), out=out,
+    opts = RunOptions(scenario, host=host, workers=workers, out=out,
                       save_requests=save_requests, insecure=insecure, seed=seed, sim_args=sim_args, influx=influx,
                       labels=labels, overrides=sets, report=not no_report)
     try:

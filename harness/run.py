@@ -41,7 +41,8 @@ SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
 class RunOptions:
     scenario: str | None
     host: str | None = None
-    workers: int = max(1, os.cpu_count() or 1)
+    workers: int | None = None
+    """Local worker processes; None: as many as the plan needs, at most one per core (``LoadPlan.local_workers``)."""
     out: str | None = None
     save_requests: bool = False
     insecure: bool = False
@@ -109,12 +110,14 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
             host = opts.host or sc.endpoint.host
             if host is None:
                 sim, host = _start_sim(sc, opts.sim_args, out, say)
-            say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {opts.workers} workers -> {host}")
+            n = opts.workers or sc.load.local_workers(os.cpu_count() or 1)
+            say(f"kneecap run {run_id}: scenario {sc.name}, {sc.load.mode} plan, {n} worker{'s' if n > 1 else ''} "
+                f"-> {host}")
             options = KneecapOptions(scenario=opts.scenario or "", results_dir=out, run_id=run_id,
                                      overrides=KneecapOptions.overrides_json(overrides), insecure=opts.insecure,
                                      save_requests=os.path.join(out, "requests.jsonl") if opts.save_requests else "",
                                      **(opts.influx or {}))
-            master, workers = _start_fleet(host, options, opts.workers, out)
+            master, workers = _start_fleet(host, options, n, out)
             relay = LogRelay(workers, say).start()
             supervisor.watch(master, os.path.join(out, "master.log"))
     finally:  # the signal handlers are back: an interrupt now stops this process too

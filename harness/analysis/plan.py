@@ -15,8 +15,9 @@ from typing import overload
 from harness.analysis.knee import Knee
 from harness.metrics.aggregate import ci_min_samples
 
-__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "PLAN_ENDS", "SEARCH_MODES", "Levels",
-           "LoadPlan", "ProbeSpec", "Step", "StepPlan", "StepSpec", "level_count", "p99_precision", "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "MAX_LEVEL", "MAX_LEVELS", "OPEN_MODES", "PLAN_ENDS", "SEARCH_MODES",
+           "STREAMS_PER_WORKER", "Levels", "LoadPlan", "ProbeSpec", "Step", "StepPlan", "StepSpec", "level_count",
+           "p99_precision", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -44,6 +45,8 @@ class StepSpec:
 PLAN_ENDS = ("min", "precision", "max_duration")
 """Why ``StepPlan.step_end`` says a step has its data (a step can also end "stopped", with the plan)."""
 SEARCH_MODES = ("search", "open_search")
+STREAMS_PER_WORKER = 400
+"""Streams one worker process times exactly on one core (docs/fleets.md: 50 tokens/s each)."""
 OPEN_MODES = ("open_staircase", "open_search")
 
 
@@ -91,6 +94,16 @@ class LoadPlan:
     @property
     def search(self) -> bool:
         return self.mode in SEARCH_MODES
+
+    def local_workers(self, cores: int) -> int:
+        """Worker processes ``kneecap run`` starts unless told: as many as the plan's users need at
+        ``STREAMS_PER_WORKER`` each, at most one per core. Each worker process costs ~0.8 s of CPU to start and its
+        own timers and reports while it runs, so a plan that one worker times exactly gets one. An open loop's peak
+        in flight is not known before it runs (arrivals beyond ``max_in_flight`` per worker are dropped): a worker
+        per core."""
+        if self.open_loop:
+            return max(1, cores)
+        return max(1, min(cores, math.ceil(self.max / STREAMS_PER_WORKER)))
 
 
 _EPS = 1e-9

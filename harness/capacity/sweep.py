@@ -37,7 +37,8 @@ CellRunner = Callable[[Cell, str, "str | None", "dict[str, Any] | None", threadi
 @dataclass(frozen=True, kw_only=True)
 class SweepOptions:
     out: str
-    workers: int = 1
+    workers: int | None = None
+    """Each cell's local workers; None: as its plan needs (``RunOptions.workers``)."""
     labels: dict[str, str] = field(default_factory=dict)
     sweep_file: str = ""
     results_dir: str = "results"

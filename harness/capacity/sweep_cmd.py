@@ -21,7 +21,8 @@ __all__ = ["sweep"]
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Sweep folder [scenario sinks.results_dir/NAME-ID]. Give an earlier sweep's folder to resume it: "
                    "finished cells are not run again.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local Locust worker processes [cores].")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local Locust worker processes [one per 400 users, at most one per core].")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=check_labels,
               help="Recorded with every cell's run in the run store. Repeatable.")
 def sweep(sweep_file: str, out: str | None, workers: int | None, labels: dict[str, str]) -> None:
@@ -39,7 +40,7 @@ def sweep(sweep_file: str, out: str | None, workers: int | None, labels: dict[st
     spec = _read(sweep_file)
     name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = out or os.path.join(_results_dir(spec), name)
-    opts = SweepOptions(out=folder, workers=workers or max(1, os.cpu_count() or 1), labels=labels,
+    opts = SweepOptions(out=folder, workers=workers, labels=labels,
                         sweep_file=sweep_file, results_dir=_results_dir(spec))
     try:
         code = run_sweep(spec, opts, say=click.echo)

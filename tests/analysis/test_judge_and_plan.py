@@ -93,3 +93,17 @@ def test_stop_reasons():
     assert stop_reason(Knee(True, confirmed=False, load=16), [0.0], []) is None
     assert "error storm" in stop_reason(Knee(False), [0.0, 0.8], [])
     assert "abort_on_fail" in stop_reason(Knee(False), [0.0], ["ttft: p(99)<1000"])
+
+
+@pytest.mark.parametrize("mode, peak, cores, workers", [
+    ("staircase", 128, 2, 1),    # the embedded default: one worker times 128 streams
+    ("constant", 4, 8, 1),
+    ("search", 401, 2, 2),       # past one worker's streams
+    ("staircase", 5000, 4, 4),   # never more than the cores
+    ("open_staircase", 8, 2, 2),  # an open loop's peak in flight is unknown: one per core
+    ("staircase", 64, 1, 1),
+])
+def test_local_workers_follow_the_plans_peak_users(mode, peak, cores, workers):
+    from harness.analysis.plan import LoadPlan
+
+    assert LoadPlan(mode=mode, start=1, max=peak).local_workers(cores) == workers
