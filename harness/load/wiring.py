@@ -27,9 +27,7 @@ from locust.runners import (
 from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
-from harness.load.fleet import FleetWatch
 from harness.load.locust_stats import start_trimming
-from harness.load.locust_waits import end_the_plan_first, quit_when_workers_have
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
 from harness.load.soak import start_soak_sampler
@@ -110,6 +108,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         register_web(environment, m.view)
     environment.events.quitting.add_listener(m.finalize)
     if isinstance(runner, MasterRunner):
+        from harness.load.locust_waits import quit_when_workers_have
+
         quit_when_workers_have(runner)
 
 
@@ -158,7 +158,10 @@ def _worker(environment: Any, k: Kneecap) -> None:
 
 
 def _master(environment: Any, k: Kneecap) -> None:
-    from harness.load.master import MasterSide  # here: a worker process never needs the master's sinks
+    # here: a worker process needs neither the master's sinks nor its ledger (~0.1 s of imports at start-up)
+    from harness.load.fleet import FleetWatch
+    from harness.load.locust_waits import end_the_plan_first
+    from harness.load.master import MasterSide
 
     runner, ev = environment.runner, environment.events
 
