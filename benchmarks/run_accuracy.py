@@ -51,9 +51,29 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000, 3)
 
 
+def _models(args: argparse.Namespace) -> list[str]:
+    """``--replicas N``: N engines of their own, each iterating at its own period (``iter_ms`` x 1, 1.13, 1.26, ...),
+    so their streams drift in and out of phase as replicas behind a balancer deliver them; one: lock-step."""
+    if args.replicas == 1:
+        return ["--model", "bench"]
+    return [f"--serve-model=bench-{i}:{args.iter_ms * (1 + 0.13 * i):.3f}" for i in range(args.replicas)]
+
+
+def _scenario(args: argparse.Namespace, port: int) -> str:
+    text = SCENARIO.format(port=port, prompt=args.prompt_tokens, tokens=args.tokens, streams=args.streams,
+                           seconds=args.seconds, warmup=args.warmup)
+    if args.replicas == 1:
+        return text
+    classes = "".join(f"    - {{name: r{i}, weight: 1, endpoint: {{model: bench-{i}}}, "
+                      f"input_tokens: {args.prompt_tokens}, output_tokens: {args.tokens}}}\n"
+                      for i in range(args.replicas))
+    return text.replace(f"workload: {{input_tokens: {args.prompt_tokens}, output_tokens: {args.tokens}, seed: 1}}\n",
+                        f"workload:\n  seed: 1\n  mix:\n{classes}")
+
+
 def _sim(args: argparse.Namespace, trace: str) -> tuple[subprocess.Popen, int]:
     sim = subprocess.Popen(
-        [*pin(0), sys.executable, "-m", "harness.cli", "sim", "--port", "0", "--model", "bench", "--max-num-seqs",
+        [*pin(0), sys.executable, "-m", "harness.cli", "sim", "--port", "0", *_models(args), "--max-num-seqs",
          str(args.streams * 2), "--kv-cache-tokens", str(1 << 20), "--max-num-batched-tokens", str(1 << 16),
          "--iter-base-ms", f"{args.iter_ms:g}", "--iter-per-seq-ms", "0", "--iter-per-kv-ktoken-ms", "0",
          "--prefill-per-ktoken-ms", "0", "--trace-file", trace],
@@ -72,8 +92,7 @@ def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
     sim, port = _sim(args, trace)
     try:
         with open(scenario, "w") as f:
-            f.write(SCENARIO.format(port=port, prompt=args.prompt_tokens, tokens=args.tokens, streams=args.streams,
-                                    seconds=args.seconds, warmup=args.warmup))
+            f.write(_scenario(args, port))
         b0 = busy_jiffies()
         run = subprocess.run([*pin(1), sys.executable, "-m", "harness.cli", "run", scenario, "--out", out,
                               "--workers", str(workers), "--save-requests", *args.extra], cwd=ROOT,
@@ -98,7 +117,7 @@ def one_run(args: argparse.Namespace, workers: int, tmp: str, i: int) -> dict:
         summary = json.load(f)
     gen = (summary.get("steps") or [{}])[0].get("generator") or {}
     line = {"name": "run_accuracy", "workers": workers, "streams": args.streams, "tokens": args.tokens,
-            "iter_ms": args.iter_ms, "seconds": args.seconds, "requests": len(offsets),
+            "iter_ms": args.iter_ms, "replicas": args.replicas, "seconds": args.seconds, "requests": len(offsets),
             "offset_p50_ms": _ms(med), "noise_p99_ms": _ms(nearest_rank(noise, 0.99)),
             "noise_max_ms": _ms(nearest_rank(noise, 1.0)),
             "requests_over_1ms": sum(x > 0.001 for x in noise),
@@ -120,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--iter-ms", type=float, default=10.0)
+    p.add_argument("--replicas", type=int, default=1,
+                   help="engines at different iteration periods, streams out of phase (a balancer's replicas)")
     p.add_argument("--keep", metavar="DIR", help="keep the runs' folders and traces in DIR")
     p.add_argument("--extra", nargs="*", default=[], help="more arguments for kneecap run")
     args = p.parse_args(argv)
