@@ -8,14 +8,15 @@ built-in simulator pinned to core 0 (20 ms iterations: 50 tokens/s per stream); 
 (e.g. llama.cpp's ``llama-server --metrics``). So users can check the claim "kneecap N µs of CPU per streamed
 token, whole tree including start-up".
 
-How: each tool is started in its own session; this process is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so
-every descendant of a tool, even one its parent left behind, is reaped either by its parent or here; the tool's
-CPU is the growth of ``getrusage(RUSAGE_CHILDREN)`` (utime+stime of the whole tree, start-up, tokenizer loading and
-result writing included) from its start until it and all its leftovers are reaped. Leftovers still running after
-the tool's main process exits are stopped (SIGTERM, then SIGKILL). Tokens streamed: the simulator's ``/sim/stats``
-``tokens_sent``; against ``--host``, the engine's Prometheus counter (vLLM ``vllm:generation_tokens_total``, SGLang
-``sglang:generation_tokens_total``, llama.cpp ``llamacpp:tokens_predicted_total``); without one, tokens are unknown
-and only CPU seconds are printed.
+How: each tool is started in a process group of its own in this session (``harness/procs.py``: a session of its own
+is a scheduling group of its own, starved beside a busy engine); this process is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``), so every descendant of a tool, even one its parent left behind, is reaped either by
+its parent or here; the tool's CPU is the growth of ``getrusage(RUSAGE_CHILDREN)`` (utime+stime of the whole tree,
+start-up, tokenizer loading and result writing included) from its start until it and all its leftovers are reaped.
+Leftovers still running after the tool's main process exits are stopped (SIGTERM, then SIGKILL). Tokens streamed:
+the simulator's ``/sim/stats`` ``tokens_sent``; against ``--host``, the engine's Prometheus counter (vLLM
+``vllm:generation_tokens_total``, SGLang ``sglang:generation_tokens_total``, llama.cpp
+``llamacpp:tokens_predicted_total``); without one, tokens are unknown and only CPU seconds are printed.
 
 Peer command lines (flags from their docs; GuideLLM's older spellings are used when ``--help`` lacks the new ones):
 
@@ -58,8 +59,8 @@ import time
 import urllib.parse
 import urllib.request
 
-from benchmarks.client_accuracy import _busy, _stats
-from benchmarks.common import ROOT, git_rev
+from benchmarks.client_accuracy import _stats
+from benchmarks.common import ROOT, busy_jiffies, git_rev
 from benchmarks.worker_cost import MODEL, children, proc_cpu, start_sim, write_scenario
 from harness.procs import Child, start_child, stop_child
 
@@ -176,7 +177,7 @@ def _stop_leftovers(keep: set[int], group: int | None) -> int:
 
 def run_peer(args: argparse.Namespace, peer: str, cmd: list[str], tokens: Tokens, keep: set[int], tmp: str,
              sim_pid: int | None) -> dict:
-    tok0, cpu0, b0, sim0 = tokens.now(), _children_cpu(), _busy(), proc_cpu(sim_pid) if sim_pid else 0.0
+    tok0, cpu0, b0, sim0 = tokens.now(), _children_cpu(), busy_jiffies(), proc_cpu(sim_pid) if sim_pid else 0.0
     t0 = time.monotonic()
     child: Child | None = start_child(peer, cmd, os.path.join(tmp, f"{peer}.log"), cwd=ROOT)
     code, timed_out = None, False
@@ -196,7 +197,7 @@ def run_peer(args: argparse.Namespace, peer: str, cmd: list[str], tokens: Tokens
     finally:
         left = _stop_leftovers(keep, child.proc.pid)
     wall = time.monotonic() - t0
-    tok1, cpu, b1 = tokens.now(), _children_cpu() - cpu0, _busy()
+    tok1, cpu, b1 = tokens.now(), _children_cpu() - cpu0, busy_jiffies()
     sim_cpu = (proc_cpu(sim_pid) or 0.0) - (sim0 or 0.0) if sim_pid else 0.0
     busy = (b1[0] - b0[0]) / max(1, b1[1] - b0[1]) * (os.cpu_count() or 1)
     n_tok = None if tok0 is None or tok1 is None else round(tok1 - tok0)

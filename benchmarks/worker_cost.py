@@ -40,8 +40,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks.client_accuracy import _busy, _stats
-from benchmarks.common import ROOT, git_rev, pin
+from benchmarks.client_accuracy import _stats
+from benchmarks.common import ROOT, busy_jiffies, git_rev, pin
 from harness.procs import Child, start_child, stop_child
 
 MODEL = "bench"
@@ -168,7 +168,7 @@ class Window:
         self.edges: list[tuple[float, dict, dict, tuple[int, int]]] = []
 
     def edge(self) -> None:
-        self.edges.append((time.monotonic(), {p: proc_cpu(p) for p in self.pids}, _stats(self.port), _busy()))
+        self.edges.append((time.monotonic(), {p: proc_cpu(p) for p in self.pids}, _stats(self.port), busy_jiffies()))
 
     def result(self, main: int) -> dict:
         (w0, c0, s0, b0), (w1, c1, s1, b1) = self.edges
