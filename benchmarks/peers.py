@@ -18,16 +18,25 @@ the simulator's ``/sim/stats`` ``tokens_sent``; against ``--host``, the engine's
 ``vllm:generation_tokens_total``, SGLang ``sglang:generation_tokens_total``, llama.cpp
 ``llamacpp:tokens_predicted_total``); without one, tokens are unknown and only CPU seconds are printed.
 
-Peer command lines (flags from their docs; GuideLLM's older spellings are used when ``--help`` lacks the new ones):
+Peer command lines (flags from their docs and ``--help``; GuideLLM's spelling is chosen from its ``--help``):
 
 - AIPerf: ``aiperf profile --model M --url HOST --endpoint-type chat --streaming --concurrency N
   --benchmark-duration T --synthetic-input-tokens-mean 100 --synthetic-input-tokens-stddev 0 --output-tokens-mean 64
   --output-tokens-stddev 0 --extra-inputs ignore_eos:true --extra-inputs min_tokens:64 --tokenizer TOK --ui-type none
-  --artifact-dir DIR`` (TOK: ``--aiperf-tokenizer``, default ``builtin``, no download).
-- GuideLLM: ``guidellm benchmark --target HOST --model M --profile concurrent --rate N --max-seconds T
+  --artifact-dir DIR`` (TOK: ``--aiperf-tokenizer``, default ``builtin``: tiktoken's o200k_base, downloaded once into
+  tiktoken's cache, so offline it works only once cached; or a local tokenizer directory: then the line is prefixed
+  with ``env -u HF_HUB_OFFLINE -u TRANSFORMERS_OFFLINE``, as AIPerf 0.13 in offline mode looks every tokenizer up in
+  the Hugging Face cache and rejects a path as a repo id, while online it loads the directory without the network).
+- GuideLLM 0.8 (``guidellm --help`` lists ``run``, no ``benchmark``): ``guidellm run --backend
+  kind=openai_http,target=HOST,model=M,extras.body.ignore_eos=true,extras.body.min_tokens=64 --profile
+  kind=concurrent,streams=N --constraint kind=max_duration,seconds=T --data
+  kind=synthetic_text,prompt_tokens=100,output_tokens=64 --tokenizer kind=hf_auto,model=P --output
+  kind=json,path=DIR/guidellm.json --disable-console-interactive`` (it also sends ``max_completion_tokens=64`` and
+  ``ignore_eos`` itself for synthetic data with ``output_tokens``).
+- Older GuideLLM: ``guidellm benchmark --target HOST --model M --profile concurrent --rate N --max-seconds T
   --data prompt_tokens=100,output_tokens=64 --processor P --output-path DIR/guidellm.json --disable-progress``
-  (``--rate-type concurrent`` on versions without ``--profile``; P: ``--guidellm-processor``, default ``gpt2``: a
-  Hugging Face tokenizer it downloads once).
+  (``--rate-type concurrent`` on versions without ``--profile``). P: ``--guidellm-processor``, default ``gpt2``: a
+  Hugging Face tokenizer it downloads once, or a local tokenizer directory (works offline, ``HF_HUB_OFFLINE=1``).
 
 Not installed peers are reported as skipped with their install command (``pip install aiperf``,
 ``pip install guidellm``); this script never installs them. The aiohttp peer needs aiohttp (``pip install -e
@@ -137,11 +146,23 @@ def command(args: argparse.Namespace, peer: str, host: str, tmp: str) -> list[st
         return f"{peer} not installed: {INSTALL[peer]}"
     if peer == "aiperf":
         out_flag = "--artifact-dir" if "--artifact-dir" in _help(exe, "profile") else "--output-artifact-dir"
-        return [exe, "profile", "--model", args.model, "--url", host, "--endpoint-type", "chat", "--streaming",
+        # AIPerf 0.13 loads a tokenizer offline only from the HF cache (snapshot_download: a directory is no repo id);
+        # online it loads a local directory as such, without the network: run it without the offline switches.
+        online = ["env", "-u", "HF_HUB_OFFLINE", "-u", "TRANSFORMERS_OFFLINE"]
+        local = online if os.path.isdir(args.aiperf_tokenizer) else []
+        return [*local, exe, "profile", "--model", args.model, "--url", host, "--endpoint-type", "chat", "--streaming",
                 "--concurrency", str(n), "--benchmark-duration", f"{t:g}", "--synthetic-input-tokens-mean", str(p),
                 "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(o), "--output-tokens-stddev", "0",
                 "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{o}", "--tokenizer",
                 args.aiperf_tokenizer, "--ui-type", "none", out_flag, os.path.join(tmp, "aiperf")]
+    top = _help(exe)
+    if re.search(r"^\s+run\s", top, re.M) and not re.search(r"^\s+benchmark\s", top, re.M):  # 0.8: kind=... options
+        return [exe, "run", "--backend", f"kind=openai_http,target={host},model={args.model},"
+                f"extras.body.ignore_eos=true,extras.body.min_tokens={o}", "--profile", f"kind=concurrent,streams={n}",
+                "--constraint", f"kind=max_duration,seconds={t:g}", "--data",
+                f"kind=synthetic_text,prompt_tokens={p},output_tokens={o}", "--tokenizer",
+                f"kind=hf_auto,model={args.guidellm_processor}", "--output",
+                f"kind=json,path={os.path.join(tmp, 'guidellm.json')}", "--disable-console-interactive"]
     text = _help(exe, "benchmark")
     mode = ["--profile", "concurrent"] if "--profile" in text else ["--rate-type", "concurrent"]
     quiet = ["--disable-progress"] if "--disable-progress" in text else []

@@ -83,7 +83,7 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
 @click.option("--lora-count", type=click.IntRange(min=0), default=0, show_default=True,
               help="Serve LoRA adapters lora-0 ... lora-<N-1> on the first model.")
 @_engine_options
-@_field_options(OutputPolicy)  # --eos-median --eos-sigma --tokens-per-word
+@_field_options(OutputPolicy)  # --eos-median --eos-sigma --early-eos-share --tokens-per-word
 @_field_options(Behavior)  # --reasoning-tokens ... (routed out of **engine below)
 @click.option("--fault", "faults", multiple=True, metavar="KIND=P",
               help=f"Inject a fault with probability P; KIND is one of {', '.join(FAULT_KINDS)}. Repeatable.")
@@ -91,7 +91,7 @@ def _field_options(cls: type, *, units: dict[str, tuple[str, int]] | None = None
 @_field_options(SimConfig, units={"max_body_bytes": ("max_body_mb", _MIB)},  # --max-waiting --max-body-mb
                 types={"trace_file": click.Path(dir_okay=False)})  # --trace-file --seed --close-after-p ...
 def sim(host: str, port: int, preset: str, model: str | None, serve_models: tuple[str, ...], loras: tuple[str, ...],
-        lora_count: int, eos_median: float, eos_sigma: float,
+        lora_count: int, eos_median: float, eos_sigma: float, early_eos_share: float,
         tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
         max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, close_after_p: float,
         accept_delay_ms: float, **engine: int | float | None) -> None:
@@ -104,6 +104,8 @@ def sim(host: str, port: int, preset: str, model: str | None, serve_models: tupl
         problems.append("--eos-median and --eos-sigma must be >= 0 and --tokens-per-word > 0")
     if stall_s < 0 or long_line_bytes < 1 or retry_after_s < 0 or max_body_mb <= 0:
         problems.append("--stall-s, --retry-after-s must be >= 0; --long-line-bytes, --max-body-mb > 0")
+    if not 0.0 <= early_eos_share <= 1.0:
+        problems.append(f"--early-eos-share must be within [0, 1], got {early_eos_share}")
     if not 0.0 <= close_after_p <= 1.0:
         problems.append(f"--close-after-p must be within [0, 1], got {close_after_p}")
     if accept_delay_ms < 0:
@@ -121,7 +123,8 @@ def sim(host: str, port: int, preset: str, model: str | None, serve_models: tupl
         raise click.UsageError("; ".join(problems))
     config = SimConfig(
         engine=engine_cfg, model=model or f"sim-{preset}", served=served, loras=adapters, behavior=behavior,
-        policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, tokens_per_word=tokens_per_word),
+        policy=OutputPolicy(eos_median=eos_median, eos_sigma=eos_sigma, early_eos_share=early_eos_share,
+                            tokens_per_word=tokens_per_word),
         faults=FaultConfig(probabilities, stall_s=stall_s, long_line_bytes=long_line_bytes,
                            retry_after_s=retry_after_s),
         max_waiting=max_waiting, max_body_bytes=int(max_body_mb * _MIB), trace_file=trace_file, seed=seed,

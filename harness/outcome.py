@@ -65,6 +65,31 @@ def _untrusted(summary: Summary) -> list[str]:
     return out
 
 
+SHORT_ANSWER_WARN = 0.01
+"""Above this share of short answers (over the run's measured steps) the verdict says so."""
+
+
+def short_answers(summary: Summary) -> list[str]:
+    """One line when more than ``SHORT_ANSWER_WARN`` of the answers that asked for an exact length ended before it:
+    the endpoint (or a gateway) did not honour ``ignore_eos``/``min_tokens``, so the run measured other lengths
+    than the scenario's."""
+    seen = [(st, st.answers) for st in summary.steps if not isinstance(st.answers, UnsetType)]
+    asked = sum(a.length_asked for _, a in seen)  # type: ignore[union-attr]
+    short = sum(a.short for _, a in seen)  # type: ignore[union-attr]
+    if not asked or short / asked <= SHORT_ANSWER_WARN:
+        return []
+    why: dict[str, int] = {}
+    for _, a in seen:
+        for reason, n in a.short_by_finish_reason.items():  # type: ignore[union-attr]
+            why[reason] = why.get(reason, 0) + n
+    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(why.items(), key=lambda kv: -kv[1]))
+    got = [a.tokens_got_over_asked for _, a in seen if a.tokens_got_over_asked is not None]  # type: ignore[union-attr]
+    ratio = f"; output tokens got/asked {min(got):.2f}-{max(got):.2f} by step" if got else ""
+    return [f"SHORT ANSWERS: {short / asked:.1%} of the {asked:,} answers that asked for an exact length ended "
+            f"before it (finish_reason: {reasons}{ratio}): the endpoint did not honour ignore_eos/min_tokens, so "
+            "these output lengths are not the scenario's; slo.short_answer_rate fails such a run"]
+
+
 def _held_off(g: Generator) -> str:
     """Who made the loop late, when the kernel says: other processes, if it waited for a CPU longer than it ran."""
     wait, cpu = g.runqueue_wait_s, g.cpu_s
@@ -166,7 +191,7 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    for line in _untrusted(summary):
+    for line in _untrusted(summary) + short_answers(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

@@ -60,6 +60,9 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloC
     for t in thresholds:
         if t.metric == "error_rate":
             observed = fails / bucket.requests if bucket.requests else math.nan
+        elif t.metric == "short_answer_rate":
+            asked = bucket.extra.get("length_asked", 0)
+            observed = bucket.extra.get("short_answers", 0) / asked if asked else math.nan
         elif t.metric == "tokens_per_s_per_user":
             observed = miss_quantile(bucket.sketches.get("tokens_per_s"), t.percentile / 100, fails, high=False)
         else:  # a latency, or a session metric (its misses are failed sessions)

@@ -155,6 +155,9 @@ class StepResult:
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
     requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
     from chunks, embeddings inputs/s (``analysis.steps``)."""
+    answers: dict | None = None
+    """Whether answers were as long as asked (``analysis.steps.answer_lengths``); None when none asked for an
+    exact length."""
     ttft_split: dict | None = None
     """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
     where it says, each with its source (``analysis.decompose``); judged steps only."""
@@ -219,6 +222,8 @@ class StepResult:
             out["sessions"] = self.sessions
         if self.stream is not None:
             out["stream"] = self.stream
+        if self.answers is not None:
+            out["answers"] = self.answers
         if self.ttft_split is not None:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:

@@ -4,12 +4,13 @@ Grammar (one string per threshold; a metric takes one string, a list, or ``{thre
 items)::
 
     threshold := "p(" PERCENTILE ")" OP NUMBER        latency metrics, in ms; tokens/s metric
-               | "rate" OP NUMBER                     error_rate, a fraction in [0, 1]
+               | "rate" OP NUMBER                     error_rate, short_answer_rate: a fraction in [0, 1]
     OP        := "<" | "<=" | ">" | ">="
 
 Metrics (the registry, ``metrics.vocabulary``, marks which): ``ttft``, ``tpot``, ``itl``, ``e2e``, ``ttfo`` (first
 answer token), ``reasoning_time`` (milliseconds), ``tokens_per_s_per_user`` (the speed floor, e.g. ``p(5)>20``: 95%
-of requests stream at least 20 tokens/s), ``error_rate``; with sessions also ``session_ttft`` (each session's own
+of requests stream at least 20 tokens/s), ``error_rate``, ``short_answer_rate`` (answers that asked for an exact
+length and ended before it, over those that asked); with sessions also ``session_ttft`` (each session's own
 TTFT p99, ms) and ``session_duration`` (ms, think time included).
 Example: ``{ttft: ["p(95)<500", {threshold: "p(99)<2000", abort_on_fail: true}], error_rate: "rate<0.01"}``.
 """
@@ -65,11 +66,11 @@ def parse_threshold(metric: str, text: str, abort_on_fail: bool = False) -> Thre
     if not m:
         raise ValueError(f"{text!r} is not a threshold; write e.g. \"p(95)<500\" or \"rate<0.01\"")
     pct, rate, op, value = m.groups()
-    if metric == "error_rate":
+    if METRIC[metric].kind == "rate":
         if not rate:
-            raise ValueError(f"error_rate takes \"rate<X\" (a fraction), got {text!r}")
+            raise ValueError(f"{metric} takes \"rate<X\" (a fraction), got {text!r}")
         if not 0 <= float(value) <= 1:
-            raise ValueError(f"error_rate threshold must be within [0, 1], got {value}")
+            raise ValueError(f"{metric} threshold must be within [0, 1], got {value}")
         return Threshold(metric, None, op, float(value), abort_on_fail)
     if rate:
         raise ValueError(f"{metric} takes a percentile such as \"p(95)<500\", not {text!r}")
@@ -87,7 +88,7 @@ def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callab
     limits: list[tuple[str, float, Callable[[float, float], bool], float]] = []
     for t in thresholds:
         m = METRIC[t.metric]
-        if m.of == "ok":  # error_rate and the session metrics judge the step and sessions, not one request
+        if m.of == "ok" and m.kind != "rate":  # rates and the session metrics judge the step and sessions
             limits.append((m.limit or m.source, m.scale, _OPS[t.op], t.value))  # type: ignore[arg-type]
     if not limits:
         return None

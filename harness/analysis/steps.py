@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
 from harness.analysis.slo import LATENCY_METRICS
-from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, Bucket, summarize_sketch
+from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHORT_KEY, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
@@ -162,7 +162,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
                               bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
-        stream=_stream(bucket, duration), new_connections=bucket.new_connections,
+        stream=_stream(bucket, duration), answers=answer_lengths(bucket), new_connections=bucket.new_connections,
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
         cancelled=sum(bucket.cancelled.values()), cancelled_by=dict(sorted(bucket.cancelled.items())),
         cancelled_output_tokens=bucket.cancelled_tokens,
@@ -181,6 +181,21 @@ def connection_warning(steps: list[StepResult]) -> str | None:
     return (f"{new / requests:.0%} of requests paid a new connection (TCP connect, and TLS for https, inside their "
             "TTFT): the server closes the connection after each response (llama.cpp's server does); nothing to fix "
             "on the client: this is what users of that server pay")
+
+
+def answer_lengths(bucket: Bucket) -> dict | None:
+    """Whether the answers were as long as asked: of the successful answers that asked for an exact length
+    (``ignore_eos``/``min_tokens``), how many ended short, why (``finish_reason``), and the output tokens got over
+    asked; None when none asked (natural lengths, an API without the ask, embeddings)."""
+    x = bucket.extra
+    asked = x.get("length_asked", 0)
+    if not asked:
+        return None
+    short = x.get("short_answers", 0)
+    return {"length_asked": asked, "short": short, "short_share": round(short / asked, 4),
+            "short_by_finish_reason": {k[len(SHORT_KEY):]: v for k, v in sorted(x.items()) if k.startswith(SHORT_KEY)},
+            "tokens_got_over_asked": round(x.get("tokens_got", 0) / x["tokens_asked"], 4)
+            if x.get("tokens_asked") else None}
 
 
 def _stream(bucket: Bucket, duration: float) -> dict | None:

@@ -10,7 +10,7 @@ from msgspec import UNSET, Struct, UnsetType
 from harness.analysis.pricing import render_cost_line
 from harness.analysis.results import level_unit
 
-__all__ = ["Attribution", "CacheClient", "CacheServer", "Generator", "PauseSeen", "Pauses", "Percentiles",
+__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Generator", "PauseSeen", "Pauses", "Percentiles",
            "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream", "Tail",
            "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
 
@@ -189,6 +189,16 @@ class Stream(View, kw_only=True):
     continuous_usage_refused: int | UnsetType = UNSET
     tokens_per_chunk: Percentiles | UnsetType = UNSET
     inputs_per_s: float | UnsetType = UNSET
+
+
+class Answers(View, kw_only=True):
+    """Whether the answers were as long as asked (``analysis.steps.answer_lengths``)."""
+
+    length_asked: int
+    short: int
+    short_share: float
+    short_by_finish_reason: dict[str, int] = {}
+    tokens_got_over_asked: float | None = None
 
 
 class Attribution(View, kw_only=True):

@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from harness.analysis.summary_blocks import (
+    Answers,
     Attribution,
     CacheClient,
     CacheServer,
@@ -49,7 +50,7 @@ from harness.analysis.summary_blocks import (
     TurnBucket,
 )
 
-__all__ = ["Attribution", "CacheClient", "CacheServer", "Clock", "FleetEvent", "Generator", "Influx", "Knee",
+__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "FleetEvent", "Generator", "Influx", "Knee",
            "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions", "Slo", "SloCheck",
            "SplitPart", "Step",
            "StepCost", "Stream", "Summary", "Tail", "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit",
@@ -94,6 +95,9 @@ class Step(_View, kw_only=True):
     prefix_cache: PrefixCache | UnsetType = UNSET
     sessions: Sessions | UnsetType = UNSET
     stream: Stream | UnsetType = UNSET
+    answers: Answers | UnsetType = UNSET
+    """Answers that asked for an exact length, and how many ended short; absent when none asked (and from older
+    files)."""
     new_connections: int | UnsetType = UNSET
     new_connection_share: float | UnsetType | None = UNSET
     """Absent from files older than it; None without requests."""

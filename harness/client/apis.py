@@ -33,6 +33,9 @@ class Exchange:
     headers: dict[str, str] = field(default_factory=dict)
     bearer: bool = True
     """Send the API key as ``authorization: Bearer`` (False: the API's own header carries it)."""
+    exact_length: bool = False
+    """The body asks for exactly ``max_tokens`` of output (``ignore_eos`` and ``min_tokens``): an answer shorter
+    than that is the endpoint not honouring the ask (``RequestRecord.short_answer``)."""
 
 
 class EmbeddingsTracker(OutputTracker):
@@ -94,4 +97,5 @@ def exchange(ep: Endpoint, prompts: list[Prompt], max_tokens: int, *, continuous
                         anthropic.messages_headers(api_key, ep.anthropic_version), bearer=False)
     body = openai.build_body(api, ep.model, prompt, max_tokens, ignore_eos=ep.ignore_eos, extra=extra,
                              stream=ep.stream, continuous_usage=continuous_usage and ep.stream)
-    return Exchange(body, openai.StreamTracker(start, keep_text=keep_text), openai.parse_body)
+    return Exchange(body, openai.StreamTracker(start, keep_text=keep_text), openai.parse_body,
+                    exact_length=ep.ignore_eos)

@@ -224,6 +224,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None
         rec.max_tokens = max_tokens
+        rec.exact_length = ex.exact_length
         if len(prompts) > 1 or ep.api == "embeddings":
             rec.inputs = len(prompts)
         if rec.prompt_tokens and call is None and not rec.images:  # image tokens would skew the text's fit

@@ -26,7 +26,7 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "Bucket", "Delta", "PrefixCache",
+__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "SHORT_KEY", "Bucket", "Delta", "PrefixCache",
            "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
@@ -36,6 +36,9 @@ BUSY_KEY = "busy_ms"
 client's mean concurrency by Little's law, against the server's gauges (``analysis/cancel_slots.py``)."""
 CLASS_CANCEL_KEY = "class_cancel:"
 """``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
+SHORT_KEY = "short:"
+"""``Bucket.extra``'s key prefix, with the ``finish_reason`` ("none" without one), for short answers
+(``RequestRecord.short_answer``): why they ended before their asked length."""
 ROWS_CAP = 100_000
 """Request rows kept per bucket (a step's, on the master): ~16 MB (157 bytes a row by tracemalloc: 18 int64 columns
 and the gaps, ``metrics.row_columns``; 360 as lists of ints); past it a uniform sample of half the cap to the cap
@@ -164,6 +167,9 @@ class Bucket:
         for key, n in zip(_EXTRA_KEYS, _EXTRA_GET(rec), strict=False):
             if n:
                 extra[key] = extra.get(key, 0) + n
+        if rec.short_answer:
+            key = SHORT_KEY + (rec.finish_reason or "none")
+            extra[key] = extra.get(key, 0) + 1
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted

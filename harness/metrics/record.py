@@ -75,6 +75,8 @@ class RequestRecord:
     prompt_tokens: int | None = None
     prompt_tokens_target: int | None = None
     max_tokens: int | None = None
+    exact_length: bool = False
+    """The request asked for exactly ``max_tokens`` of output (``ignore_eos``/``min_tokens``)."""
     finish_reason: str | None = None
     retry_after_s: float | None = None
     response_id: str | None = None
@@ -218,6 +220,23 @@ class RequestRecord:
             pairs = [(g, k) for g, k in zip(self.itl_chunks(), per_chunk[1:], strict=False) if k > 0]
             return [g / k for g, k in pairs], [k for _, k in pairs]
         return (self.itl_chunks(), None) if self.one_token_per_chunk else None
+
+    @property
+    def short_answer(self) -> bool:
+        """It asked for exactly ``max_tokens`` and got fewer: the endpoint did not honour ``ignore_eos``/``min_tokens``
+        (or stopped it otherwise: ``finish_reason`` says how)."""
+        return self.exact_length and self.output_tokens is not None and self.max_tokens is not None \
+            and self.output_tokens < self.max_tokens
+
+    @property
+    def tokens_asked(self) -> int:
+        """The output tokens it asked for exactly (``max_tokens``), 0 when it asked for no exact length."""
+        return (self.max_tokens or 0) if self.exact_length else 0
+
+    @property
+    def tokens_got(self) -> int:
+        """The output tokens of an answer that asked for an exact length (beside ``tokens_asked``), else 0."""
+        return (self.output_tokens or 0) if self.exact_length else 0
 
     @property
     def itl_token_unknown(self) -> bool:

@@ -135,6 +135,14 @@ METRICS: tuple[Metric, ...] = (
            "late receive brought several chunks under one time", "stamps_shared"),
     Metric("reasoning_tokens_counted", "requests", "counter", "reasoning tokens counted from chunks (usage silent)",
            "reasoning_tokens_counted", key="reasoning_counted"),
+    Metric("length_asked", "requests", "counter", "answers that asked for an exact length (`ignore_eos` and "
+           "`min_tokens`, chat and completions)", "exact_length"),
+    Metric("short_answers", "requests", "counter", "answers that asked for an exact length and ended before it: the "
+           "endpoint did not honour the ask", "short_answer"),
+    Metric("tokens_asked", "tokens", "counter", "output tokens the exact-length answers asked for", "tokens_asked"),
+    Metric("tokens_got", "tokens", "counter", "output tokens the exact-length answers got", "tokens_got"),
+    Metric("short_answer_rate", "fraction", "rate", "short answers / answers that asked for an exact length: the "
+           "share of the workload's output lengths the endpoint did not honour", "short_answer", slo=True),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
     Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
            "sent again without, and not asked again", of="worker"),

@@ -86,6 +86,10 @@ class OutputPolicy:
     eos_median: float = field(default=256.0, metadata={
         "help": "Median natural output length when ignore_eos is off (0: always generate max_tokens)."})
     eos_sigma: float = field(default=0.6, metadata={"help": "Lognormal sigma of that length."})
+    early_eos_share: float = field(default=0.0, metadata={
+        "help": "Share of chat/completions requests that end early (finish_reason stop, at 10 to 90 percent of "
+                "max_tokens) despite ignore_eos and min_tokens, as an endpoint or gateway that drops them; exactly "
+                "every 1/share-th request."})
     tokens_per_word: float = field(default=1.0, metadata={"help": "Prompt tokens per whitespace-separated word."})
 
 
@@ -337,9 +341,11 @@ def check_stream_options(options: dict | None) -> None:
 
 
 def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: int, policy: OutputPolicy,
-                  rng: random.Random, block_size: int | None = None, behavior: Behavior | None = None) -> GenRequest:
+                  rng: random.Random, block_size: int | None = None, behavior: Behavior | None = None,
+                  early: bool = False) -> GenRequest:
     """Validate one completions/chat request body; raise ``ApiError`` naming the bad field. With ``block_size``
-    (the prefix cache is on) the result carries the request's KV block keys."""
+    (the prefix cache is on) the result carries the request's KV block keys. ``early``: this request's
+    ``ignore_eos``/``min_tokens`` are dropped and it ends before its cap (``--early-eos-share``)."""
     behavior = behavior or Behavior()
     body = load_body(raw, models)
     n = opt_int(body, "n", 0)
@@ -368,6 +374,8 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
         raise ApiError(400, f"'min_tokens' ({min_tokens}) must be <= max_tokens ({cap})", param="min_tokens")
 
     natural = natural_length(policy, rng, ignore_eos)
+    if early and cap > 1:
+        ignore_eos, min_tokens, natural = False, 0, min(cap - 1, max(1, round(cap * rng.uniform(0.1, 0.9))))
     reasoning = behavior.reasoning.draw(rng)
     tool = pick_tool(tools.names, tools.forced, tools.none, behavior.tool_call_p, rng)
     plan = plan_output(cap=cap, ignore_eos=ignore_eos, min_tokens=min_tokens, natural=natural, reasoning=reasoning,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class SimServer:
         self.metrics = SimMetrics(self.engines)
         self.loop_stats = LoopStats()
         self._rng = random.Random(config.seed)
+        self._asked = 0  # chat/completions requests parsed: ``--early-eos-share`` ends every 1/share-th early
         self._close_rng = random.Random(f"{config.seed}/close-after")
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
@@ -180,7 +182,11 @@ class SimServer:
         if cfg.close_after_p and self._close_rng.random() < cfg.close_after_p:
             conn.close_after = True  # drawn first, so a refused request's answer closes too
         error = _ERRORS.get(kind, ApiError)
-        extra = {"headers": req.headers} if kind == "messages" else {}
+        extra: dict = {"headers": req.headers} if kind == "messages" else {}
+        if kind in ("chat", "completions") and cfg.policy.early_eos_share:
+            n, share = self._asked, cfg.policy.early_eos_share
+            self._asked += 1
+            extra["early"] = math.floor((n + 1) * share) > math.floor(n * share)
         gen = _PARSERS[kind](req.body, models=list(self.routes), max_model_len=cfg.engine.max_model_len,
                              policy=cfg.policy, rng=self._rng,
                              block_size=cfg.engine.block_size if self._caching else None,

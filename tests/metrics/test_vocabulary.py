@@ -38,7 +38,8 @@ EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for 
     "tokens_per_chunk": ([1, 3, 2, 4], None), "error_rate": None, "requests_per_s": None, "ok_per_s": None,
     "output_tokens_per_s": 10, "input_tokens_per_s": 200, "goodput_per_s": None, "new_connections": True,
     "itl_token_unknown": False, "exact_chunk_counts": True, "reasoning_tokens_counted": False, "inputs_per_s": None,
-    "continuous_usage_refused": None, "shared_stamps": True,
+    "continuous_usage_refused": None, "shared_stamps": True, "length_asked": False, "short_answers": False,
+    "tokens_asked": 0, "tokens_got": 0, "short_answer_rate": False,
 }
 SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}
 
@@ -70,6 +71,21 @@ def test_every_extractor_on_a_hand_built_record():
             assert got is want, m.name
         else:
             assert _same(got, want), (m.name, got)
+
+
+def test_length_extractors_on_answers_that_asked_for_an_exact_length():
+    short = _streamed(exact_length=True, max_tokens=16, finish_reason="stop")  # 10 of 16 tokens
+    assert [METRIC[n].extract(short) for n in ("length_asked", "short_answers", "tokens_asked", "tokens_got",
+                                               "short_answer_rate")] == [True, True, 16, 10, True]
+    full, longer = _streamed(exact_length=True, max_tokens=10), _streamed(exact_length=True, max_tokens=8)
+    assert not full.short_answer and not longer.short_answer and longer.tokens_got == 10
+    assert not _streamed(max_tokens=16).short_answer  # natural lengths asked: ending early is the model's choice
+    bucket = Bucket()
+    for rec in (short, full, _streamed(exact_length=True, max_tokens=16, finish_reason="length", output_tokens=12)):
+        bucket.add(rec)
+    x = bucket.extra
+    assert (x["length_asked"], x["short_answers"], x["tokens_asked"], x["tokens_got"]) == (3, 2, 42, 32)
+    assert (x["short:stop"], x["short:length"]) == (1, 1)
 
 
 def test_extractors_say_none_where_a_record_has_no_value():
@@ -128,7 +144,7 @@ def test_session_sketches_come_from_the_registry():
 def test_slo_metrics_are_the_registry_ones():
     assert tuple(m.name for m in METRICS if m.slo) == SLO_METRICS
     assert SLO_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time", "tokens_per_s_per_user",
-                           "error_rate", "session_ttft", "session_duration")  # the order error messages list
+                           "error_rate", "session_ttft", "session_duration", "short_answer_rate")  # as errors list
     assert LATENCY_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time")
     assert SESSION_METRICS == ("session_ttft", "session_duration")
     for m in METRICS:
@@ -146,8 +162,8 @@ def test_goodput_limits_each_request_where_the_registry_says():
                                   ("tokens_per_s_per_user", "p(5)>5", False), ("ttft", "p(99)<101", True)):
         meets = request_meets([parse_threshold(metric, limit)])
         assert meets(slow_gaps) is passes, (metric, limit)
-    assert request_meets([parse_threshold("error_rate", "rate<0.1"), parse_threshold("session_ttft", "p(9)<1")]) \
-        is None
+    assert request_meets([parse_threshold("error_rate", "rate<0.1"), parse_threshold("session_ttft", "p(9)<1"),
+                          parse_threshold("short_answer_rate", "rate<0.01")]) is None
 
 
 def test_knee_metrics_are_the_registry_ones_and_the_scenario_refuses_others():

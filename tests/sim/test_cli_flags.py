@@ -98,7 +98,7 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     assert set(engine) == {f.name for f in dataclasses.fields(EngineConfig)} - {"seed"}
     args = [f"--{k.replace('_', '-')}={v}" for k, v in engine.items()]
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
-             "1.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5", "--long-line-bytes", "4096",
+             "1.3", "--early-eos-share", "0.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5", "--long-line-bytes", "4096",
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
              "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
              "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4",
@@ -106,7 +106,7 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     config = served(*args)
     assert config == SimConfig(
         engine=EngineConfig(**engine, seed=42), model="m",
-        policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, tokens_per_word=1.3),
+        policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, early_eos_share=0.3, tokens_per_word=1.3),
         behavior=Behavior(reasoning_tokens="lognormal:300:0.5", reasoning_field="reasoning", reasoning_usage="on",
                           tool_call_p=0.5, strict_stream_options="on", embedding_dim=4, timings="on",
                           image_patch_px=14),

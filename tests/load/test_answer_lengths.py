@@ -1,0 +1,41 @@
+"""Whether the answers were as long as asked, end to end: an endpoint that ends 30% of answers early despite
+``ignore_eos`` and ``min_tokens`` (the simulator's ``--early-eos-share``), the share named per step and by the
+verdict, and ``slo.short_answer_rate`` failing the run; the same simulator honouring the ask: none short."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kit.run import kneecap_run
+from tests.kit.scenarios import scenario
+
+pytestmark = pytest.mark.integration
+
+CONSTANT = """
+load:
+  mode: constant
+  users: 8
+  duration_s: 4
+  step: {warmup_s: 0.5, min_duration_s: 3, min_requests: 1, max_duration_s: 4}
+"""
+
+
+def test_answers_ended_early_are_named_and_fail_the_run_when_asked(tmp_path):
+    r = kneecap_run(scenario(tmp_path, CONSTANT, slo='slo: {short_answer_rate: "rate<0.05"}\n'),
+                    "--sim-arg=--early-eos-share=0.3", out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    answers = step["answers"]
+    assert answers["length_asked"] == step["ok"] > 100, answers
+    assert 0.27 <= answers["short_share"] <= 0.33, answers  # every 10th in 3, over the worker's requests in the step
+    assert set(answers["short_by_finish_reason"]) == {"stop"} and answers["tokens_got_over_asked"] < 0.9, answers
+    assert r.code == 3 and "SHORT ANSWERS: " in r.output and "did not honour ignore_eos/min_tokens" in r.output, \
+        r.output
+    check = next(c for c in step["slo"] if c["threshold"].startswith("short_answer_rate"))
+    assert not check["passed"] and check["observed"] == pytest.approx(answers["short_share"], abs=1e-3)
+
+
+def test_answers_as_long_as_asked_say_nothing(tmp_path):
+    r = kneecap_run(scenario(tmp_path, CONSTANT, slo='slo: {short_answer_rate: "rate<0.05"}\n'), out=tmp_path / "out")
+    answers = r.summary["steps"][0]["answers"]
+    assert answers["short"] == 0 and answers["tokens_got_over_asked"] == 1.0, answers
+    assert r.code == 0 and "SHORT ANSWERS" not in r.output, r.output
