@@ -98,7 +98,8 @@ def test_every_flag_reaches_its_field(served, tmp_path):
     assert set(engine) == {f.name for f in dataclasses.fields(EngineConfig)} - {"seed"}
     args = [f"--{k.replace('_', '-')}={v}" for k, v in engine.items()]
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
-             "1.3", "--early-eos-share", "0.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5", "--long-line-bytes", "4096",
+             "1.3", "--early-eos-share", "0.3", "--fault", "reset=0.25", "--fault", "429=0.5", "--stall-s", "0.5",
+             "--long-line-bytes", "4096",
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
              "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
              "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4",
