@@ -86,9 +86,9 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
 
 
 def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float, *,
-               lag_ms: float = 0.0) -> StepPoint:
-    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s, and
-    the client's loop lag p99 (``lag_ms``)."""
+               lag_ms: float = 0.0, waiting: float | None = None) -> StepPoint:
+    """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s, the
+    client's loop lag p99 (``lag_ms``) and the server's mean waiting requests (``waiting``, where it says)."""
     fails = misses(bucket, metric)
     s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
@@ -96,4 +96,4 @@ def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: b
     # Throughput in output tokens/s; an endpoint that generates nothing (embeddings) in input tokens/s.
     work = bucket.output_tokens or bucket.input_tokens or bucket.requests
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,
-                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails, lag_ms)
+                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails, lag_ms, waiting)

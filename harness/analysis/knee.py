@@ -15,8 +15,10 @@ load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output
 The knee is step i−1: the largest load before the break, the endpoint's practical capacity. A step i−1 whose p99 CI
 reaches into step i's (at the slot count its p99 is still low, a few queued requests stretch its CI up to the
 queue's) is neither below the break nor past it: the break is then looked for from step i−2, the knee being i−2. It is
-*confirmed* when the next ``confirm_steps`` steps stay broken (p99 above the knee's CI, throughput
-within ``plateau_tolerance`` of the knee's), *refuted* (and the scan goes on) when they do not, and
+*confirmed* when the next ``confirm_steps`` steps stay broken (p99 above the knee's CI, and throughput within
+``plateau_tolerance`` of the knee's or the server saying requests waited there: ``QUEUED``, its own word that it was
+past capacity, which an engine whose speed drifts between steps does not blur), *refuted* (and the scan goes on)
+when they do not, and
 pending while those steps are still to come; confidence is "high" when confirmed and Kleinrock's
 power (T / P, which peaks at a queue's optimal operating point) also peaks at the knee, "medium"
 when confirmed, "low" before confirmation.
@@ -27,7 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Knee", "KneeParams", "StepPoint", "by_load", "find_knee"]
+__all__ = ["QUEUED", "Knee", "KneeParams", "StepPoint", "by_load", "find_knee"]
+
+QUEUED = 0.5
+"""Requests waiting at the server on average over a step, at or above which the server says it was past capacity.
+vLLM on two cores ran 1,068-1,358 tokens/s in six 20 s windows of the same 8 users (2026-12-07): a level measured
+in a fast window can out-run the knee's by more than ``plateau_tolerance`` though its requests queued."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class StepPoint:
     """Requests the p99 ranks (failures included: they rank as misses)."""
     lag_ms: float = 0.0
     """The client's event-loop lag p99 in the step (ms): a rise smaller than its growth may be the client's own."""
+    waiting: float | None = None
+    """Requests waiting at the server, its own mean over the step (/metrics); None where it does not say."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,8 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label:
             continue
         after = pts[i + 1:i + 1 + params.confirm_steps]
         confirmed = len(after) == params.confirm_steps and all(
-            _above(c, a) and c.throughput <= a.throughput * (1 + params.plateau_tolerance) for c in after)
+            _above(c, a) and (c.throughput <= a.throughput * (1 + params.plateau_tolerance)
+                              or (c.waiting is not None and c.waiting >= QUEUED)) for c in after)
         if not confirmed and len(after) == params.confirm_steps:
             continue  # refuted by the steps after it: noise, keep scanning
         power = [(p.throughput / p.p99 if p.p99 > 0 else 0.0, p.index) for p in pts]

@@ -60,6 +60,11 @@ class ServerStep:
     last: ServerSample | None = None
     """The step's first and last measured scrapes: their histogram deltas are the step's own requests."""
 
+    @property
+    def waiting_mean(self) -> float | None:
+        """Requests waiting at the server, on average over the step's scrapes (None: it does not say)."""
+        return sum(self.waiting) / len(self.waiting) if self.waiting else None
+
     def add(self, s: ServerSample) -> None:
         if self.first is None:
             self.first = s

@@ -134,3 +134,18 @@ def test_a_step_whose_tail_reaches_the_next_ones_is_skipped_not_a_wall():
     clear = [*pts[:3], dataclasses.replace(pts[3], ci=(11.9, 20.0), p99=14.0, throughput=1800),
              dataclasses.replace(pts[4], p99=15.0, ci=(14.0, 16.0), throughput=2200)]
     assert not find_knee(clear).found
+
+
+def test_the_servers_queue_confirms_a_knee_that_a_faster_window_would_refute():
+    """vLLM on two cores, a search's steps by load (lane run of 2026-12-07): 12 users was measured early, in a window
+    where the engine ran 27% faster, so its throughput left the 15% plateau; its requests queued (3.7 waiting), so
+    it is past capacity all the same. Without the server's word, the knee moved to 12."""
+    rows = [(2, 21.7, 710, 0.0), (4, 40.4, 973, 0.0), (6, 30.5, 1542, 0.0), (8, 36.5, 1536, 0.0),
+            (10, 249, 1456, 1.87), (12, 208, 1952, 3.74), (14, 491, 1379, 5.65), (18, 733, 1305, 9.8)]
+    pts = [StepPoint(i, load, p, (p * 0.95, p * 1.05), tp, True, 400, 2.0, waiting)
+           for i, (load, p, tp, waiting) in enumerate(rows)]
+    knee = find_knee(pts)
+    assert knee.found and knee.confirmed and knee.load == 8, knee
+    assert find_knee([dataclasses.replace(p, waiting=None) for p in pts]).load == 12
+    # a server that says nothing waited does not confirm it: the throughput rule alone decides
+    assert find_knee([dataclasses.replace(p, waiting=0.0) for p in pts]).load == 12
