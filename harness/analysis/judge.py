@@ -8,12 +8,16 @@ success (+inf); for the speed floor they rank below (0 tokens/s).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
 from harness.analysis.slo import Threshold
 from harness.metrics.aggregate import Bucket, ci_ranks
 from harness.metrics.sketch import Sketch
+
+if TYPE_CHECKING:
+    from harness.analysis.server import ServerStep
 
 __all__ = ["STATIONARY_RATIO", "evaluate_slo", "is_stationary", "miss_quantile", "miss_quantile_ci", "misses",
            "step_point"]
@@ -86,9 +90,9 @@ def is_stationary(first: Sketch | None, second: Sketch | None) -> bool | None:
 
 
 def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: bool, duration_s: float, *,
-               lag_ms: float = 0.0, waiting: float | None = None) -> StepPoint:
+               lag_ms: float = 0.0, server: ServerStep | None = None) -> StepPoint:
     """The step as the knee finder sees it: p99 of ``metric`` with misses, its CI, output (else input) tokens/s, the
-    client's loop lag p99 (``lag_ms``) and the server's mean waiting requests (``waiting``, where it says)."""
+    client's loop lag p99 (``lag_ms``) and the server's mean waiting requests (from ``server``'s scrapes)."""
     fails = misses(bucket, metric)
     s = bucket.sketches.get(metric)
     p99 = miss_quantile(s, 0.99, fails) * 1000
@@ -96,4 +100,5 @@ def step_point(index: int, load: float, bucket: Bucket, metric: str, reliable: b
     # Throughput in output tokens/s; an endpoint that generates nothing (embeddings) in input tokens/s.
     work = bucket.output_tokens or bucket.input_tokens or bucket.requests
     return StepPoint(index, load, p99, (ci[0] * 1000, ci[1] * 1000) if ci else None,
-                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails, lag_ms, waiting)
+                     work / max(duration_s, 1e-9), reliable, (s.count if s is not None else 0) + fails, lag_ms,
+                     server.waiting_mean if server is not None else None)

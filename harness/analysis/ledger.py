@@ -293,8 +293,7 @@ class Ledger:
         info, bucket = st.info, self.measured(st.info.index)
         health = step_health(st.generator or self.generator(), bucket)
         return step_point(info.index, info.level, bucket, self.scenario.load.knee_metric,
-                          health.reliable, info.measured_s(now), lag_ms=health.tail_lag_ms,
-                          waiting=st.server.waiting_mean if st.server is not None else None)
+                          health.reliable, info.measured_s(now), lag_ms=health.tail_lag_ms, server=st.server)
 
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go."""
@@ -305,11 +304,9 @@ class Ledger:
         mid = info.started + info.warmup_s + duration / 2
         first, second = st.halves.split(mid)
         st.halves = Halves()
-        waiting = st.server.waiting_mean if st.server is not None else None
         st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration, lag_ms=lag_ms,
-                                            waiting=waiting),
-                                 evaluate_slo(self.scenario.slo, bucket), is_stationary(first, second),
-                                 sum(bucket.failures.values()) / bucket.requests)
+                                            server=st.server), evaluate_slo(self.scenario.slo, bucket),
+                                 is_stationary(first, second), sum(bucket.failures.values()) / bucket.requests)
         if bucket.rows:  # the analysis's own rows: its arrays are read in place (nothing may grow them meanwhile)
             held, bucket.rows = [bucket.rows], RowSample(bucket.rows.cap)
 
