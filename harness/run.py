@@ -32,6 +32,9 @@ from harness.supervise import Supervisor
 
 __all__ = ["RunOptions", "run"]
 
+WORKERS_WAIT_S = 60.0
+"""How long the master waits for its local workers to connect (they do in 1-5 s, a loaded machine's included):
+then it gives up, and the run ends without a result rather than waiting forever (see the workers' logs)."""
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCUSTFILE = os.path.join(HERE, "load", "locustfile.py")
 SHAPEFILE = os.path.join(HERE, "load", "shape_file.py")
@@ -143,7 +146,8 @@ def _start_fleet(host: str, options: KneecapOptions, n: int, out: str) -> tuple[
     """A headless master with the knee-seeking shape on a free loopback port, and ``n`` workers connected to it."""
     port = free_port()
     master = start_child("master", [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
-                                    "--master", "--expect-workers", str(n), "--master-bind-host", "127.0.0.1",
+                                    "--master", "--expect-workers", str(n), "--expect-workers-max-wait",
+                                    f"{WORKERS_WAIT_S:g}", "--master-bind-host", "127.0.0.1",
                                     "--master-bind-port", str(port), "--only-summary", "--loglevel", "INFO",
                                     "--host", host, *options.to_argv()],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -101,7 +101,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     if environment.shape_class is not None:
         # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
         # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
-        gevent.signal_handler(signal.SIGTERM, m.control.interrupt)
+        gevent.signal_handler(signal.SIGTERM, functools.partial(_on_sigterm, runner, m))
     if getattr(environment, "web_ui", None) is not None:
         from harness.web import register as register_web  # Flask blueprint, charts: only with the web UI
 
@@ -111,6 +111,16 @@ def _on_init(environment: Any, **_: Any) -> None:
         from harness.load.locust_waits import quit_when_workers_have
 
         quit_when_workers_have(runner)
+
+
+def _on_sigterm(runner: Any, m: MasterSide) -> None:
+    """End the plan (partial results); before it began (a master still waiting for its workers: Locust's wait loop
+    never looks at signals) there is nothing to write: exit, or an orphaned master waits forever."""
+    if runner.state == STATE_INIT:
+        ready = len(runner.clients.ready) if isinstance(runner, MasterRunner) else 0
+        log.error("kneecap: SIGTERM before the run began (%d workers connected): exiting", ready)
+        raise SystemExit(exitcodes.NO_VALID_RESULT)  # gevent raises it in the main greenlet: the process ends
+    m.control.interrupt()
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
+from harness.run import LOCUSTFILE, SHAPEFILE
 from tests.kit.run import start_kneecap_run
 from tests.kit.scenarios import STAIRS, scenario
 from tests.kit.sim import start_sim
@@ -78,3 +80,24 @@ def test_a_second_interrupt_stops_at_once(tmp_path):
         output, _ = proc.communicate(timeout=20)
         assert _all_gone(children, 5.0) == []
     assert "interrupted again: stopping now" in output and "Traceback" not in output
+
+
+def test_a_master_still_waiting_for_its_workers_ends_on_sigterm(tmp_path):
+    """Locust's wait for ``--expect-workers`` looks at no signal: a master whose ``kneecap run`` was SIGKILLed before
+    its workers connected (its parent-death SIGTERM) waited forever, an orphan (a CI run of 2026-12-07 left three)."""
+    from tests.kit.procs import free_port
+
+    master = subprocess.Popen([sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
+                               "--master", "--expect-workers", "1", "--master-bind-host", "127.0.0.1",
+                               "--master-bind-port", str(free_port()), "--host", "http://127.0.0.1:9",
+                               "--results-dir", str(tmp_path / "out")], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in master.stdout:  # type: ignore[union-attr]
+            if "Waiting for workers to be ready" in line:
+                break
+        master.send_signal(signal.SIGTERM)
+        output, _ = master.communicate(timeout=10)
+    finally:
+        master.kill()
+    assert master.returncode == 4 and "SIGTERM before the run began (0 workers connected)" in output, output
