@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 BENCHMARKS = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "benchmarks").glob("*.py")
                     if p.stem not in ("__init__", "common"))  # common: their shared helpers
 _CHECK = """
@@ -20,6 +22,7 @@ print(" ".join(bad))
 """
 
 
+@pytest.mark.integration
 def test_every_benchmark_imports_and_has_a_main():
     done = subprocess.run([sys.executable, "-c", _CHECK, *BENCHMARKS], capture_output=True, text=True, timeout=120,
                           cwd=pathlib.Path(__file__).parents[1])

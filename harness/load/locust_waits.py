@@ -14,6 +14,9 @@ A headless master run paid ~2 s of fixed sleeps at its end that wait for nothing
   run ends: the plan first (the step message past it, which every worker answers within a round trip), waiting
   for those answers (at most ``shapes.FINAL_REPORTS_S``), then Locust's stop.
 
+- **Before the run**, Locust's wait for ``--expect-workers`` looks at no signal: a master whose ``kneecap run`` died
+  before its workers connected (its parent-death SIGTERM) waited forever, an orphan. ``end_on_sigterm`` exits then.
+
 Left as Locust has it: the once-a-second check for ``--expect-workers`` at start (~1 s a run). Cutting it
 (tried, 2026-12-03) started the load while workers were still starting up, and open-loop send lag rose past
 10 ms in a fresh-clone CI run: that second is the workers' settling time.
@@ -21,18 +24,24 @@ Left as Locust has it: the once-a-second check for ``--expect-workers`` at start
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust.rpc import Message
+from locust.runners import STATE_INIT, MasterRunner
 
+from harness import exitcodes
 from harness.load.shapes import FINAL_REPORTS_S
 
 if TYPE_CHECKING:
     from harness.load.master import MasterSide
 
-__all__ = ["POLL_S", "QUIT_WAIT_S", "end_the_plan_first", "quit_when_workers_have"]
+__all__ = ["POLL_S", "QUIT_WAIT_S", "end_on_sigterm", "end_the_plan_first", "quit_when_workers_have"]
+
+log = logging.getLogger("kneecap")
 
 QUIT_WAIT_S = 0.5
 """Locust's own wait for the workers' final reports at ``quit``: the longest ours waits."""
@@ -68,3 +77,13 @@ def end_the_plan_first(environment: Any, master: MasterSide) -> None:
             gevent.sleep(POLL_S)  # the answers come in on the master's other greenlets meanwhile
 
     environment.events.test_stopping.add_listener(on_test_stopping)
+
+
+def end_on_sigterm(runner: Any, interrupt: Callable[[], None]) -> None:
+    """SIGTERM on a master or local run: ``interrupt`` (the plan ends, partial results); before the run began there
+    is nothing to write, so the process exits (``NO_VALID_RESULT``)."""
+    if runner.state == STATE_INIT:
+        ready = len(runner.clients.ready) if isinstance(runner, MasterRunner) else 0
+        log.error("kneecap: SIGTERM before the run began (%d workers connected): exiting", ready)
+        raise SystemExit(exitcodes.NO_VALID_RESULT)  # gevent raises it in the main greenlet: the process ends
+    interrupt()

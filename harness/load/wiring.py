@@ -28,6 +28,7 @@ from harness import exitcodes
 from harness.load.clock import ClockProbe, register_worker
 from harness.load.context import ScenarioSource
 from harness.load.locust_stats import start_trimming
+from harness.load.locust_waits import end_on_sigterm, end_the_plan_first, quit_when_workers_have
 from harness.load.master_watch import watch_master
 from harness.load.options import add_arguments, web_bind_problem
 from harness.load.soak import start_soak_sampler
@@ -101,26 +102,14 @@ def _on_init(environment: Any, **_: Any) -> None:
     if environment.shape_class is not None:
         # Locust installs its SIGTERM handler only after a headless shape run ends, so a shape run
         # would die on SIGTERM without results. Ours ends the plan; Locust then shuts down normally.
-        gevent.signal_handler(signal.SIGTERM, functools.partial(_on_sigterm, runner, m))
+        gevent.signal_handler(signal.SIGTERM, functools.partial(end_on_sigterm, runner, m.control.interrupt))
     if getattr(environment, "web_ui", None) is not None:
         from harness.web import register as register_web  # Flask blueprint, charts: only with the web UI
 
         register_web(environment, m.view)
     environment.events.quitting.add_listener(m.finalize)
     if isinstance(runner, MasterRunner):
-        from harness.load.locust_waits import quit_when_workers_have
-
         quit_when_workers_have(runner)
-
-
-def _on_sigterm(runner: Any, m: MasterSide) -> None:
-    """End the plan (partial results); before it began (a master still waiting for its workers: Locust's wait loop
-    never looks at signals) there is nothing to write: exit, or an orphaned master waits forever."""
-    if runner.state == STATE_INIT:
-        ready = len(runner.clients.ready) if isinstance(runner, MasterRunner) else 0
-        log.error("kneecap: SIGTERM before the run began (%d workers connected): exiting", ready)
-        raise SystemExit(exitcodes.NO_VALID_RESULT)  # gevent raises it in the main greenlet: the process ends
-    m.control.interrupt()
 
 
 def _start_run(environment: Any, m: MasterSide) -> None:
@@ -168,9 +157,7 @@ def _worker(environment: Any, k: Kneecap) -> None:
 
 
 def _master(environment: Any, k: Kneecap) -> None:
-    # here: a worker process needs neither the master's sinks nor its ledger (~0.1 s of imports at start-up)
-    from harness.load.fleet import FleetWatch
-    from harness.load.locust_waits import end_the_plan_first
+    from harness.load.fleet import FleetWatch  # here: a worker needs neither the master's sinks nor its ledger
     from harness.load.master import MasterSide
 
     runner, ev = environment.runner, environment.events
