@@ -14,7 +14,7 @@ __all__ = ["CLASS_KNEE_METRICS", "CLASS_SLO_METRICS", "check_classes", "check_im
 
 CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
 """What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
-CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate")
+CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate", "short_answer_rate")
 """What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
 
 

@@ -19,7 +19,7 @@ from harness.analysis.results import SloCheck
 from harness.analysis.slo import Threshold
 from harness.analysis.summary_model import Step, Summary
 from harness.metrics.aggregate import ci_ranks
-from harness.metrics.rows import FLAG_FAILED
+from harness.metrics.rows import FLAG_FAILED, FLAG_LENGTH_ASKED, FLAG_SHORT
 from harness.workload.mix import TrafficClass, Workload
 
 __all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",
@@ -49,6 +49,10 @@ class ClassStep:
     """Each request's streaming speed, (output tokens − 1) / (E2E − TTFT): count, p50, p5, p1; None: no request
     streamed two tokens."""
     output_tokens: int = 0
+    short_answers: int = 0
+    """Its successful answers that asked for an exact length and ended before it (``steps[].answers``' rule)."""
+    short_answer_share: float | None = None
+    """``short_answers`` over its answers that asked for an exact length; None: none asked."""
     slo: list[SloCheck] = field(default_factory=list)
     slo_passed: bool | None = None
     sampled: str | None = None
@@ -114,11 +118,14 @@ def _one(cols: dict[str, list], cls: TrafficClass, idx: list[int], total_weight:
                     share=round(len(idx) / n, 6) if n else None, failed=failed,
                     error_rate=round(failed / len(idx), 6) if idx else None,
                     output_tokens=sum(cols["output"][i] or 0 for i in ok), sampled=sampled)
+    asked = [i for i in ok if flags[i] & FLAG_LENGTH_ASKED]
+    out.short_answers = sum(1 for i in asked if flags[i] & FLAG_SHORT)
+    out.short_answer_share = round(out.short_answers / len(asked), 6) if asked else None
     out.latency_ms = {m: _quantiles(v, 1 / _TENTHS_PER_MS) for m, v in values.items() if v}
     if speeds:
         out.tokens_per_s_per_user = {"count": len(speeds), "p50": _rank(speeds, 0.5), "p5": _rank(speeds, 0.05),
                                      "p1": _rank(speeds, 0.01)}
-    out.slo = [_check(t, values, speeds, failed, len(idx)) for t in cls.slo]
+    out.slo = [_check(t, values, speeds, failed, len(idx), out.short_answer_share) for t in cls.slo]
     out.slo_passed = all(c.passed for c in out.slo) if out.slo else None
     return out
 
@@ -138,10 +145,13 @@ def _quantiles(values: list[int], scale: float) -> dict[str, float]:
     return {"count": len(values), **{f"p{100 * q:g}": round(_rank(values, q) * scale, 3) for q in QUANTILES}}
 
 
-def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: int, requests: int) -> SloCheck:
+def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: int, requests: int,
+           short_share: float | None) -> SloCheck:
     """A class's threshold; failures rank as misses (after every latency, before every speed)."""
     if t.metric == "error_rate":
         observed: float | str | None = failed / requests if requests else None
+    elif t.metric == "short_answer_rate":
+        observed = short_share
     else:
         q = t.percentile / 100  # type: ignore[operator]
         ranked = speeds if t.metric == "tokens_per_s_per_user" else values.get(t.metric, [])

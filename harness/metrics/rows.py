@@ -7,7 +7,8 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
   that needs explaining, and a TPOT of 7.4 ms stays 7.4);
 - ``prompt``, ``output``, ``cached``: tokens (server usage); ``in_flight`` on the worker at send; ``turn`` (sessions);
 - ``flags``: 1 new connection, 2 after a failed request on the same connection, 4 failed, 8 some chunk times
-  came from a late receive that brought several chunks (the reader fell behind: ``RequestRecord.late_chunks``);
+  came from a late receive that brought several chunks (the reader fell behind: ``RequestRecord.late_chunks``),
+  16 the first of them, 32 it asked for an exact output length, 64 it ended before it (``short_answer``);
 - ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
 - ``worker``: the worker's index;
 - ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
@@ -34,7 +35,8 @@ from operator import sub
 
 from harness.metrics.record import RequestRecord
 
-__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_FIRST", "FLAG_LATE_STAMPS", "FLAG_NEW_CONNECTION",
+__all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_FIRST", "FLAG_LATE_STAMPS", "FLAG_LENGTH_ASKED",
+           "FLAG_NEW_CONNECTION", "FLAG_SHORT",
            "GAP_FACTOR", "GAP_MIN_CHUNKS", "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row",
            "encode_row", "long_gaps"]
 
@@ -43,6 +45,9 @@ ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flag
 _OLDER_LENGTHS = (15, 16, 18)
 _GAPS = ROW_FIELDS.index("gaps")
 FLAG_NEW_CONNECTION, FLAG_AFTER_ERROR, FLAG_FAILED, FLAG_LATE_STAMPS, FLAG_LATE_FIRST = 1, 2, 4, 8, 16
+FLAG_LENGTH_ASKED, FLAG_SHORT = 32, 64
+"""A request that asked for exactly ``max_tokens`` of output, and one of those that got fewer
+(``RequestRecord.exact_length``, ``short_answer``)."""
 """``FLAG_LATE_FIRST``: the first output chunk came in a late receive together with the chunks after it, dated by
 the newest of them (``client/inflight.py``): its time, the TTFT, may be the reader's lateness, not the server's."""
 PROBE_CLASS = -1
@@ -92,7 +97,8 @@ def encode_row(rec: RequestRecord, sent_in_step_s: float, worker: int) -> list:
     ok = rec.error is None
     flags = (FLAG_NEW_CONNECTION if rec.new_connection else 0) | (FLAG_AFTER_ERROR if rec.after_error else 0) \
         | (0 if ok else FLAG_FAILED) | (FLAG_LATE_STAMPS if rec.late_chunks else 0) \
-        | (FLAG_LATE_FIRST if rec.late_chunks and rec.late_chunks[0] == 0 else 0)
+        | (FLAG_LATE_FIRST if rec.late_chunks and rec.late_chunks[0] == 0 else 0) \
+        | (FLAG_LENGTH_ASKED if rec.exact_length else 0) | (FLAG_SHORT if ok and rec.short_answer else 0)
     return [_tenths(rec.ttft_s) if ok else None, _tenths(rec.tpot_s), _tenths(rec.e2e_s) if ok else None,
             _tenths(rec.ttfo_s) if ok else None, rec.prompt_tokens, rec.output_tokens, rec.cached_tokens, flags,
             rec.in_flight, max(0, round(sent_in_step_s * 1000)), rec.turn, worker,
@@ -113,7 +119,8 @@ def decode_row(row: list) -> dict:
             "prompt_tokens": prompt, "output_tokens": output, "cached_tokens": cached,
             "new_connection": bool(flags & FLAG_NEW_CONNECTION), "after_error": bool(flags & FLAG_AFTER_ERROR),
             "failed": bool(flags & FLAG_FAILED), "late_stamps": bool(flags & FLAG_LATE_STAMPS),
-            "late_first": bool(flags & FLAG_LATE_FIRST), "in_flight": in_flight,
+            "late_first": bool(flags & FLAG_LATE_FIRST), "length_asked": bool(flags & FLAG_LENGTH_ASKED),
+            "short_answer": bool(flags & FLAG_SHORT), "in_flight": in_flight,
             "t_in_step_s": t_ms / 1000, "turn": turn,
             "worker": worker, "headers_s": _seconds(headers), "connect_s": _seconds(connect),
             "server_prefill_s": _seconds(prefill), "gaps_ms": gaps, "send_s": _seconds(send),

@@ -4,9 +4,11 @@ verdict, and ``slo.short_answer_rate`` failing the run; the same simulator honou
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
-from tests.kit.run import kneecap_run
+from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.scenarios import scenario
 
 pytestmark = pytest.mark.integration
@@ -39,3 +41,29 @@ def test_answers_as_long_as_asked_say_nothing(tmp_path):
     answers = r.summary["steps"][0]["answers"]
     assert answers["short"] == 0 and answers["tokens_got_over_asked"] == 1.0, answers
     assert r.code == 0 and "SHORT ANSWERS" not in r.output, r.output
+
+
+def test_each_class_of_a_mix_says_how_many_of_its_answers_were_short(tmp_path):
+    """Two classes on the simulator that ends every 3rd or 4th request early (0.3): the class asking for exact lengths
+    has the step's short answers and its own SLO fails; the class that asks for natural lengths (``ignore_eos:
+    false``) asked for none, so none of its answers is short."""
+    path = write_scenario(tmp_path, textwrap.dedent("""
+        name: mix-lengths
+        endpoint: {api: chat, model: sim-tiny, timeouts: {ttft_s: 20, idle_s: 10}}
+        workload:
+          mix:
+            - {name: exact, weight: 1, input_tokens: 100, output_tokens: 20,
+               slo: {short_answer_rate: "rate<0.05"}}
+            - {name: natural, weight: 1, input_tokens: 100, output_tokens: 20, endpoint: {ignore_eos: false}}
+    """) + CONSTANT)
+    r = kneecap_run(path, "--sim-arg=--early-eos-share=0.3", out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    exact, natural = step["classes"]
+    assert exact["name"] == "exact" and exact["requests"] > 50, exact
+    # the simulator ends every 1/0.3-th request of both classes early; the natural class's go unseen (it asked for no
+    # length), so the exact class's share depends on how the classes interleave (0.2 here, 42 of 210): all of the
+    # step's short answers are the exact class's
+    assert 0.1 <= exact["short_answer_share"] <= 0.5 and exact["short_answers"] == step["answers"]["short"], exact
+    assert not exact["slo_passed"] and exact["slo"][0]["observed"] == exact["short_answer_share"], exact
+    assert natural["short_answers"] == 0 and natural["short_answer_share"] is None, natural
+    assert r.code == 3, r.output
