@@ -173,9 +173,10 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
             load = dataclasses.replace(load, knee_metric="e2e")  # the one latency a whole answer has
     if not streams:
         for t in slo:
-            if t.metric not in ("e2e", "error_rate"):
+            if t.metric not in ("e2e", "error_rate", "short_answer_rate"):
                 check.fail(f"slo.{t.metric}", "needs a streamed answer; without streaming (stream: false, "
                                               "embeddings) use e2e and error_rate")
+    _check_length_slos(endpoint, workload, slo, check)
     if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
         check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")
     check_images(workload, endpoint.api, check)
@@ -198,6 +199,25 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
                     results_dir=results_dir, influxdb=influx, description=description, source=source,
                     cost=cost, gate=gate)
+
+
+def _check_length_slos(endpoint: Endpoint, workload: Workload | None, slo: tuple[Threshold, ...],
+                       check: Checker) -> None:
+    """``short_answer_rate`` judges answers that asked for an exact length: chat and completions with ``ignore_eos``
+    (the scenario's endpoint, or a class's own). Where none asks, it could only fail: say so now."""
+    def asks(ignore_eos: bool) -> bool:
+        return ignore_eos and endpoint.api in ("chat", "completions")
+
+    why = (f"no request asks for an exact output length (endpoint.ignore_eos is false, or api {endpoint.api} sends "
+           "no ignore_eos/min_tokens): nothing to judge")
+    mix = workload.mix if workload is not None else ()
+    if any(t.metric == "short_answer_rate" for t in slo) and not (
+            asks(endpoint.ignore_eos) or any(asks(c.endpoint.get("ignore_eos", endpoint.ignore_eos)) for c in mix)):
+        check.fail("slo.short_answer_rate", why)
+    for c in mix:
+        if any(t.metric == "short_answer_rate" for t in c.slo) and not asks(c.endpoint.get("ignore_eos",
+                                                                                              endpoint.ignore_eos)):
+            check.fail(f"workload.mix.{c.name}.slo.short_answer_rate", why)
 
 
 def _load(node: Any, check: Checker) -> LoadPlan:

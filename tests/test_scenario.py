@@ -10,7 +10,7 @@ import textwrap
 import certifi
 import pytest
 
-from harness.scenario import ScenarioError, load_scenario, url_problem
+from harness.scenario import ScenarioError, load_scenario, parse_scenario, url_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOOD = """
@@ -186,3 +186,18 @@ def test_bare_on_and_off_are_the_choices_yaml_turned_into_booleans(tmp_path):
     s = load_scenario(write(tmp_path, GOOD + "endpoint: {continuous_usage: off, metrics: off}"))
     assert s.endpoint.continuous_usage == "off" and s.endpoint.metrics == "off"
     assert load_scenario(write(tmp_path, GOOD + "endpoint: {continuous_usage: on}")).endpoint.continuous_usage == "on"
+
+
+def test_a_short_answer_slo_needs_requests_that_ask_for_an_exact_length():
+    base = {"name": "t", "endpoint": {"host": "http://127.0.0.1:1", "model": "m", "ignore_eos": False},
+            "workload": {"input_tokens": 10, "output_tokens": 10}, "slo": {"short_answer_rate": "rate<0.01"}}
+    with pytest.raises(ScenarioError, match=r"slo\.short_answer_rate: no request asks for an exact output length"):
+        parse_scenario(base, source="t.yaml")
+    mix = {**base, "slo": {}, "workload": {"mix": [
+        {"name": "a", "weight": 1, "input_tokens": 10, "output_tokens": 10, "slo": {"short_answer_rate": "rate<0.1"}},
+        {"name": "b", "weight": 1, "input_tokens": 10, "output_tokens": 10, "endpoint": {"ignore_eos": True},
+         "slo": {"short_answer_rate": "rate<0.1"}}]}}
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(mix, source="t.yaml")
+    assert "workload.mix.a.slo.short_answer_rate" in str(err.value) and "mix.b" not in str(err.value)
+    parse_scenario({**base, "endpoint": {**base["endpoint"], "ignore_eos": True}}, source="t.yaml")  # asks: fine

@@ -224,19 +224,24 @@ class RequestRecord:
     @property
     def short_answer(self) -> bool:
         """It asked for exactly ``max_tokens`` and got fewer: the endpoint did not honour ``ignore_eos``/``min_tokens``
-        (or stopped it otherwise: ``finish_reason`` says how)."""
-        return self.exact_length and self.output_tokens is not None and self.max_tokens is not None \
-            and self.output_tokens < self.max_tokens
+        (or stopped it otherwise: ``finish_reason`` says how). Without the server's usage the chunks counted are not
+        tokens (a chunk may carry several): then only its ``finish_reason`` says, anything but "length" short."""
+        if not self.exact_length or self.output_tokens is None or self.max_tokens is None:
+            return False
+        if self.output_tokens_counted:
+            return self.finish_reason != "length"
+        return self.output_tokens < self.max_tokens
 
     @property
     def tokens_asked(self) -> int:
-        """The output tokens it asked for exactly (``max_tokens``), 0 when it asked for no exact length."""
-        return (self.max_tokens or 0) if self.exact_length else 0
+        """The output tokens it asked for exactly (``max_tokens``); 0 when it asked for no exact length or the server
+        did not count what it got (``tokens_got``)."""
+        return (self.max_tokens or 0) if self.exact_length and not self.output_tokens_counted else 0
 
     @property
     def tokens_got(self) -> int:
-        """The output tokens of an answer that asked for an exact length (beside ``tokens_asked``), else 0."""
-        return (self.output_tokens or 0) if self.exact_length else 0
+        """The output tokens, by the server's usage, of an answer that asked for an exact length, else 0."""
+        return (self.output_tokens or 0) if self.exact_length and not self.output_tokens_counted else 0
 
     @property
     def itl_token_unknown(self) -> bool:

@@ -198,3 +198,12 @@ def test_the_registry_is_frozen_data():
     with pytest.raises(dataclasses.FrozenInstanceError):
         METRIC["ttft"].slo = False  # type: ignore[misc]
     assert vocabulary.markdown_table().count("\n") == len(METRICS) + 2
+
+
+def test_a_short_answer_without_usage_is_told_by_its_finish_reason():
+    """Chunks counted are not tokens (speculative decoding sends several a chunk): without usage, an answer that asked
+    for 16 and came in 10 chunks is whole if it ended for its length, short if it stopped."""
+    whole = _streamed(exact_length=True, max_tokens=16, output_tokens_counted=True, finish_reason="length")
+    stopped = dataclasses.replace(whole, finish_reason="stop")
+    assert not whole.short_answer and stopped.short_answer
+    assert (whole.tokens_asked, whole.tokens_got) == (0, 0)  # no got/asked from a count that is not tokens
