@@ -20,9 +20,9 @@ whole page: ``server_ms`` (wall time of one GET, idle server) and ``server_cpu_m
 /proc/PID/stat); on kneecap's side, ``parse_ms`` (``parse_server_metrics``, its line filter) against
 ``full_parse_ms`` (prometheus_client's parser over the whole page, what kneecap did before).
 
-kneecap: ``kneecap run`` of a ``constant`` plan (its default workers, ``--save-requests``: its means are over every
-request, warm-up included, as the engine's). One JSON line per tool and concurrency, then ``vllm_peer_summary``
-with kneecap's figures over vllm bench's.
+kneecap: ``kneecap run`` of a ``constant`` plan (its default workers, one here, or ``--kneecap-workers``;
+``--save-requests``: its means are over every request, warm-up included, as the engine's). One JSON line per tool
+and concurrency, then ``vllm_peer_summary`` with kneecap's figures over vllm bench's.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def engine_means(before: dict, after: dict) -> dict[str, float]:
     return means
 
 
-def run_kneecap(server: VllmServer, concurrency: int, seconds: float, out: pathlib.Path) -> dict:
+def run_kneecap(server: VllmServer, concurrency: int, seconds: float, out: pathlib.Path, workers: int | None) -> dict:
     scenario = out / "s.yaml"
     scenario.write_text(f"""name: vllm-peer
 endpoint: {{host: "{server.url}", api: chat, model: {MODEL_NAME}}}
@@ -74,7 +74,8 @@ load: {{mode: constant, users: {concurrency}, duration_s: {seconds:g},
 """)
     before = os.times()
     done = subprocess.run([*KNEECAP, "run", str(scenario), "--out", str(out / "run"), "--save-requests",
-                           "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+                           "--no-report", *(["--workers", str(workers)] if workers else [])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800)
     after = os.times()
     summary = json.loads((out / "run" / "summary.json").read_text())
     rows = [json.loads(line) for line in (out / "run" / "requests.jsonl").read_text().splitlines()]
@@ -137,6 +138,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--prompts", type=int, default=400, help="vllm bench's requests per concurrency")
     ap.add_argument("--seconds", type=float, default=0, help="kneecap's run (default: vllm bench's wall time)")
+    ap.add_argument("--kneecap-workers", type=int, default=None,
+                    help="kneecap's --workers (default: its own, one for these plans; two cost 205 us a token)")
     args = ap.parse_args()
     setup(say=lambda m: print(m, file=sys.stderr))
     rows = []
@@ -150,7 +153,7 @@ def main() -> None:
             before = engine_totals(server)
             out = pathlib.Path(tmp) / f"c{n}"
             out.mkdir()
-            ours = judged(run_kneecap(server, n, args.seconds or max(20.0, wall - 8), out),
+            ours = judged(run_kneecap(server, n, args.seconds or max(20.0, wall - 8), out, args.kneecap_workers),
                           engine_means(before, engine_totals(server)))
             for tool, row in (("vllm bench serve", bench), ("kneecap", ours)):
                 row = {"tool": tool, "concurrency": n, "rev": git_rev(), **row}
