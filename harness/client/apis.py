@@ -97,5 +97,7 @@ def exchange(ep: Endpoint, prompts: list[Prompt], max_tokens: int, *, continuous
                         anthropic.messages_headers(api_key, ep.anthropic_version), bearer=False)
     body = openai.build_body(api, ep.model, prompt, max_tokens, ignore_eos=ep.ignore_eos, extra=extra,
                              stream=ep.stream, continuous_usage=continuous_usage and ep.stream)
-    return Exchange(body, openai.StreamTracker(start, keep_text=keep_text), openai.parse_body,
-                    exact_length=ep.ignore_eos)
+    # extra_body goes over the body: an ``ignore_eos``/``min_tokens`` of its own takes the exact length back
+    exact = ep.ignore_eos and extra.get("ignore_eos", True) is True \
+        and extra.get("min_tokens", max_tokens) == max_tokens
+    return Exchange(body, openai.StreamTracker(start, keep_text=keep_text), openai.parse_body, exact_length=exact)

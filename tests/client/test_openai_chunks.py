@@ -165,3 +165,23 @@ def test_bad_cached_tokens_are_bad_responses(details, words):
     with pytest.raises(StreamProtocolError) as err:
         StreamTracker(0.0).on_event(1.0, data)
     assert err.value.kind == "bad_response" and words in err.value.detail
+
+
+@pytest.mark.parametrize("api, ignore_eos, extra, exact", [
+    ("chat", True, {}, True),
+    ("completions", True, {"temperature": 0}, True),
+    ("chat", False, {}, False),                        # natural lengths asked
+    ("chat", True, {"ignore_eos": False}, False),      # extra_body goes over the body: it took the ask back
+    ("chat", True, {"min_tokens": 1}, False),
+    ("responses", True, {}, False),                    # an API without ignore_eos/min_tokens
+])
+def test_a_request_knows_whether_it_asked_for_an_exact_length(api, ignore_eos, extra, exact):
+    from harness.client.apis import exchange
+    from harness.endpoint import Endpoint
+
+    ep = Endpoint(api=api, model="m", ignore_eos=ignore_eos, extra_body=extra)
+    ex = exchange(ep, [Prompt([{"role": "user", "content": "hi"}], "hi", 1, 1)], 16)
+    assert ex.exact_length is exact
+    if exact:
+        body = json.loads(bytes(ex.body) if isinstance(ex.body, bytes) else b"".join(ex.body.parts))
+        assert body["ignore_eos"] is True and body["min_tokens"] == 16
