@@ -10,7 +10,10 @@ load L, latency p99 P (with its order-statistic 95% CI) and throughput T (output
   below capacity p99 is flat (e ≈ 0); past it, in a closed loop, each extra user waits a whole
   service time (Little's law), so p99 jumps;
 - **throughput plateau**: throughput elasticity e_T = Δln T / Δln L < ``max_throughput_elasticity``
-  (0.5) — below capacity T grows with load (e ≈ 1), past it T is flat (e ≈ 0).
+  (0.5) — below capacity T grows with load (e ≈ 1), past it T is flat (e ≈ 0); or, where the server says how many
+  requests wait (/metrics), its own word for it: requests waited at step i (``QUEUED``) and not at i−1. An engine
+  whose speed drifts between steps (vLLM on two cores: ±12% in 20 s windows of one load) blurs the plateau; its queue
+  does not.
 
 The knee is step i−1: the largest load before the break, the endpoint's practical capacity. A step i−1 whose p99 CI
 reaches into step i's (at the slot count its p99 is still low, a few queued requests stretch its CI up to the
@@ -93,8 +96,14 @@ def _breaks(a: StepPoint, b: StepPoint, params: KneeParams) -> tuple[bool, float
     dl = math.log(b.load / a.load)
     e_p = math.log(b.p99 / a.p99) / dl if b.p99 > 0 else 0.0
     e_t = math.log(b.throughput / a.throughput) / dl
-    significant = _above(b, a)
-    return significant and e_p > params.min_latency_elasticity and e_t < params.max_throughput_elasticity, e_p, e_t
+    # the plateau, or the server's own word for it: requests began to wait for capacity between a and b
+    plateau = e_t < params.max_throughput_elasticity or (_queued(b) and not _queued(a))
+    return _above(b, a) and e_p > params.min_latency_elasticity and plateau, e_p, e_t
+
+
+def _queued(p: StepPoint) -> bool:
+    """The server said requests waited for capacity in the step (``QUEUED``)."""
+    return p.waiting is not None and p.waiting >= QUEUED
 
 
 def by_load(points: list[StepPoint]) -> list[StepPoint]:
@@ -120,8 +129,8 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label:
             continue
         after = pts[i + 1:i + 1 + params.confirm_steps]
         confirmed = len(after) == params.confirm_steps and all(
-            _above(c, a) and (c.throughput <= a.throughput * (1 + params.plateau_tolerance)
-                              or (c.waiting is not None and c.waiting >= QUEUED)) for c in after)
+            _above(c, a) and (c.throughput <= a.throughput * (1 + params.plateau_tolerance) or _queued(c))
+            for c in after)
         if not confirmed and len(after) == params.confirm_steps:
             continue  # refuted by the steps after it: noise, keep scanning
         power = [(p.throughput / p.p99 if p.p99 > 0 else 0.0, p.index) for p in pts]

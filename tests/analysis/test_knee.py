@@ -149,3 +149,18 @@ def test_the_servers_queue_confirms_a_knee_that_a_faster_window_would_refute():
     assert find_knee([dataclasses.replace(p, waiting=None) for p in pts]).load == 12
     # a server that says nothing waited does not confirm it: the throughput rule alone decides
     assert find_knee([dataclasses.replace(p, waiting=0.0) for p in pts]).load == 12
+
+
+def test_the_servers_queue_marks_the_break_where_a_slow_window_hides_the_plateau():
+    """vLLM on two cores, a staircase (lane run of 2026-12-07): 8 users measured in a slow window (886 tokens/s, under
+    6 users' 982), so 8 -> 10 read +19% throughput (elasticity 0.77) while p99 rose 4.3x and requests began to wait
+    (0 -> 1.9): the knee is 8, not the 12 the throughput rule alone found."""
+    rows = [(4, 43.7, 593, 0.0), (6, 63.9, 982, 0.0), (8, 70.6, 886, 0.0), (10, 304, 1053, 1.87),
+            (12, 364, 1104, 3.87), (14, 502, 1142, 5.90), (16, 691, 1046, 7.82)]
+    pts = [StepPoint(i, load, p, (p * 0.95, p * 1.05), tp, True, 300, 2.7, waiting)
+           for i, (load, p, tp, waiting) in enumerate(rows)]
+    knee = find_knee(pts)
+    assert knee.found and knee.confirmed and knee.load == 8, knee
+    assert find_knee([dataclasses.replace(p, waiting=None) for p in pts]).load == 12
+    # a queue already there at 8 says nothing of where it began: the throughput rule decides
+    assert find_knee([dataclasses.replace(p, waiting=1.0 if p.load == 8 else p.waiting) for p in pts]).load != 8
