@@ -12,10 +12,14 @@ BIO (``ssl.SSLObject``), so TLS streams keep the kernel's stamp too.
 A receive's stamp is the arrival of the newest byte it returns, and Linux keeps no more than that: segments
 that wait in a socket's receive queue are merged, each merge keeping the newer time (``tcp_try_coalesce``), so
 not even a receive cut at each event's end could date the earlier ones (tried: every piece came back with the
-newest time). When a receive that came late (``behind``: the reader had not looked for more than ``LATE_S``, or
-read this more than ``LATE_S`` after it arrived) completes several output chunks, all but the last are counted
-in the record's ``shared_stamps``: their times may be late by more than ``LATE_S``. Several chunks in a receive
-that came on time arrived within ``LATE_S`` of each other (a server that writes them at once): not counted.
+newest time). A receive's bytes arrived between the last moment its socket was known empty and its stamp. When
+that window may pass ``LATE_S`` and the receive completes several output chunks, all but the last are counted in the
+record's ``shared_stamps``: their times may be late by more than ``LATE_S``. The window is known to be short when
+the bytes woke a reader that was waiting for them (the mux's pass began within ``LATE_S`` of the stamp); it may be
+long when they waited while the reader was away (``behind``: the mux found the socket ready when it came back), or
+came in long after the pass began (the reader was busy with other streams). Without a pass (one socket, blocking),
+a read more than ``LATE_S`` after the stamp. Several chunks that came together on time (a server or a gateway that
+writes them at once) are not counted: they shared a time because they arrived together.
 """
 
 from __future__ import annotations
@@ -66,9 +70,10 @@ class InFlight:
         self.waiter: object = None
         """Whoever waits for this request to end (the mux's use)."""
 
-    def pump(self, behind: bool = False) -> bool:
+    def pump(self, behind: bool = False, start: float | None = None) -> bool:
         """One receive, fed to the reader; True once reading is over (the reader is over, or ``stale``).
-        ``behind``: the reader had not looked at its sockets for more than ``LATE_S`` (the mux knows)."""
+        ``behind``: the bytes waited in the socket while the reader was away for more than ``LATE_S``; ``start``:
+        when the reader's pass over its ready sockets began (the mux knows both)."""
         deadline = self.deadline
         try:
             if self.kernel_ts:
@@ -94,7 +99,8 @@ class InFlight:
             over = self.feed(data, t)
             if not over and not deadline.first:
                 deadline.first = bool(self.chunk_times)
-        if len(self.chunk_times) - before > 1 and (behind or now - t > LATE_S):  # one late time for several
+        if len(self.chunk_times) - before > 1 and (  # one time for several, which may have come long before it
+                behind or (now - t if start is None else abs(t - start)) > LATE_S):
             self.reader.shared_stamps(len(self.chunk_times) - before - 1, before)
         return over
 

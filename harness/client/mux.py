@@ -8,8 +8,10 @@ reads every ready socket (``InFlight.pump``: one ``recvmsg`` with the kernel's t
 and wakes a request's greenlet only when its response is over. One switch per request, not per token.
 
 Level-triggered: a socket with bytes left stays ready and is read again on the next wake. Around each of the
-hub's polls (libev prepare/check watchers) it notes whether the hub had not polled for more than 1 ms: a receive
-in that pass may find chunks the kernel merged while they waited (``InFlight.pump``'s ``behind``). Deadlines live here
+hub's polls (libev prepare/check watchers) it notes whether the hub had not polled for more than 1 ms, and if so
+which sockets already had bytes then: only their receives may hold chunks the kernel merged while they waited
+(``InFlight.pump``'s ``behind``). Bytes that came once the hub was back in its poll woke it; they are dated by the
+pass that read them (``InFlight.pump``'s ``start``). Deadlines live here
 too: a timer every ``deadline.TICK_S`` ends each request whose TTFT, idle or total limit has passed (the reader
 knows every stream's last arrival), so no receive waits with a timeout (under gevent each would arm a timer). A
 request with a hang-up (``Deadline.hangup_at``: the user cancels, or runs out of patience) gets one one-shot timer
@@ -33,6 +35,8 @@ from harness.client.deadline import TICK_S
 from harness.client.inflight import LATE_S, InFlight
 
 __all__ = ["Mux", "available", "read"]
+
+_NONE: frozenset[int] = frozenset()
 
 try:  # gevent's patched select has no epoll; ours is the real one, watched by the hub
     _epoll = get_original("select", "epoll")
@@ -63,8 +67,9 @@ class Mux:
         self._prepare, self._check = loop.prepare(), loop.check()
         self.polled = time.perf_counter()
         """When the hub's last poll returned."""
-        self.behind = False
-        """The hub's last poll came more than ``LATE_S`` after the one before returned."""
+        self.waited: frozenset[int] | set[int] = _NONE
+        """The sockets that had bytes when the hub came back to poll more than ``LATE_S`` after the last poll
+        returned: their bytes waited while the hub was away."""
 
     def read(self, st: InFlight) -> None:
         """Block this greenlet until ``st``'s reading is over (its reader over, or the socket stale)."""
@@ -118,7 +123,9 @@ class Mux:
             self._check.stop()
 
     def _before_poll(self) -> None:
-        self.behind = time.perf_counter() - self.polled > LATE_S
+        # A socket not ready now gets bytes only while the hub waits in its poll, which they wake: not late. One
+        # non-blocking poll, and only after the hub was away (users starting requests, a long pass, the CPU taken).
+        self.waited = {fd for fd, _ in self._poll(0)} if time.perf_counter() - self.polled > LATE_S else _NONE
 
     def _after_poll(self) -> None:
         self.polled = time.perf_counter()
@@ -126,13 +133,14 @@ class Mux:
     def _ready(self) -> None:
         """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
         done = []
-        live, behind = self.live, self.behind
+        live, waited, start = self.live, self.waited, time.perf_counter()
+        self.waited = _NONE
         for fd, _ in self._poll(0):
             st = live.get(fd)
             if st is None:
                 continue
             try:
-                over = st.pump(behind)
+                over = st.pump(fd in waited, start)
             except BaseException as exc:  # a bug in parsing: that request's greenlet gets it, the hub goes on
                 self._drop(fd)
                 done.append((st.waiter, exc))

@@ -67,7 +67,9 @@ GAP_MIN_CHUNKS = 5
 def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[int] | None:
     """The silences between consecutive ``chunk_times`` (seconds since the send) of at least ``GAP_FACTOR`` × their
     median and ``GAP_MIN_S``, flat ``[start_ms, length_ms, ...]``; None for fewer than ``GAP_MIN_CHUNKS`` chunks.
-    ``late``: chunks that began a late receive (``RequestRecord.late_chunks``): the silence before each is left out."""
+    ``late``: chunks that began a late receive (``RequestRecord.late_chunks``): the silence before each is left out.
+    The median is of the gaps between receives: chunks that came in one receive (a server writing several at once,
+    a gateway's buffer) share its time, and their zero gaps are no measure of the stream's pace."""
     t = chunk_times
     if len(t) < GAP_MIN_CHUNKS:
         return None
@@ -75,7 +77,10 @@ def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[i
     longest = max(gaps)
     if longest < GAP_MIN_S:  # the usual case at a few ms a token: no sort
         return []
-    limit = max(GAP_MIN_S, GAP_FACTOR * sorted(gaps)[len(gaps) // 2])
+    paced = sorted(g for g in gaps if g > 0)
+    if len(paced) < GAP_MIN_CHUNKS - 1:
+        return None
+    limit = max(GAP_MIN_S, GAP_FACTOR * paced[len(paced) // 2])
     if longest < limit:
         return []
     out: list[int] = []

@@ -21,9 +21,9 @@ __all__ = ["Job"]
 class Job:
     """A request from arrival to its last byte."""
 
-    __slots__ = ("arrival", "conn", "emitted", "engine", "fault", "fault_at", "first", "first_content",
-                 "first_reasoning", "first_tool_call", "gen", "gone", "held", "id", "last", "metrics", "pending",
-                 "plain", "seq", "seqs", "status", "times", "writer")
+    __slots__ = ("arrival", "backlog", "conn", "emitted", "ending", "engine", "fault", "fault_at", "first",
+                 "first_content", "first_reasoning", "first_tool_call", "gen", "gone", "held", "id", "last", "metrics",
+                 "pending", "plain", "seq", "seqs", "status", "times", "unsent", "writer")
 
     def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None, *,
                  engine: Engine, metrics: ModelMetrics) -> None:
@@ -44,6 +44,12 @@ class Job:
         self.plain = gen.plan.plain  # text only: every token is content (the hot path skips phases())
         self.last = arrival
         self.held: list[bytes] | None = None  # chunks held back during a stall
+        self.backlog: list[bytes] = []
+        """Chunks made but not yet written: ``--frames-per-write`` gathers them, a front-end stall holds them."""
+        self.unsent = 0
+        """Emissions in ``backlog``."""
+        self.ending = False
+        """The last emission is in ``backlog``: its write ends the stream."""
         self.status = "ok"
         self.gone = False
         """The client hung up and the server generates on (``--on-hang-up generate``)."""

@@ -75,8 +75,9 @@ class CountSpec:
 
 @dataclass(frozen=True)
 class Behavior:
-    """What the served model does beyond plain text. Every field is a ``kneecap sim`` flag of the same name
-    (dashes for underscores), documented in its ``help`` metadata; ``choices`` lists a flag's values."""
+    """What the served model does beyond plain text, and how its front end writes streams. Every field is a
+    ``kneecap sim`` flag of the same name (dashes for underscores), documented in its ``help`` metadata; ``choices``
+    lists a flag's values."""
 
     reasoning_tokens: str = field(default="0", metadata={
         "help": "Reasoning tokens each request generates before its answer: N, LO-HI or lognormal:MEDIAN:SIGMA "
@@ -99,6 +100,13 @@ class Behavior:
     on_hang_up: str = field(default="free", metadata={
         "help": "When a client closes its stream: free its slot at once (vLLM aborts the request), or generate on "
                 "to the end for no one (a server that does not notice).", "choices": ("free", "generate")})
+    frames_per_write: int = field(default=1, metadata={
+        "help": "Write each stream's chunks this many at a time, in one write (a server that batches its socket "
+                "writes); the last write of a stream may hold fewer. 1 = each chunk when it is made."})
+    front_stall_every_s: float = field(default=0.0, metadata={
+        "help": "Every this many seconds the front end stops writing (a garbage-collection pause of an API server) "
+                "while the engine decodes on; then it writes each stream's overdue chunks at once. 0 = never."})
+    front_stall_s: float = field(default=0.15, metadata={"help": "How long each front-end stall lasts."})
     image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
         "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
                 "(Qwen2-VL-like)."})
@@ -109,6 +117,13 @@ class Behavior:
             out.append(f"--embedding-dim must be >= 1, got {self.embedding_dim}")
         if self.image_patch_px < 1:
             out.append(f"--image-patch-px must be >= 1, got {self.image_patch_px}")
+        if self.frames_per_write < 1:
+            out.append(f"--frames-per-write must be >= 1, got {self.frames_per_write}")
+        if self.front_stall_every_s < 0 or self.front_stall_s <= 0:
+            out.append("--front-stall-every-s must be >= 0 and --front-stall-s > 0")
+        elif self.front_stall_every_s and self.front_stall_s >= self.front_stall_every_s:
+            out.append(f"--front-stall-s ({self.front_stall_s}) must be shorter than --front-stall-every-s "
+                       f"({self.front_stall_every_s}), or the front end would never write")
         if not 0.0 <= self.tool_call_p <= 1.0:
             out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:

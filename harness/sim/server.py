@@ -1,4 +1,5 @@
-"""The simulator's server: routes, the real-time engine loop, token delivery, faults and the trace file.
+"""The simulator's server: routes, the real-time engine loop, token delivery, faults and the trace file. How the
+chunks are written (several a write, held through a stall) is the front end's (``front.py``).
 
 One asyncio loop runs everything. The engine loop plans each iteration on a schedule that does not
 drift (the next iteration starts when the previous one was *planned* to end) and records how late
@@ -39,6 +40,7 @@ from harness.sim.chat_stream import llama_timings
 from harness.sim.embeddings import parse_embeddings
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
+from harness.sim.front import FrontEnd
 from harness.sim.http import Connection, Request
 from harness.sim.job import Job as _Job
 from harness.sim.loop_stats import LoopStats
@@ -126,6 +128,7 @@ class SimServer:
         self._wall_offset = time.time() - time.monotonic()
         self._server: asyncio.base_events.Server | None = None
         self._loop_tasks: list[asyncio.Task] = []
+        self.front = FrontEnd(config.behavior, self._finish)
 
     async def serve(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -133,6 +136,8 @@ class SimServer:
             lambda: Connection(self.handle, max_body_bytes=body_limit(self.config),
                                accept_delay_s=self.config.accept_delay_ms / 1000), host, port, backlog=2048)
         self._loop_tasks = [loop.create_task(self._engine_loop(name)) for name in self.engines]
+        if self.config.behavior.front_stall_every_s:
+            self._loop_tasks.append(loop.create_task(self.front.stalls()))
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -320,7 +325,7 @@ class SimServer:
                     self._finish(job, "ok")
                 continue
             out += writer.emit(index, e.tokens, e.finished, self._cached_tokens(job) if e.finished else None)
-            self._send(job, out, e.finished)
+            self.front.send(job, out, e.finished)
 
     def _set_timings(self, job: _Job) -> None:
         """llama.cpp's timings from the engine's times: prompt = prefill, predicted = first to last token."""
@@ -330,36 +335,23 @@ class SimServer:
                 cache_n=seq.cached_tokens, prompt_n=seq.prompt_tokens - seq.cached_tokens,
                 prompt_ms=stages.prefill_s * 1000, predicted_n=job.emitted, predicted_ms=stages.decode_s * 1000)
 
-    def _send(self, job: _Job, out: list[bytes], finished: bool) -> None:
-        if job.held is not None:  # stalled: hold until the stall ends
-            job.held.extend(out)
-            if finished:
-                job.held.append(b"")  # marks the end
-            return
-        conn = job.conn
-        for chunk in out:
-            conn.send_chunk(chunk)
-        if finished:
-            conn.end_stream()
-            self._finish(job, "ok")
-
     def _inject(self, job: _Job, out: list[bytes]) -> bool:
         """Apply a mid-stream fault; True when the request ends here."""
         conn, faults = job.conn, self.config.faults
         if job.fault == "reset":
-            self._send(job, out, False)
+            self.front.send(job, out, False)
             conn.reset()
             self._abort(job, "reset")
             return True
         if job.fault == "no_done":
-            self._send(job, out, False)
+            self.front.send(job, out, False)
             conn.end_stream()
             conn.close()
             self._abort(job, "no_done")
             return True
         if job.fault == "stream_error":
             out += job.writer.failure("injected fault stream_error")
-            self._send(job, out, False)
+            self.front.send(job, out, False)
             conn.end_stream()
             self._abort(job, "stream_error")
             return True
@@ -368,13 +360,7 @@ class SimServer:
         elif job.fault == "long_line":
             out.append(job.writer.long_line(faults.long_line_bytes))
         elif job.fault == "stall":
-            self._send(job, out, False)
+            self.front.send(job, out, False)
             out.clear()
-            job.held = []
-            asyncio.get_running_loop().call_later(faults.stall_s, self._release, job)
+            self.front.hold(job, faults.stall_s)
         return False
-
-    def _release(self, job: _Job) -> None:
-        held, job.held = job.held or [], None
-        finished = bool(held) and held[-1] == b""
-        self._send(job, held[:-1] if finished else held, finished)

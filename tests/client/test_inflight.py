@@ -39,17 +39,18 @@ class ScriptedSocket:
         return self.receives.pop(0)[0]
 
 
-def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True, behind: bool = False
-         ) -> tuple[list[float], int]:
-    """Pump the script through (``behind``: as the mux says when it had not looked for a while); the output
-    chunks' times (on the wall clock) and the record's shared stamps."""
+def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True, behind: bool = False,
+         passes: list[float] | None = None) -> tuple[list[float], int]:
+    """Pump the script through (``behind``: as the mux says when it had not looked for a while; ``passes``: when
+    the mux's pass that reads each receive began, on the wall clock); the output chunks' times (on the wall clock)
+    and the record's shared stamps."""
     start = time.perf_counter()
     real_minus_perf = time.time() - start
     reader = ResponseReader(start)
     st = InFlight(ScriptedSocket(receives), None, kernel_ts, reader, Deadline(start, 60, 60, 60), False,
                   real_minus_perf)
-    while receives:
-        st.pump(behind)
+    for i in range(len(receives)):
+        st.pump(behind, None if passes is None else passes[i] - real_minus_perf)
     return [start + t + real_minus_perf for t in reader.chunk_times], reader.record.shared_stamps
 
 
@@ -89,3 +90,16 @@ def test_without_kernel_stamps_the_time_is_the_read_and_a_late_one_is_counted():
     times, shared = read([(HEAD, 0.0), (event("a") + event("b"), 0.0)], kernel_ts=False, behind=True)
     assert len(times) == 2 and times[0] == times[1] and times[0] >= before - 1e-3
     assert shared == 1
+
+
+def test_in_a_pass_a_receive_read_late_is_dated_by_when_its_bytes_came_not_when_it_was_read():
+    """The mux read other streams first (a pass of 10 ms): bytes that came as the pass began woke it and came
+    together, so their shared time is theirs; bytes that came 5 ms into the pass may have come in pieces meanwhile."""
+    now = time.time()
+    script = [(HEAD + event("a") + event("b"), now - 0.0102)]
+    _, shared = read(script, passes=[now - 0.0105])
+    assert shared == 0  # read 10 ms after it came (the old rule counted it), but it woke the pass
+    _, shared = read([(HEAD + event("a") + event("b"), now - 0.005)], passes=[now - 0.0105])
+    assert shared == 1
+    _, shared = read([(HEAD + event("a") + event("b"), now - 0.0102)], passes=[now - 0.0105], behind=True)
+    assert shared == 1  # it was in the socket when the reader came back from elsewhere: it may have waited

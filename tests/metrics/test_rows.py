@@ -63,6 +63,15 @@ def test_long_gaps_are_the_streams_own_long_silences():
     assert long_gaps(slow[:20] + [t + 0.2 for t in slow[20:]]) == [round(slow[19] * 1000), 250]
 
 
+def test_chunks_written_together_do_not_make_every_gap_between_writes_a_silence():
+    """A server writing 4 chunks a write every 36 ms: three of four gaps are 0, and the pace is the writes'."""
+    batched = [0.05 + 0.036 * (k // 4) for k in range(48)]
+    assert long_gaps(batched) == []
+    stalled = batched[:24] + [t + 0.15 for t in batched[24:]]  # the front end held 150 ms of writes
+    assert long_gaps(stalled) == [round(batched[23] * 1000), 186]
+    assert long_gaps([0.4] * 48) == []  # one receive (a gateway's buffer): no silence within it
+
+
 def test_a_silence_the_reader_made_is_no_stream_silence():
     """A late receive of several chunks dates them all by the newest: the gap before it is the reader's (a starved
     client), not the server's; the row says so in its flags and leaves that gap out."""
