@@ -58,11 +58,30 @@ def _untrusted(summary: Summary) -> list[str]:
                        f"(limit {limit:g}): the load generator added latency, so the knee search skips it"
                        + _held_off(g))
         if g.stamps_flagged is True:
+            d = st.delivery
+            why = ("the reader fell behind and one receive brought several chunks under one time" if
+                   isinstance(d, UnsetType) or d.cause is None else
+                   "the reader was away when they came (its loop lag p99 "
+                   f"{g.lag_p99_ms} ms), though they came bunched anyway (see {_DELIVERY[d.cause]})")
             out.append(f"TIMING: step {st.index} ({st.level:g}): {g.shared_stamp_share:.1%} of its requests had chunk "
-                       f"times that may be late by more than 1 ms (limit {SHARED_STAMP_LIMIT:.0%}): the reader fell "
-                       "behind and one receive brought several chunks under one time; their ITL and TTFT are uncertain "
-                       "at that scale")
+                       f"times that may be late by more than 1 ms (limit {SHARED_STAMP_LIMIT:.0%}): {why}; their ITL "
+                       "and TTFT are uncertain at that scale")
     return out
+
+
+_DELIVERY = {"path": "BUFFERED", "server_writes": "BATCHED WRITES"}
+"""The console's word for each cause of bunched chunks (``analysis.delivery``)."""
+
+
+def delivery_lines(summary: Summary) -> list[str]:
+    """One line per cause of bunched chunks (``analysis.delivery``): the steps it was seen in and the first's words."""
+    by: dict[str, list] = {}
+    for st in summary.steps:
+        if not isinstance(st.delivery, UnsetType) and st.delivery.cause is not None:
+            by.setdefault(st.delivery.cause, []).append(st)
+    return [f"{_DELIVERY[cause]}: step{'s' if len(steps) > 1 else ''} {', '.join(str(s.index) for s in steps)} "
+            f"({', '.join(f'{s.level:g}' for s in steps)}): {steps[0].delivery.line}"  # type: ignore[union-attr]
+            for cause, steps in by.items()]
 
 
 SHORT_ANSWER_WARN = 0.01
@@ -191,7 +210,7 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    for line in _untrusted(summary) + short_answers(summary):
+    for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

@@ -158,6 +158,9 @@ class StepResult:
     answers: dict | None = None
     """Whether answers were as long as asked (``analysis.steps.answer_lengths``); None when none asked for an
     exact length."""
+    delivery: dict | None = None
+    """How the chunks came: one a receive, several a write (the server's), or held on the path
+    (``analysis.delivery``); None without streams."""
     ttft_split: dict | None = None
     """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
     where it says, each with its source (``analysis.decompose``); judged steps only."""
@@ -224,6 +227,8 @@ class StepResult:
             out["stream"] = self.stream
         if self.answers is not None:
             out["answers"] = self.answers
+        if self.delivery is not None:
+            out["delivery"] = self.delivery
         if self.ttft_split is not None:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
 from harness.analysis.slo import LATENCY_METRICS
@@ -162,7 +163,8 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
                               bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),
-        stream=_stream(bucket, duration), answers=answer_lengths(bucket), new_connections=bucket.new_connections,
+        stream=_stream(bucket, duration), answers=answer_lengths(bucket), delivery=delivery(bucket.extra),
+        new_connections=bucket.new_connections,
         new_connection_share=round(bucket.new_connections / bucket.requests, 4) if bucket.requests else None,
         cancelled=sum(bucket.cancelled.values()), cancelled_by=dict(sorted(bucket.cancelled.items())),
         cancelled_output_tokens=bucket.cancelled_tokens,

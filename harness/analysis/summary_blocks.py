@@ -10,9 +10,9 @@ from msgspec import UNSET, Struct, UnsetType
 from harness.analysis.pricing import render_cost_line
 from harness.analysis.results import level_unit
 
-__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Generator", "PauseSeen", "Pauses", "Percentiles",
-           "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream", "Tail",
-           "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
+__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Delivery", "Generator", "PauseSeen", "Pauses",
+           "Percentiles", "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream",
+           "Tail", "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
 
 
 class View(Struct, kw_only=True, frozen=True):
@@ -199,6 +199,21 @@ class Answers(View, kw_only=True):
     short_share: float
     short_by_finish_reason: dict[str, int] = {}
     tokens_got_over_asked: float | None = None
+
+
+class Delivery(View, kw_only=True):
+    """How the chunks came (``analysis.delivery``)."""
+
+    streams: int
+    receives: int
+    chunks_per_receive: float
+    on_time_chunks_per_receive: float
+    held_streams: int = 0
+    whole_streams: int = 0
+    held_kb: int | None = None
+    cause: str | None = None
+    """"path" (held on the way), "server_writes" (several a write, on time) or None (one a receive)."""
+    line: str = ""
 
 
 class Attribution(View, kw_only=True):

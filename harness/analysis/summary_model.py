@@ -30,6 +30,7 @@ from harness.analysis.summary_blocks import (
     CacheClient,
     CacheServer,
     CancelSlots,
+    Delivery,
     Generator,
     Percentiles,
     PrefixCache,
@@ -50,9 +51,9 @@ from harness.analysis.summary_blocks import (
     TurnBucket,
 )
 
-__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "FleetEvent", "Generator", "Influx", "Knee",
-           "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions", "Slo", "SloCheck",
-           "SplitPart", "Step",
+__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "Delivery", "FleetEvent", "Generator",
+           "Influx", "Knee", "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions",
+           "Slo", "SloCheck", "SplitPart", "Step",
            "StepCost", "Stream", "Summary", "Tail", "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit",
            "TurnBucket"]
 
@@ -98,6 +99,8 @@ class Step(_View, kw_only=True):
     answers: Answers | UnsetType = UNSET
     """Answers that asked for an exact length, and how many ended short; absent when none asked (and from older
     files)."""
+    delivery: Delivery | UnsetType = UNSET
+    """How the chunks came; absent without streams (and from older files)."""
     new_connections: int | UnsetType = UNSET
     new_connection_share: float | UnsetType | None = UNSET
     """Absent from files older than it; None without requests."""

@@ -16,10 +16,17 @@ newest time). A receive's bytes arrived between the last moment its socket was k
 that window may pass ``LATE_S`` and the receive completes several output chunks, all but the last are counted in the
 record's ``shared_stamps``: their times may be late by more than ``LATE_S``. The window is known to be short when
 the bytes woke a reader that was waiting for them (the mux's pass began within ``LATE_S`` of the stamp); it may be
-long when they waited while the reader was away (``behind``: the mux found the socket ready when it came back), or
-came in long after the pass began (the reader was busy with other streams). Without a pass (one socket, blocking),
+long when they waited while the reader was away (``behind``: the mux found the socket ready when it came back, and
+the newest came more than ``LATE_S`` after it left), when the pass began long after them (the loop was busy with
+another greenlet, or off the CPU), or when they came long after the pass began (the reader was busy with other
+streams). Without a pass (one socket, blocking),
 a read more than ``LATE_S`` after the stamp. Several chunks that came together on time (a server or a gateway that
 writes them at once) are not counted: they shared a time because they arrived together.
+
+How the chunks came is counted too: the receives that brought any (``RequestRecord.receives``), and those that
+ended inside an event whose rest came more than ``LATE_S`` later (``held``): a server writes whole events (one or
+several a write), so a cut event left waiting was held on the path (a gateway's buffer, filled and sent on by
+size). Plain HTTP only: a TLS record's plaintext ends where the record does.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ RECV_BYTES = 65536
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _unpack = struct.Struct("qq").unpack_from
+_EVENT_ENDS = (b"\n\n\r\n", b"\n\n", b"\r\n\r\n")
+"""How a receive that ends at an event boundary ends: an event's blank line, in a chunked HTTP body or not."""
 
 
 class InFlight:
@@ -51,8 +60,8 @@ class InFlight:
     ``reused``: the socket carried an earlier response, so an EOF or reset before any byte means the server
     had closed it (``stale``: the caller sends again on a new one) rather than a failure of this request."""
 
-    __slots__ = ("chunk_times", "deadline", "fd", "feed", "kernel_ts", "reader", "real_minus_perf", "recv",
-                 "recvmsg", "reused", "sock", "stale", "tls", "waiter")
+    __slots__ = ("chunk_times", "cut", "deadline", "fd", "feed", "kernel_ts", "reader", "real_minus_perf", "record",
+                 "recv", "recvmsg", "reused", "sock", "stale", "tls", "waiter")
 
     def __init__(self, sock: socket.socket, tls: tuple[ssl.SSLObject, ssl.MemoryBIO] | None, kernel_ts: bool,
                  reader: ResponseReader, deadline: Deadline, reused: bool, real_minus_perf: float) -> None:
@@ -65,15 +74,17 @@ class InFlight:
         self.reader, self.deadline, self.reused = reader, deadline, reused
         self.real_minus_perf = real_minus_perf
         """``time.time() - time.perf_counter()``: puts the kernel's CLOCK_REALTIME stamps on our clock."""
-        self.feed, self.chunk_times = reader.feed, reader.chunk_times
+        self.feed, self.chunk_times, self.record = reader.feed, reader.chunk_times, reader.record
+        self.cut: tuple[float, int] | None = None
+        """The last receive ended inside an event: its time and size."""
         self.stale = False
         self.waiter: object = None
         """Whoever waits for this request to end (the mux's use)."""
 
-    def pump(self, behind: bool = False, start: float | None = None) -> bool:
+    def pump(self, behind: float | None = None, start: float | None = None) -> bool:
         """One receive, fed to the reader; True once reading is over (the reader is over, or ``stale``).
-        ``behind``: the bytes waited in the socket while the reader was away for more than ``LATE_S``; ``start``:
-        when the reader's pass over its ready sockets began (the mux knows both)."""
+        ``behind``: the bytes waited in the socket while the reader was away (for more than ``LATE_S``) since this
+        moment; ``start``: when the reader's pass over its ready sockets began (the mux knows both)."""
         deadline = self.deadline
         try:
             if self.kernel_ts:
@@ -99,9 +110,21 @@ class InFlight:
             over = self.feed(data, t)
             if not over and not deadline.first:
                 deadline.first = bool(self.chunk_times)
-        if len(self.chunk_times) - before > 1 and (  # one time for several, which may have come long before it
-                behind or (now - t if start is None else abs(t - start)) > LATE_S):
-            self.reader.shared_stamps(len(self.chunk_times) - before - 1, before)
+        n = len(self.chunk_times) - before
+        if n:
+            rec = self.record
+            rec.receives += 1
+            if n > 1 and (  # one time for several, which may have come long before it
+                    (t - behind if behind is not None else now - t if start is None else abs(t - start)) > LATE_S):
+                self.reader.shared_stamps(n - 1, before)
+        if self.cut is not None:
+            if t - self.cut[0] > LATE_S:  # the rest of a cut event came late: held on the way
+                rec = self.record
+                rec.held += 1
+                rec.held_bytes = max(rec.held_bytes, self.cut[1])
+            self.cut = None
+        if n and not over and self.tls is None and not data.endswith(_EVENT_ENDS):
+            self.cut = (t, len(data))
         return over
 
     def expire(self, kind: str, now: float) -> None:

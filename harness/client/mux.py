@@ -69,7 +69,8 @@ class Mux:
         """When the hub's last poll returned."""
         self.waited: frozenset[int] | set[int] = _NONE
         """The sockets that had bytes when the hub came back to poll more than ``LATE_S`` after the last poll
-        returned: their bytes waited while the hub was away."""
+        returned: their bytes waited while the hub was away (since ``away_since``)."""
+        self.away_since = self.polled
 
     def read(self, st: InFlight) -> None:
         """Block this greenlet until ``st``'s reading is over (its reader over, or the socket stale)."""
@@ -126,6 +127,7 @@ class Mux:
         # A socket not ready now gets bytes only while the hub waits in its poll, which they wake: not late. One
         # non-blocking poll, and only after the hub was away (users starting requests, a long pass, the CPU taken).
         self.waited = {fd for fd, _ in self._poll(0)} if time.perf_counter() - self.polled > LATE_S else _NONE
+        self.away_since = self.polled
 
     def _after_poll(self) -> None:
         self.polled = time.perf_counter()
@@ -133,14 +135,14 @@ class Mux:
     def _ready(self) -> None:
         """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
         done = []
-        live, waited, start = self.live, self.waited, time.perf_counter()
+        live, waited, since, start = self.live, self.waited, self.away_since, time.perf_counter()
         self.waited = _NONE
         for fd, _ in self._poll(0):
             st = live.get(fd)
             if st is None:
                 continue
             try:
-                over = st.pump(fd in waited, start)
+                over = st.pump(since if fd in waited else None, start)
             except BaseException as exc:  # a bug in parsing: that request's greenlet gets it, the hub goes on
                 self._drop(fd)
                 done.append((st.waiter, exc))

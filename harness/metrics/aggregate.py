@@ -26,8 +26,8 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "LATENCIES", "SHORT_KEY", "Bucket", "Delta", "PrefixCache",
-           "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHORT_KEY", "Bucket", "Delta",
+           "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
@@ -39,6 +39,9 @@ CLASS_CANCEL_KEY = "class_cancel:"
 SHORT_KEY = "short:"
 """``Bucket.extra``'s key prefix, with the ``finish_reason`` ("none" without one), for short answers
 (``RequestRecord.short_answer``): why they ended before their asked length."""
+HELD_KEY = "held_kb:"
+"""``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
+(``RequestRecord.held_bytes``): how much the path holds at a time."""
 ROWS_CAP = 100_000
 """Request rows kept per bucket (a step's, on the master): ~16 MB (157 bytes a row by tracemalloc: 18 int64 columns
 and the gaps, ``metrics.row_columns``; 360 as lists of ints); past it a uniform sample of half the cap to the cap
@@ -169,6 +172,9 @@ class Bucket:
                 extra[key] = extra.get(key, 0) + n
         if rec.short_answer:
             key = SHORT_KEY + (rec.finish_reason or "none")
+            extra[key] = extra.get(key, 0) + 1
+        if rec.held:
+            key = HELD_KEY + str(round(rec.held_bytes / 1024))
             extra[key] = extra.get(key, 0) + 1
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens

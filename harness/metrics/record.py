@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from operator import sub
 
-__all__ = ["ERROR_CLASSES", "RequestRecord", "Samples"]
+__all__ = ["ERROR_CLASSES", "WHOLE_MIN_CHUNKS", "RequestRecord", "Samples"]
 
 Samples = tuple[list[float], list[int] | None]
 """Several values of one metric from one request, and how many samples each stands for (None: one each)."""
+
+WHOLE_MIN_CHUNKS = 4
+"""A stream of this many chunks or more that came in one receive was buffered whole (``arrived_whole``): fewer may
+be a fast server's short answer written before the reader looked."""
 
 ERROR_CLASSES = {
     "connect_error": "could not connect (refused, DNS)",
@@ -120,6 +124,13 @@ class RequestRecord:
     late_chunks: list[int] | None = None
     """The first chunk of each such late receive (indices into ``chunk_times``): the silence before it may be the
     reader's, not the server's (``metrics.rows.long_gaps`` leaves it out). None when every receive came on time."""
+    receives: int = 0
+    """Receives (socket reads) that completed output chunks: with ``len(chunk_times)``, how bunched they came."""
+    held: int = 0
+    """Receives that ended inside an event whose rest came more than 1 ms later: the server writes whole events, so
+    something on the path held those bytes (a gateway's buffer) (``client/inflight.py``)."""
+    held_bytes: int = 0
+    """The largest such receive, in bytes: about what the path holds at a time."""
     model: str | None = None
     """``endpoint.adapters``: the LoRA adapter the request named (its ``model``); None: the endpoint's model."""
     class_index: int | None = None
@@ -140,6 +151,27 @@ class RequestRecord:
     def stamps_shared(self) -> bool:
         """Some of this request's chunk times may be late (``shared_stamps``)."""
         return self.shared_stamps > 0
+
+    @property
+    def streamed(self) -> bool:
+        """Output chunks came in at least one receive (a stream; not a one-piece answer)."""
+        return self.receives > 0
+
+    @property
+    def content_chunks(self) -> int:
+        """Output chunks of a stream (0 for an answer that came in one piece, not streamed)."""
+        return len(self.chunk_times) if self.receives else 0
+
+    @property
+    def held_on_path(self) -> bool:
+        """Some of its events were held on the way (``held``)."""
+        return self.held > 0
+
+    @property
+    def arrived_whole(self) -> bool:
+        """A stream of ``WHOLE_MIN_CHUNKS`` chunks or more that came in one receive: buffered whole before it was
+        sent on (by the path, or a server that does not stream), so its TTFT is its E2E."""
+        return self.receives == 1 and len(self.chunk_times) >= WHOLE_MIN_CHUNKS
 
     @property
     def send_lag_s(self) -> float | None:

@@ -133,6 +133,16 @@ METRICS: tuple[Metric, ...] = (
            "exact_chunks", key="exact_chunks"),
     Metric("shared_stamps", "requests", "counter", "requests with chunk times that may be late by more than 1 ms: a "
            "late receive brought several chunks under one time", "stamps_shared"),
+    Metric("streams", "requests", "counter", "answers whose output came in receives (streamed)", "streamed"),
+    Metric("receives", "receives", "counter", "receives (socket reads) that brought output chunks", "receives"),
+    Metric("content_chunks", "chunks", "counter", "output chunks (content_chunks / receives: chunks a receive "
+           "brings)", "content_chunks"),
+    Metric("late_chunks", "chunks", "counter", "output chunks beyond the first of receives the reader made late "
+           "(``shared_stamps``): the reader's bunching, not the server's", "shared_stamps"),
+    Metric("held_streams", "requests", "counter", "streams with an event cut at a receive's end whose rest came "
+           "more than 1 ms later: held on the path (a gateway's buffer)", "held_on_path"),
+    Metric("whole_streams", "requests", "counter", "streams of 4 chunks or more that came in one receive: buffered "
+           "whole (TTFT = E2E)", "arrived_whole"),
     Metric("reasoning_tokens_counted", "requests", "counter", "reasoning tokens counted from chunks (usage silent)",
            "reasoning_tokens_counted", key="reasoning_counted"),
     Metric("length_asked", "requests", "counter", "answers that asked for an exact length (`ignore_eos` and "

@@ -39,18 +39,19 @@ class ScriptedSocket:
         return self.receives.pop(0)[0]
 
 
-def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True, behind: bool = False,
+def read(receives: list[tuple[bytes, float]], *, kernel_ts: bool = True, behind: float | None = None,
          passes: list[float] | None = None) -> tuple[list[float], int]:
-    """Pump the script through (``behind``: as the mux says when it had not looked for a while; ``passes``: when
-    the mux's pass that reads each receive began, on the wall clock); the output chunks' times (on the wall clock)
-    and the record's shared stamps."""
+    """Pump the script through (``behind``: as the mux says when the bytes waited while it was away, since then;
+    ``passes``: when the mux's pass that reads each receive began; both on the wall clock); the output chunks' times
+    (on the wall clock) and the record's shared stamps."""
     start = time.perf_counter()
     real_minus_perf = time.time() - start
     reader = ResponseReader(start)
     st = InFlight(ScriptedSocket(receives), None, kernel_ts, reader, Deadline(start, 60, 60, 60), False,
                   real_minus_perf)
     for i in range(len(receives)):
-        st.pump(behind, None if passes is None else passes[i] - real_minus_perf)
+        st.pump(None if behind is None else behind - real_minus_perf,
+                None if passes is None else passes[i] - real_minus_perf)
     return [start + t + real_minus_perf for t in reader.chunk_times], reader.record.shared_stamps
 
 
@@ -74,8 +75,10 @@ def test_chunks_of_a_receive_on_time_arrived_together_and_are_not_counted():
     now = time.time()
     times, shared = read([(HEAD + event("a") + event("b"), now)])
     assert len(times) == 2 and times[0] == times[1] and shared == 0
-    _, shared = read([(HEAD + event("a") + event("b"), now)], behind=True)  # unless the reader had been away
+    _, shared = read([(HEAD + event("a") + event("b"), now)], behind=now - 0.005)  # unless the reader was away
     assert shared == 1
+    _, shared = read([(HEAD + event("a") + event("b"), now)], behind=now - 0.0005)  # and left before they could come
+    assert shared == 0
 
 
 def test_a_chunk_completed_across_two_receives_is_one_chunk_not_shared():
@@ -87,7 +90,7 @@ def test_a_chunk_completed_across_two_receives_is_one_chunk_not_shared():
 
 def test_without_kernel_stamps_the_time_is_the_read_and_a_late_one_is_counted():
     before = time.time()
-    times, shared = read([(HEAD, 0.0), (event("a") + event("b"), 0.0)], kernel_ts=False, behind=True)
+    times, shared = read([(HEAD, 0.0), (event("a") + event("b"), 0.0)], kernel_ts=False, behind=before - 0.002)
     assert len(times) == 2 and times[0] == times[1] and times[0] >= before - 1e-3
     assert shared == 1
 
@@ -101,5 +104,5 @@ def test_in_a_pass_a_receive_read_late_is_dated_by_when_its_bytes_came_not_when_
     assert shared == 0  # read 10 ms after it came (the old rule counted it), but it woke the pass
     _, shared = read([(HEAD + event("a") + event("b"), now - 0.005)], passes=[now - 0.0105])
     assert shared == 1
-    _, shared = read([(HEAD + event("a") + event("b"), now - 0.0102)], passes=[now - 0.0105], behind=True)
+    _, shared = read([(HEAD + event("a") + event("b"), now - 0.0102)], passes=[now - 0.0105], behind=now - 0.02)
     assert shared == 1  # it was in the socket when the reader came back from elsewhere: it may have waited

@@ -23,11 +23,12 @@ SKETCHED = ("latency", "distribution")
 
 
 def _streamed(**kw) -> RequestRecord:
-    """Open loop, sent 0.1 s late; reasons 0.1 → 0.5 s, calls a tool at 0.9 s; four chunks with exact counts."""
+    """Open loop, sent 0.1 s late; reasons 0.1 → 0.5 s, calls a tool at 0.9 s; four chunks with exact counts, in
+    three receives (one the reader made late; one cut inside an event, its rest held 16 KB on the way)."""
     base = dict(start=10.0, intended_start=9.9, headers_s=0.02, ttft_s=0.1, e2e_s=1.1, ttfo_s=0.5,
                 reasoning_start_s=0.1, reasoning_tokens=4, tool_call_s=0.9, chunk_times=[0.1, 0.3, 0.5, 1.1],
                 chunk_tokens=[1, 3, 2, 4], output_tokens=10, prompt_tokens=200, cached_tokens=50, new_connection=True,
-                shared_stamps=2)
+                shared_stamps=2, receives=3, held=1, held_bytes=16384)
     return RequestRecord(**{**base, **kw})
 
 
@@ -39,7 +40,8 @@ EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for 
     "output_tokens_per_s": 10, "input_tokens_per_s": 200, "goodput_per_s": None, "new_connections": True,
     "itl_token_unknown": False, "exact_chunk_counts": True, "reasoning_tokens_counted": False, "inputs_per_s": None,
     "continuous_usage_refused": None, "shared_stamps": True, "length_asked": False, "short_answers": False,
-    "tokens_asked": 0, "tokens_got": 0, "short_answer_rate": False,
+    "tokens_asked": 0, "tokens_got": 0, "short_answer_rate": False, "streams": True, "receives": 3,
+    "content_chunks": 4, "late_chunks": 2, "held_streams": True, "whole_streams": False,
 }
 SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}
 
