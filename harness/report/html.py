@@ -97,17 +97,24 @@ def _generator_table(s: Summary) -> str:
     """Per step: the workers' loop lag, GC pauses and CPU, and the client's cost per streamed token."""
     key = level_key(s.mode)
     head = ["step", key, "loop lag p99", "loop lag max", "GC pause max", "CPU max %", "worker CPU s", "tokens",
-            "CPU µs/token", "late stamps %"]
+            "CPU µs/token", "late stamps %", "chunks a receive", "bunched by"]
     rows = [[st.index, _n(st.level), g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct, g.cpu_s,
              g.output_tokens, g.cpu_us_per_token,
-             g.shared_stamp_share if g.shared_stamp_share is UNSET else round(g.shared_stamp_share * 100, 2)]
-            for st in s.steps for g in (st.generator,)]
+             g.shared_stamp_share if g.shared_stamp_share is UNSET else round(g.shared_stamp_share * 100, 2),
+             "" if d is UNSET else d.chunks_per_receive,  # type: ignore[union-attr]
+             "" if d is UNSET else _BUNCHED.get(d.cause, "")]  # type: ignore[union-attr]
+            for st in s.steps for g, d in ((st.generator, st.delivery),)]
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
             + "<p>ms, over the step's reports from every worker. Worker CPU: process CPU seconds (user + system) "
               "of all workers while the step ran, warm-up included; tokens: output tokens streamed in the same "
               "period; CPU µs/token: the client's cost per streamed token; late stamps: the requests with chunk "
-              "times that may be late by more than 1 ms (the reader fell behind; flagged past 1%).</p>")
+              "times that may be late by more than 1 ms (the reader fell behind; flagged past 1%); chunks a "
+              "receive: output chunks per socket read; bunched by: who made several come at once, on time (the "
+              "path: a gateway's buffer, whose TTFT and ITL these are; the server: several events a write).</p>")
+
+
+_BUNCHED = {"path": "the path (buffered)", "server_writes": "the server's writes"}
 
 
 def _cost_table(s: Summary, cost: RunCost) -> str:
