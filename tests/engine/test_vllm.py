@@ -52,6 +52,9 @@ def test_timing_against_the_engines_own_accounting_at_4_and_8_users(tmp_path, vl
         tp = s["throughput"]  # ignore_eos: every answer exactly max_tokens long
         assert abs(tp["output_tokens_per_s"] / tp["requests_per_s"] - 64) < 0.05, tp
         assert s["answers"]["short"] == 0 and s["answers"]["length_asked"] == s["ok"], s["answers"]
+        # vLLM writes each token's event when it is made: nothing bunched them but, at most, a late reader
+        d = s["delivery"]
+        assert d["cause"] is None and d["held_streams"] == d["whole_streams"] == 0, d
         lat, stages = s["latency_ms"], s["server"]["stages"]
         # TTFT: the client's mean is the engine's (arrival -> first token, its clock) plus the request's way in and
         # the token's way out: never below it, and on loopback a few ms above (vllm bench: +4.6 to +6.8 ms here).
