@@ -73,6 +73,14 @@ _DELIVERY = {"path": "BUFFERED", "server_writes": "BATCHED WRITES"}
 """The console's word for each cause of bunched chunks (``analysis.delivery``)."""
 
 
+def token_lines(summary: Summary) -> list[str]:
+    """One line per step whose output-token counts disagree (``analysis.token_counts``)."""
+    from harness.analysis.token_counts import token_line
+
+    return [f"TOKENS: step {st.index} ({st.level:g}): {line}" for st in summary.steps
+            if st.complete and (line := token_line(st))]
+
+
 def delivery_lines(summary: Summary) -> list[str]:
     """One line per cause of bunched chunks (``analysis.delivery``): the steps it was seen in and the first's words."""
     by: dict[str, list] = {}
@@ -210,7 +218,7 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary):
+    for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary) + token_lines(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

@@ -220,7 +220,7 @@ class Ledger:
             st.waiting.append((now, sample.waiting))
         if measuring:
             st.server = st.server or ServerStep()
-            st.server.add(sample)
+            st.server.add(sample, now)
 
     def next_probe(self, now: float) -> Decision:
         """A search's next level (``analysis/search.py``), from every step measured so far: judged, or (the one

@@ -59,16 +59,19 @@ class ServerStep:
     first: ServerSample | None = None
     last: ServerSample | None = None
     """The step's first and last measured scrapes: their histogram deltas are the step's own requests."""
+    first_t: float | None = None
+    last_t: float | None = None
+    """When they were taken (``time.perf_counter``): their token counters' deltas over that span are rates."""
 
     @property
     def waiting_mean(self) -> float | None:
         """Requests waiting at the server, on average over the step's scrapes (None: it does not say)."""
         return sum(self.waiting) / len(self.waiting) if self.waiting else None
 
-    def add(self, s: ServerSample) -> None:
+    def add(self, s: ServerSample, now: float | None = None) -> None:
         if self.first is None:
-            self.first = s
-        self.last = s
+            self.first, self.first_t = s, now
+        self.last, self.last_t = s, now
         for name, values in (("waiting", self.waiting), ("running", self.running), ("kv_cache_usage", self.kv),
                              ("preemptions", self.preemptions), ("prefix_cache_queries", self.cache_queries),
                              ("prefix_cache_hits", self.cache_hits)):
@@ -92,11 +95,26 @@ class ServerStep:
             # The step's delta between its first and last scrape (a scrape period at each end is not in it).
             out.update(prefix_cache_queries=self.cache_queries[-1] - self.cache_queries[0],
                        prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0])
+        out.update(self.token_rates())
         stages = self.stages()
         if stages:
             out["stages"] = stages
         elif any(getattr(self.first, name, None) is not None for name in STAGES):
             out["stages_note"] = NO_STAGE_DELTA  # the server has them: this step just has no delta of them
+        return out
+
+    def token_rates(self) -> dict:
+        """The server's own token counters over the step's measured scrapes, per second (``generation_tokens_per_s``,
+        ``prompt_tokens_per_s``): what it says it generated, against the client's count (``analysis.token_counts``).
+        Empty when it has no counters or the scrapes span no time."""
+        a, b, t0, t1 = self.first, self.last, self.first_t, self.last_t
+        if a is None or b is None or t0 is None or t1 is None or t1 - t0 <= 0:
+            return {}
+        out = {}
+        for name in ("generation_tokens", "prompt_tokens"):
+            x, y = getattr(a, name), getattr(b, name)
+            if x is not None and y is not None and y >= x:  # a counter that went down: the server restarted
+                out[f"{name}_per_s"] = round((y - x) / (t1 - t0), 1)
         return out
 
     def stages(self) -> dict:

@@ -210,6 +210,8 @@ def _stream(bucket: Bucket, duration: float) -> dict | None:
                  "reasoning_tokens_counted": x.get("reasoning_counted", 0)}
     if x.get("continuous_usage_refused"):
         out["continuous_usage_refused"] = x["continuous_usage_refused"]
+    if x.get("usage_below_chunks"):
+        out["usage_below_chunks"] = x["usage_below_chunks"]
     if tpc is not None:
         out["tokens_per_chunk"] = summarize_sketch(tpc, scale=1.0)
     if x.get("inputs"):

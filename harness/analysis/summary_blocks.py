@@ -128,6 +128,9 @@ class Server(View, kw_only=True):
     preemptions: float | None = None
     prefix_cache_queries: float | UnsetType = UNSET
     prefix_cache_hits: float | UnsetType = UNSET
+    generation_tokens_per_s: float | UnsetType = UNSET
+    """The server's own count of output tokens, per second over the step's measured scrapes."""
+    prompt_tokens_per_s: float | UnsetType = UNSET
     stages: dict[str, SplitPart] | UnsetType = UNSET
     stages_note: str | UnsetType = UNSET
 
@@ -187,6 +190,8 @@ class Stream(View, kw_only=True):
     itl_token_unknown: int = 0
     reasoning_tokens_counted: int = 0
     continuous_usage_refused: int | UnsetType = UNSET
+    usage_below_chunks: int | UnsetType = UNSET
+    """Answers whose usage counted fewer output tokens than their chunks; absent when none."""
     tokens_per_chunk: Percentiles | UnsetType = UNSET
     inputs_per_s: float | UnsetType = UNSET
 

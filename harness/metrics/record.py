@@ -163,6 +163,13 @@ class RequestRecord:
         return len(self.chunk_times) if self.receives else 0
 
     @property
+    def usage_short(self) -> bool:
+        """The server's usage counted fewer output tokens than the chunks that streamed them (each carried one at
+        least): the usage is not the stream's count (a gateway's rewrite, another tokenizer)."""
+        return not self.output_tokens_counted and self.output_tokens is not None and self.receives > 0 \
+            and self.output_tokens < len(self.chunk_times)
+
+    @property
     def held_on_path(self) -> bool:
         """Some of its events were held on the way (``held``)."""
         return self.held > 0

@@ -137,6 +137,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("receives", "receives", "counter", "receives (socket reads) that brought output chunks", "receives"),
     Metric("content_chunks", "chunks", "counter", "output chunks (content_chunks / receives: chunks a receive "
            "brings)", "content_chunks"),
+    Metric("usage_below_chunks", "requests", "counter", "answers whose usage counted fewer output tokens than the "
+           "chunks that streamed them: the usage is not the stream's count", "usage_short"),
     Metric("late_chunks", "chunks", "counter", "output chunks beyond the first of receives the reader made late "
            "(``shared_stamps``): the reader's bunching, not the server's", "shared_stamps"),
     Metric("held_streams", "requests", "counter", "streams with an event cut at a receive's end whose rest came "

@@ -55,6 +55,11 @@ def test_timing_against_the_engines_own_accounting_at_4_and_8_users(tmp_path, vl
         # vLLM writes each token's event when it is made: nothing bunched them but, at most, a late reader
         d = s["delivery"]
         assert d["cause"] is None and d["held_streams"] == d["whole_streams"] == 0, d
+        # the engine's own count of the tokens it generated is the client's, within one answer per slot
+        assert "TOKENS:" not in r.output and "usage_below_chunks" not in s["stream"], r.output
+        gap = s["server"]["generation_tokens_per_s"] / tp["output_tokens_per_s"] - 1
+        print(f"{s['users']} users: server {s['server']['generation_tokens_per_s']} vs client "
+              f"{tp['output_tokens_per_s']} output tokens/s ({gap:+.1%})")
         lat, stages = s["latency_ms"], s["server"]["stages"]
         # TTFT: the client's mean is the engine's (arrival -> first token, its clock) plus the request's way in and
         # the token's way out: never below it, and on loopback a few ms above (vllm bench: +4.6 to +6.8 ms here).
