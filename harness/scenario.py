@@ -223,7 +223,7 @@ def _check_length_slos(endpoint: Endpoint, workload: Workload | None, slo: tuple
 def _load(node: Any, check: Checker) -> LoadPlan:
     d = LoadPlan()
     keys = ("mode", "users", "rate", "spawn_rate", "duration_s", "arrival", "step", "knee", "max_in_flight",
-            "on_worker_loss", "probes")
+            "on_worker_loss", "probes", "warmup_shapes")
     if check.mapping(node, "load", keys) is None:
         return d
     mode = check.string(node, "mode", "load", d.mode, choices=LOAD_MODES)
@@ -239,7 +239,8 @@ def _load(node: Any, check: Checker) -> LoadPlan:
                     max_in_flight=check.number(node, "max_in_flight", "load", d.max_in_flight, integer=True, minimum=1),
                     step=step, knee_metric=metric, knee_class=knee_class, confirm_steps=confirm,
                     on_worker_loss=check.string(node, "on_worker_loss", "load", d.on_worker_loss,
-                                                choices=("continue", "abort")))
+                                                choices=("continue", "abort")),
+                    warmup_shapes=check.boolean(node, "warmup_shapes", "load", d.warmup_shapes))
 
 
 def _load_levels(node: dict, check: Checker, mode: str | None) -> tuple[Any, Any, Any]:

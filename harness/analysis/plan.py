@@ -86,6 +86,9 @@ class LoadPlan:
     confirm_steps: int = 1
     on_worker_loss: str = "continue"
     """What a lost worker does to the run: "continue" (re-run the step on the workers left) or "abort"."""
+    warmup_shapes: bool = True
+    """Before the first step's own requests, one request of each shape the workload sends (prompt-length bucket,
+    class), counted as warm-up (``workload/warm_shapes.py``): engines that compile or capture per shape pay it then."""
 
     @property
     def open_loop(self) -> bool:

@@ -127,6 +127,8 @@ class StepResult:
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class, e.g. {"connect_error": "cannot connect to 127.0.0.1:9: ..."}."""
     warmup_requests: int
+    warmup_shapes: int = 0
+    """Of the warm-up's requests, the shape warm-up's (``load.warmup_shapes``: the run's first step only)."""
     arrivals_per_s: float | None = None
     """Open loop only, like ``dropped_arrivals``."""
     dropped_arrivals: int | None = None
@@ -201,6 +203,8 @@ class StepResult:
                                "warmup_s": self.warmup_s, "requests": self.requests, "ok": self.ok,
                                "failures": dict(self.failures), "failure_samples": dict(self.failure_samples),
                                "warmup_requests": self.warmup_requests}
+        if self.warmup_shapes:
+            out["warmup_shapes"] = self.warmup_shapes
         if self.mode == "open":
             out.update(arrivals_per_s=self.arrivals_per_s, dropped_arrivals=self.dropped_arrivals)
         out.update(throughput=vars(self.throughput).copy(), latency_ms=self.latency_ms,

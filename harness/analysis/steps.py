@@ -9,7 +9,7 @@ from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
 from harness.analysis.slo import LATENCY_METRICS
-from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHORT_KEY, Bucket, summarize_sketch
+from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHAPE_KEY, SHORT_KEY, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
@@ -148,6 +148,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         requests=bucket.requests, ok=bucket.ok, failures=dict(sorted(bucket.failures.items())),
         failure_samples=dict(sorted(bucket.failure_samples.items())),
         warmup_requests=warmup.requests if warmup else 0,
+        warmup_shapes=warmup.extra.get(SHAPE_KEY, 0) if warmup else 0,
         arrivals_per_s=round(bucket.arrivals / duration, 3) if mode == "open" else None,
         dropped_arrivals=bucket.dropped if mode == "open" else None,
         throughput=Throughput(requests_per_s=round(bucket.requests / duration, 3),

@@ -77,6 +77,8 @@ class Step(_View, kw_only=True):
     failures: dict[str, int]
     failure_samples: dict[str, str] = {}
     warmup_requests: int
+    warmup_shapes: int | UnsetType = UNSET
+    """Shape warm-up requests among ``warmup_requests`` (the run's first step); absent when none were sent."""
     arrivals_per_s: float | UnsetType | None = UNSET
     dropped_arrivals: int | UnsetType | None = UNSET
     throughput: Throughput

@@ -17,10 +17,13 @@ from harness.workload.adapters import adapter_picker
 from harness.workload.images import ImageCache, ImageDrawer
 from harness.workload.mix import ClassPicker, FixedUsers
 from harness.workload.prompts import PromptBuilder
-from harness.workload.sampler import MixSampler, RequestSampler
+from harness.workload.sampler import MixSampler, PlannedRequest, RequestSampler
 from harness.workload.sessions import SessionSampler
 
-__all__ = ["Samplers"]
+__all__ = ["SHAPES_STREAM", "Samplers"]
+
+SHAPES_STREAM = -1
+"""The stream the shape warm-up draws from: the users' are positive, and every worker draws the same shapes."""
 
 
 class Samplers:
@@ -91,6 +94,24 @@ class Samplers:
                           sessions=[SessionSampler(c.workload.sessions, b, seed=c.workload.seed,
                                                    stream=stream * 1000 + i) if c.workload.sessions else None
                                     for i, (c, b) in classes])
+
+    def shapes(self) -> list[PlannedRequest]:
+        """``load.warmup_shapes``: one request per prompt-length bucket of each class of requests (sessions send
+        their own), the same list on every worker (streams of their own, named alike)."""
+        w = self.worker.scenario.workload
+        if not self.worker.scenario.load.warmup_shapes or w.sessions is not None:
+            return []
+        if not w.mix:
+            return self._sampler(w, self._builder(), SHAPES_STREAM).shapes()
+        if not self._class_prompts:
+            self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
+        out = []
+        for i, (c, builder) in enumerate(zip(w.mix, self._class_prompts, strict=True)):
+            if c.workload.sessions is None:
+                for plan in self._sampler(c.workload, builder, SHAPES_STREAM * 1000 - i).shapes():
+                    plan.class_index = i
+                    out.append(plan)
+        return out
 
     def release(self, sampler: object) -> None:
         """A user stopped: its fixed class's place (``workload.mix`` ``users:``), if it held one, is free again."""

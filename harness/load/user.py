@@ -41,7 +41,7 @@ from harness.metrics.record import RequestRecord
 from harness.scenario import DEFAULT_HOST, Endpoint
 from harness.workload.arrivals import arrival_times
 from harness.workload.prompts import Prompt
-from harness.workload.sampler import MixSampler, worker_rng
+from harness.workload.sampler import MixSampler, PlannedRequest, worker_rng
 from harness.workload.sessions import Call, SessionSampler
 
 __all__ = ["LLMUser"]
@@ -168,16 +168,17 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         dealt it), recorded whatever happens in it."""
         k = self.kneecap
         ep = k.scenario.endpoint
+        shape = k.next_shape() if call is None else None  # load.warmup_shapes: the run's first requests
         start = time.perf_counter()
         k.in_flight += 1
         in_flight = k.in_flight
         try:
-            rec = self._exchange(ep, conn, intended_start, call, task, cls)
+            rec = self._exchange(ep, conn, intended_start, call, task, cls, shape)
         except Exception as exc:  # a bug here must cost one failed request, not the user
             rec = self._client_error(exc, conn, start, intended_start)
         finally:
             k.in_flight -= 1
-        rec.in_flight = in_flight
+        rec.in_flight, rec.warmup_shape = in_flight, shape is not None
         if call is not None:
             rec.session, rec.turn, rec.call = session, call.turn, call.call
             rec.turn_bucket = task.sessions.bucket(call.turn)  # type: ignore[union-attr]
@@ -186,10 +187,10 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         return rec
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
-                  task: SessionTask | None, cls: int | None) -> RequestRecord:
+                  task: SessionTask | None, cls: int | None, shape: PlannedRequest | None) -> RequestRecord:
         headers, hangups, images = self.headers, {}, None
         if call is None:
-            plan = self.sampler.next() if cls is None else self.sampler.next_of(cls)  # type: ignore[union-attr]
+            plan = shape or (self.sampler.next() if cls is None else self.sampler.next_of(cls))  # type: ignore[union-attr]
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             batch = self.kneecap.scenario.workload.batch

@@ -23,12 +23,14 @@ from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
 from harness.load.samplers import Samplers
-from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY
+from harness.load.warm_shapes import ShapeWarmup
+from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY, SHAPE_KEY
 from harness.metrics.by_step import Recorder
 from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
 from harness.scenario import Scenario
+from harness.workload.sampler import PlannedRequest
 
 log = logging.getLogger("kneecap")
 
@@ -72,6 +74,7 @@ class WorkerSide:
         self._usage_refused = False
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._told_warned = False
+        self.shapes = ShapeWarmup([])
         self._hangups = False
         """The workload has users who hang up (cancel, patience): requests' durations are summed (``BUSY_KEY``)."""
         self.wall = worker_clock()
@@ -94,6 +97,7 @@ class WorkerSide:
         """The scenario is known now (workers: the master's options came with the spawn message)."""
         self.samplers = Samplers(self)
         self.samplers.warm()  # the prompt corpus (~50 ms) now, not in a step's time
+        self.shapes = ShapeWarmup(self.samplers.shapes())
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index
@@ -146,8 +150,15 @@ class WorkerSide:
         self.recorder.note("continuous_usage_refused", time.perf_counter())
         return True
 
+    def next_shape(self) -> PlannedRequest | None:
+        """``load.warmup_shapes``: this worker's next shape warm-up request, while the run's first step lasts."""
+        return self.shapes.next(self.recorder.step == 0, self.worker_index, self.fleet_size)
+
     def record(self, rec: RequestRecord, now: float) -> None:
         step, phase = self.recorder.add(rec, now)
+        if rec.warmup_shape:
+            self.recorder.note(SHAPE_KEY, now, phase="warmup")
+            self.shapes.ended(now, self.recorder)
         if rec.model is not None:  # a LoRA adapter: counted per step (steps[].adapters)
             self.recorder.note(f"{ADAPTER_KEY}{rec.model}", now)
         if rec.cancelled is not None and rec.class_index is not None:  # hang-ups are not rows: counted per class

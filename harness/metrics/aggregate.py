@@ -26,8 +26,8 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHORT_KEY", "Bucket", "Delta",
-           "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket",
+           "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
@@ -39,6 +39,8 @@ CLASS_CANCEL_KEY = "class_cancel:"
 SHORT_KEY = "short:"
 """``Bucket.extra``'s key prefix, with the ``finish_reason`` ("none" without one), for short answers
 (``RequestRecord.short_answer``): why they ended before their asked length."""
+SHAPE_KEY = "warmup_shapes"
+"""``Bucket.extra``'s count of shape warm-up requests (``load.warmup_shapes``), in the first step's warm-up."""
 HELD_KEY = "held_kb:"
 """``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
 (``RequestRecord.held_bytes``): how much the path holds at a time."""

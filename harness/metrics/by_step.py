@@ -35,15 +35,15 @@ class Recorder:
             return "warmup"
         return "measure"
 
-    def _bucket(self, now: float) -> tuple[tuple[int, str], Bucket]:
-        key = (self.step, self.phase(now))
+    def _bucket(self, now: float, phase: str | None = None) -> tuple[tuple[int, str], Bucket]:
+        key = (self.step, phase or self.phase(now))
         b = self._buckets.get(key)
         if b is None:
             b = self._buckets[key] = Bucket()
         return key, b
 
     def add(self, rec: RequestRecord, now: float) -> tuple[int, str]:
-        key, b = self._bucket(now)
+        key, b = self._bucket(now, "warmup" if rec.warmup_shape else None)
         b.add(rec, self.good)
         if key[1] == "measure" and rec.cancelled is None:  # tail attribution's rows: judged, not cut short
             b.add_row(encode_row(rec, rec.start - (self.step_started or rec.start), self.worker))
@@ -56,9 +56,9 @@ class Recorder:
             b.add_row(encode_row(rec, rec.start - (self.step_started or rec.start), self.worker))
         return key
 
-    def note(self, key: str, now: float, n: int = 1) -> None:
-        """Count ``n`` events of ``key`` (``Bucket.extra``) in the current step and phase."""
-        self._bucket(now)[1]._count(key, n)
+    def note(self, key: str, now: float, n: int = 1, phase: str | None = None) -> None:
+        """Count ``n`` events of ``key`` (``Bucket.extra``) in the current step and phase (or ``phase``)."""
+        self._bucket(now, phase)[1]._count(key, n)
 
     def add_session(self, rec: SessionRecord, now: float) -> None:
         """An ended session goes to the bucket of the step and phase it ended in."""

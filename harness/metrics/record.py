@@ -124,6 +124,8 @@ class RequestRecord:
     late_chunks: list[int] | None = None
     """The first chunk of each such late receive (indices into ``chunk_times``): the silence before it may be the
     reader's, not the server's (``metrics.rows.long_gaps`` leaves it out). None when every receive came on time."""
+    warmup_shape: bool = False
+    """A shape warm-up request (``load.warmup_shapes``): counted in its step's warm-up, whenever it ends."""
     receives: int = 0
     """Receives (socket reads) that completed output chunks: with ``len(chunk_times)``, how bunched they came."""
     held: int = 0

@@ -45,16 +45,15 @@ or decode time, wherever it falls.
 LoRA (``lora.py``): a sequence with an ``adapter`` joins the batch only while the batch mixes fewer than
 ``max_loras`` adapters or already has its own (else it is skipped and keeps its place, as vLLM v1); admitting it
 when its adapter is not resident loads it (least recently used idle one out) and adds ``lora_load_ms`` to that
-iteration, so the whole batch pays; ``Sequence.lora_loaded`` records it.
+iteration, so the whole batch pays; ``Sequence.lora_loaded`` records it. So does the first admission of each
+prompt-length bucket with ``shape_compile_ms`` (an engine that compiles or captures a graph per shape).
 
-Stage times (vLLM v1's ``FinishedRequestStats``, ``vllm/v1/metrics/stats.py``): each sequence records
-``admitted_at`` (first scheduled; a preemption does not move it), ``first_token_at`` and ``last_token_at``
-(the end of the iteration that emitted them); ``Sequence.stages()`` turns them into queue, prefill,
-decode and inference times.
+Stage times (vLLM v1's ``FinishedRequestStats``, ``vllm/v1/metrics/stats.py``): each sequence records ``admitted_at``
+(first scheduled; a preemption does not move it), ``first_token_at`` and ``last_token_at`` (the end of the iteration
+that emitted them); ``Sequence.stages()`` turns them into queue, prefill, decode and inference times.
 
-Why there is a knee: with closed-loop users and fixed lengths, each of up to ``max_num_seqs`` users
-owns a slot and TTFT stays at about one prefill; the next user waits for a slot to free, i.e. for a
-whole request's service time, so TTFT jumps while throughput stops growing.
+Why there is a knee: with closed-loop users and fixed lengths, each of up to ``max_num_seqs`` users owns a slot and
+TTFT stays at about one prefill; the next waits a whole request's service time for a slot: TTFT jumps, throughput not.
 """
 
 from __future__ import annotations
@@ -184,6 +183,7 @@ class Engine:
         self.generation_tokens_total = 0
         self.prefix_cache_queries_total = 0
         self.prefix_cache_hits_total = 0
+        self.shapes_seen: set[int] = set()  # prompt-length buckets compiled (``shape_compile_ms``)
 
     # -- queue management -------------------------------------------------------------------
     @property
@@ -303,6 +303,9 @@ class Engine:
             if seq.adapter is not None and self.loras.acquire(seq.adapter):
                 seq.lora_loaded = True
                 load_ms += cfg.lora_load_ms
+            if cfg.shape_compile_ms and (shape := (seq.prompt_tokens - 1).bit_length()) not in self.shapes_seen:
+                self.shapes_seen.add(shape)
+                load_ms += cfg.shape_compile_ms
             seq.running = True
             if seq.admitted_at is None:
                 seq.admitted_at = start

@@ -41,6 +41,8 @@ class EngineConfig:
     engine_stall_s: float = _opt(0.0, "How long each engine stall lasts.")
     max_loras: int = _opt(1, "LoRA adapters in one batch at once (vLLM's --max-loras; resident on the GPU, least "
                              "recently used evicted).")
+    shape_compile_ms: float = _opt(0.0, "The first admission of each prompt-length bucket (powers of two) costs this "
+                                        "much more, paid by its iteration: an engine that compiles per shape.")
     lora_load_ms: float = _opt(25.0, "Cost of loading a LoRA adapter that is not resident, paid by the iteration "
                                      "that admits its request.")
 
@@ -52,7 +54,7 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 out.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("iter_base_ms", "iter_per_seq_ms", "iter_per_kv_ktoken_ms", "prefill_per_ktoken_ms", "jitter",
-                     "engine_stall_every_s", "engine_stall_s", "lora_load_ms"):
+                     "engine_stall_every_s", "engine_stall_s", "lora_load_ms", "shape_compile_ms"):
             if getattr(self, name) < 0:
                 out.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.iter_base_ms + self.iter_per_seq_ms <= 0:

@@ -17,7 +17,20 @@ from harness.workload.images import ImageDrawer
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 
-__all__ = ["MixSampler", "PlannedRequest", "RequestSampler", "worker_rng"]
+__all__ = ["SHAPE_DRAWS", "WARMUP_MAX_TOKENS", "MixSampler", "PlannedRequest", "RequestSampler", "length_bucket",
+           "worker_rng"]
+
+SHAPE_DRAWS = 2000
+"""Lengths drawn to find the prompt-length buckets a workload sends (``RequestSampler.shapes``): a bucket holding
+less than ~1/700 of the draws may go unseen (a rare shape the warm-up leaves to the measured part)."""
+WARMUP_MAX_TOKENS = 2
+"""Output tokens a shape's warm-up request asks for: one decode step after the prefill, and short."""
+
+
+def length_bucket(tokens: int) -> int:
+    """The prompt-length bucket of ``tokens``: powers of two (1, 2, 3-4, 5-8, ...), as engines that compile or capture
+    per shape pad lengths to buckets."""
+    return (tokens - 1).bit_length() if tokens > 1 else 0
 
 
 def worker_rng(seed: int, worker: int, purpose: str) -> random.Random:
@@ -91,6 +104,31 @@ class RequestSampler:
         return PlannedRequest(prompt, max(1, n_out), images=images,
                               cancel_after_s=self._cancel.draw(self._cancel_rng) if self._cancel else None,
                               patience_s=self._patience.ttft_s if self._patience else None)
+
+
+    def shapes(self, draws: int = SHAPE_DRAWS) -> list[PlannedRequest]:
+        """What a shape warm-up sends: per prompt-length bucket (``length_bucket``) among ``draws`` draws of the
+        lengths, its shortest and longest draw, asking ``WARMUP_MAX_TOKENS``. The server's count of a prompt is
+        the target plus its template's tokens: the bucket's range, so shifted, spans two of the server's buckets
+        at most, and its ends fall in both. Empty when the prompts keep their own lengths (a prompt file without
+        ``input_tokens``)."""
+        ends: dict[int, tuple[int, int]] = {}
+        for _ in range(draws):
+            n_in, _ = self.lengths()
+            if n_in is None:
+                return []
+            if self.max_context is not None:
+                n_in = min(n_in, self.max_context - WARMUP_MAX_TOKENS)
+            lo, hi = ends.get(length_bucket(n_in), (n_in, n_in))
+            ends[length_bucket(n_in)] = (min(lo, n_in), max(hi, n_in))
+        out = []
+        for n_in in sorted({n for pair in ends.values() for n in pair}):
+            prompt, images = self.prompts.build(n_in, self._prompt_rng), None
+            if self._images is not None:
+                prompt, count, pixels = self._images.attach(prompt, self._images_rng)
+                images = (count, pixels)
+            out.append(PlannedRequest(prompt, WARMUP_MAX_TOKENS, images=images))
+        return out
 
 
 class MixSampler:

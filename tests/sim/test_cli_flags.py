@@ -94,7 +94,7 @@ def test_every_flag_reaches_its_field(served, tmp_path):
               "max_model_len": 4096, "iter_base_ms": 1.5, "iter_per_seq_ms": 0.25, "iter_per_kv_ktoken_ms": 0.5,
               "prefill_per_ktoken_ms": 20.0, "tokens_per_chunk": 2, "jitter": 0.1,
               "prefix_cache": "off", "engine_stall_every_s": 2.0, "engine_stall_s": 0.25, "max_loras": 2,
-              "lora_load_ms": 40.0}
+              "lora_load_ms": 40.0, "shape_compile_ms": 30.0}
     assert set(engine) == {f.name for f in dataclasses.fields(EngineConfig)} - {"seed"}
     args = [f"--{k.replace('_', '-')}={v}" for k, v in engine.items()]
     args += ["--preset", "tiny", "--model", "m", "--eos-median", "12", "--eos-sigma", "0.3", "--tokens-per-word",
@@ -103,14 +103,15 @@ def test_every_flag_reaches_its_field(served, tmp_path):
              "--retry-after-s", "7", "--max-waiting", "9", "--max-body-mb", "0.5", "--trace-file", trace,
              "--seed", "42", "--reasoning-tokens", "lognormal:300:0.5", "--reasoning-field", "reasoning",
              "--reasoning-usage", "on", "--tool-call-p", "0.5", "--strict-stream-options", "on", "--embedding-dim", "4",
-             "--timings", "on", "--image-patch-px", "14", "--close-after-p", "0.3", "--accept-delay-ms", "40"]
+             "--timings", "on", "--image-patch-px", "14", "--close-after-p", "0.3", "--accept-delay-ms", "40",
+             "--frames-per-write", "3", "--front-stall-every-s", "2", "--front-stall-s", "0.2"]
     config = served(*args)
     assert config == SimConfig(
         engine=EngineConfig(**engine, seed=42), model="m",
         policy=OutputPolicy(eos_median=12.0, eos_sigma=0.3, early_eos_share=0.3, tokens_per_word=1.3),
         behavior=Behavior(reasoning_tokens="lognormal:300:0.5", reasoning_field="reasoning", reasoning_usage="on",
                           tool_call_p=0.5, strict_stream_options="on", embedding_dim=4, timings="on",
-                          image_patch_px=14),
+                          image_patch_px=14, frames_per_write=3, front_stall_every_s=2.0, front_stall_s=0.2),
         faults=FaultConfig({"reset": 0.25, "429": 0.5}, stall_s=0.5, long_line_bytes=4096, retry_after_s=7),
         max_waiting=9, max_body_bytes=MIB // 2, trace_file=trace, seed=42, close_after_p=0.3, accept_delay_ms=40.0)
     assert set(FIELD_FLAGS) <= {a.split("=")[0] for a in args}  # the test really sets each derived flag
