@@ -1,7 +1,9 @@
 """Server-wide pauses, seen from the client: moments when (nearly) every stream on a worker stopped at once. Pure.
 
 Each request row carries its stream's long silences (``metrics.rows.long_gaps``: gaps between output chunks of at
-least 4× the stream's own median gap and 5 ms). A *pause* on a worker is an interval in which at least
+least 4× the stream's own median gap and 5 ms). A silence that ended in a late receive may be the reader's: the
+stream counts neither as silent nor as decoding through it (a server's flush read late by a busy client leaves the
+pause to the streams read on time). A *pause* on a worker is an interval in which at least
 ``SILENT_SHARE`` (90%) and at least ``MIN_STREAMS`` (3) of the worker's streams then decoding (first chunk
 received, last not yet; streams of at least 5 chunks) were inside such a silence, lasting at least ``min_ms``
 (the caller passes 4× the step's ITL p50, 5 ms at least). A stream still waiting for its first token is neither
@@ -248,8 +250,11 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
         return none
     sent = np.array(column(t_ms), np.int64) * _TENTHS_PER_MS
     per_row = np.fromiter(map(len, g), np.int64, len(g)) // 2
-    silent = np.repeat(sent, per_row) + pairs[0::2] * _TENTHS_PER_MS, sent[waited] + limit  # their starts
-    ended = silent[0] + pairs[1::2] * _TENTHS_PER_MS, sent[waited] + first[waited].astype(np.int64)
+    starts, lengths = np.repeat(sent, per_row) + pairs[0::2] * _TENTHS_PER_MS, pairs[1::2] * _TENTHS_PER_MS
+    sure = lengths >= 0  # a negative length: a late receive's silence, maybe the reader's (``long_gaps``)
+    silent = starts[sure], sent[waited] + limit  # their starts
+    ended = silent[0] + lengths[sure], sent[waited] + first[waited].astype(np.int64)
+    unsure = starts[~sure], starts[~sure] - lengths[~sure]  # the stream's state unknown: out of the count
     if _most_at_once(np.concatenate(silent), np.concatenate(ended)) < MIN_STREAMS:
         return none  # never MIN_STREAMS silent at once, even fleet-wide: the usual step, without the decoding sweep
     last = np.array(column(e2e), dtype=float)
@@ -260,6 +265,7 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
     off = code.astype(np.int64) * _WORKER
     sent += off
     gap_off, wait_off = np.repeat(off, per_row), off[waited]
+    gap_off, unsure_off = gap_off[sure], gap_off[~sure]
     # stable: timsort takes the runs the rows come in (a worker's report, by time): 22 ms against 35 ms for
     # quicksort on the 600k events of 100k streams through 29 pauses (benchmarks/tail_attribution.py)
     found = _runs(np.sort(np.concatenate([
@@ -267,7 +273,9 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
         (sent[known] + last[known].astype(np.int64)) * 4 + _DECODE_END,
         (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START,
         *((ended[1] + wait_off) * 4 + c for c in (_SILENT_END, _DECODE_END)),  # a long wait: counted and silent
-        *((silent[1] + wait_off) * 4 + c for c in (_SILENT_START, _DECODE_START))]), kind="stable"), min_ms)
+        *((silent[1] + wait_off) * 4 + c for c in (_SILENT_START, _DECODE_START)),
+        (unsure[0] + unsure_off) * 4 + _DECODE_END, (unsure[1] + unsure_off) * 4 + _DECODE_START]), kind="stable"),
+        min_ms)
     return StepPauses(_merge([Pause(start / _TENTHS_PER_MS, length / _TENTHS_PER_MS, s, d, (names[w].item(),))
                               for w, start, length, s, d in found]), workers=workers, min_ms=min_ms)
 

@@ -67,9 +67,11 @@ GAP_MIN_CHUNKS = 5
 def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[int] | None:
     """The silences between consecutive ``chunk_times`` (seconds since the send) of at least ``GAP_FACTOR`` × their
     median and ``GAP_MIN_S``, flat ``[start_ms, length_ms, ...]``; None for fewer than ``GAP_MIN_CHUNKS`` chunks.
-    ``late``: chunks that began a late receive (``RequestRecord.late_chunks``): the silence before each is left out.
-    The median is of the gaps between receives: chunks that came in one receive (a server writing several at once,
-    a gateway's buffer) share its time, and their zero gaps are no measure of the stream's pace."""
+    ``late``: chunks that began a late receive (``RequestRecord.late_chunks``): the silence before each may be the
+    reader's, so it comes with a negative length (the stream's state then unknown: neither silent nor streaming).
+    The median is of the gaps between receives (the lower one, of two at least): chunks that came in one receive (a
+    server writing several at once, a gateway's buffer, a stalled server's flush) share its time, and their zero
+    gaps are no measure of the stream's pace."""
     t = chunk_times
     if len(t) < GAP_MIN_CHUNKS:
         return None
@@ -78,15 +80,15 @@ def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[i
     if longest < GAP_MIN_S:  # the usual case at a few ms a token: no sort
         return []
     paced = sorted(g for g in gaps if g > 0)
-    if len(paced) < GAP_MIN_CHUNKS - 1:
+    if len(paced) < 2:
         return None
-    limit = max(GAP_MIN_S, GAP_FACTOR * paced[len(paced) // 2])
+    limit = max(GAP_MIN_S, GAP_FACTOR * paced[(len(paced) - 1) // 2])
     if longest < limit:
         return []
     out: list[int] = []
     for i, g in enumerate(gaps):
-        if g >= limit and not (late and i + 1 in late):
-            out += (round(t[i] * 1000), round(g * 1000))
+        if g >= limit:
+            out += (round(t[i] * 1000), -round(g * 1000) if late and i + 1 in late else round(g * 1000))
     return out
 
 

@@ -17,14 +17,12 @@ from harness.workload.images import ImageDrawer
 from harness.workload.lengths import JointEmpirical, Length
 from harness.workload.prompts import Prompt, PromptBuilder
 
-__all__ = ["SHAPE_DRAWS", "WARMUP_MAX_TOKENS", "MixSampler", "PlannedRequest", "RequestSampler", "length_bucket",
+__all__ = ["SHAPE_DRAWS", "MixSampler", "PlannedRequest", "RequestSampler", "length_bucket",
            "worker_rng"]
 
 SHAPE_DRAWS = 2000
 """Lengths drawn to find the prompt-length buckets a workload sends (``RequestSampler.shapes``): a bucket holding
 less than ~1/700 of the draws may go unseen (a rare shape the warm-up leaves to the measured part)."""
-WARMUP_MAX_TOKENS = 2
-"""Output tokens a shape's warm-up request asks for: one decode step after the prefill, and short."""
 
 
 def length_bucket(tokens: int) -> int:
@@ -108,26 +106,29 @@ class RequestSampler:
 
     def shapes(self, draws: int = SHAPE_DRAWS) -> list[PlannedRequest]:
         """What a shape warm-up sends: per prompt-length bucket (``length_bucket``) among ``draws`` draws of the
-        lengths, its shortest and longest draw, asking ``WARMUP_MAX_TOKENS``. The server's count of a prompt is
-        the target plus its template's tokens: the bucket's range, so shifted, spans two of the server's buckets
-        at most, and its ends fall in both. Empty when the prompts keep their own lengths (a prompt file without
+        lengths, its shortest and longest draw, each with the output length drawn with it (a request the workload
+        could send, so one the API accepts: a thinking budget needs room). The server's count of a prompt is the
+        target plus its template's tokens: the bucket's range, so shifted, spans two of the server's buckets at
+        most, and its ends fall in both. Empty when the prompts keep their own lengths (a prompt file without
         ``input_tokens``)."""
-        ends: dict[int, tuple[int, int]] = {}
+        ends: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
         for _ in range(draws):
-            n_in, _ = self.lengths()
+            n_in, n_out = self.lengths()
             if n_in is None:
                 return []
-            if self.max_context is not None:
-                n_in = min(n_in, self.max_context - WARMUP_MAX_TOKENS)
-            lo, hi = ends.get(length_bucket(n_in), (n_in, n_in))
-            ends[length_bucket(n_in)] = (min(lo, n_in), max(hi, n_in))
+            if self.max_context is not None and n_in + n_out > self.max_context:  # as ``next`` trims it
+                n_out = min(n_out, self.max_context - 1)
+                n_in = self.max_context - n_out
+            b = length_bucket(n_in)
+            lo, hi = ends.get(b, ((n_in, n_out), (n_in, n_out)))
+            ends[b] = (min(lo, (n_in, n_out)), max(hi, (n_in, n_out)))
         out = []
-        for n_in in sorted({n for pair in ends.values() for n in pair}):
+        for n_in, n_out in sorted({pair for both in ends.values() for pair in both}):
             prompt, images = self.prompts.build(n_in, self._prompt_rng), None
             if self._images is not None:
                 prompt, count, pixels = self._images.attach(prompt, self._images_rng)
                 images = (count, pixels)
-            out.append(PlannedRequest(prompt, WARMUP_MAX_TOKENS, images=images))
+            out.append(PlannedRequest(prompt, max(1, n_out), images=images))
         return out
 
 

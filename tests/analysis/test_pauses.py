@@ -306,3 +306,15 @@ def test_pauses_match_the_definition_read_literally(seed):
     found = _find(cols, min_ms=5.0)
     assert [(p.start_ms, p.length_ms, p.streams, p.decoding) for p in found.pauses] == _plain_pauses(cols, 5.0)
     assert found.pauses or seed != 0  # at least one case finds pauses (the comparison is not empty everywhere)
+
+
+def test_silences_a_late_reader_may_have_made_neither_hide_a_pause_nor_make_one():
+    """A stall's flush read late by a busy client: those streams' silences are unknown (``long_gaps``' negative
+    lengths), so the pause stands on the streams read on time; unknown silences alone are no pause."""
+    stops = [(1.0 + 2 * k, 1.2 + 2 * k, set()) for k in range(5)]
+    cols = _step(stops)
+    unsure = [[x if i % 2 == 0 else -x for i, x in enumerate(g)] if g else g for g in cols["gaps"]]
+    some = [u if n % 3 == 0 else g for n, (g, u) in enumerate(zip(cols["gaps"], unsure, strict=True))]
+    found = _find({**cols, "gaps": some})  # a third of the streams read late through each stall: still 5
+    assert [round(p.start_ms) for p in found.pauses] == pytest.approx([1000, 3000, 5000, 7000, 9000], abs=5)
+    assert _find({**cols, "gaps": unsure}).pauses == []  # every stream read late: nothing can be said

