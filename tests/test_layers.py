@@ -1,4 +1,5 @@
 """The tree reads as the data's path: pure layers import neither Locust nor gevent, nothing imports upward, no cycles.
+In ``tests/``, no test module imports another: what several need lives in ``tests/kit/``.
 
 Read from the source (ast), so importing Locust's monkey-patching never happens here. Every import counts:
 under ``if TYPE_CHECKING:`` (an annotation is still a dependency a reader must follow), inside a function
@@ -124,3 +125,61 @@ def test_files_and_functions_fit_in_a_head():
             for f in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 60]
     assert big == [] and long == [], big + long
+
+
+TESTS = ROOT.parent / "tests"
+
+
+def _test_modules() -> dict[str, pathlib.Path]:
+    """tests/**/test_*.py by dotted name (``tests.sinks.test_influx``)."""
+    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts): p for p in TESTS.rglob("test_*.py")}
+
+
+def _test_modules_imported(source: str, module: str, tests: set[str]) -> set[str]:
+    """The test modules of ``tests`` that ``source`` (the module ``module``) imports, in any form: ``import a.b``,
+    ``from a.b import x``, ``from a import b`` (b a module), relative (``from .b import x``, ``from . import b``),
+    anywhere in the file."""
+    package = module.rsplit(".", 1)[0]
+    named: set[str] = set()
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Import):
+            for a in n.names:  # import a.b.c names a, a.b and a.b.c
+                parts = a.name.split(".")
+                named |= {".".join(parts[:k]) for k in range(1, len(parts) + 1)}
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                up = package.split(".")[:len(package.split(".")) - (n.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            named |= {base, *(f"{base}.{a.name}" for a in n.names)}
+    return (named & tests) - {module}
+
+
+def test_no_test_module_imports_another():
+    """docs/architecture.md's "Tests": a helper or case table that several test modules need lives in tests/kit/;
+    a test module imported by another runs its own module-level code there, and ties the two files' edits."""
+    tests = set(_test_modules())
+    assert len(tests) > 100 and "tests.client.test_fast_path" in tests
+    bad = {m: sorted(_test_modules_imported(p.read_text(encoding="utf-8"), m, tests))
+           for m, p in _test_modules().items()}
+    assert {m: v for m, v in bad.items() if v} == {}
+
+
+def test_the_test_import_check_sees_every_form():
+    tests = {"tests.a.test_x", "tests.a.test_y", "tests.b.test_z"}
+    forms = {
+        "from tests.a.test_y import helper": {"tests.a.test_y"},
+        "from tests.a import test_y": {"tests.a.test_y"},
+        "import tests.b.test_z": {"tests.b.test_z"},
+        "import tests.b.test_z as z": {"tests.b.test_z"},
+        "from .test_y import helper": {"tests.a.test_y"},
+        "from . import test_y, test_x": {"tests.a.test_y"},
+        "from ..b.test_z import helper": {"tests.b.test_z"},
+        "from ..b import test_z": {"tests.b.test_z"},
+        "def f():\n    from tests.b.test_z import helper": {"tests.b.test_z"},
+        "from tests.kit.run import kneecap_run": set(),
+        "from tests.a.test_x import helper": set(),  # itself
+        "import tests.a": set(),
+    }
+    got = {src: _test_modules_imported(src, "tests.a.test_x", tests) for src in forms}
+    assert got == forms

@@ -22,7 +22,7 @@ from harness.client.openai import StreamTracker
 from harness.client.reader import ResponseReader
 from harness.client.stream import OutputTracker, StreamProtocolError, decode_json
 from harness.sim.chat_stream import StreamFormat
-from tests.client import test_openai_chunks, test_reader  # their cases, read both ways here
+from tests.kit.bad_chunks import BROKEN_EVENTS, JSON_EDGES, PROTOCOL_ERRORS, WRONG_SHAPES, WRONG_TYPES, WRONG_USAGE
 from tests.kit.wire import END, SSE_HEAD, STREAM, chunked, event
 
 START = 100.0
@@ -212,25 +212,18 @@ def test_random_continuous_usage_streams_give_the_same_record(seed):
     assert fast > 0
 
 
-# -- the parser corpus of the other client tests, inside a stream the fast path is engaged in --------------------
-
-def _params(test) -> list:
-    """The cases of a parametrized test (first argument), so this corpus grows with theirs."""
-    return [p[0] if isinstance(p, tuple) else p for m in test.pytestmark if m.name == "parametrize" for p in m.args[1]]
-
+# -- the parser corpus of the other client tests (tests/kit/bad_chunks.py), in a stream the fast path is engaged in
 
 CORPUS: list[bytes] = [
-    *(c.encode() for c in _params(test_openai_chunks.test_protocol_errors_are_classified)),
-    *(json.dumps(o).encode() for o in
-      _params(test_openai_chunks.test_wrong_types_are_a_bad_response_that_names_the_field)),
-    *(c.encode() for c in _params(test_openai_chunks.test_the_fast_decode_answers_as_json_loads)),
-    *_params(test_reader.test_chunks_of_the_wrong_shape_are_a_bad_response_at_their_arrival),
-    *(b'{"id": "c", "choices": [], ' + u + b"}" for u in
-      _params(test_reader.test_usage_of_the_wrong_type_is_a_bad_response_and_no_count_is_kept)),
+    *(c.encode() for c, _ in PROTOCOL_ERRORS),
+    *(json.dumps(o).encode() for o, _ in WRONG_TYPES),
+    *(c.encode() for c in JSON_EDGES),
+    *WRONG_SHAPES,
+    *(b'{"id": "c", "choices": [], ' + u + b"}" for u in WRONG_USAGE),
 ]
 EVENTS: list[bytes] = [
     *(ev(c) for c in CORPUS),
-    *(d for d in _params(test_reader.test_a_broken_chunk_fails_at_its_arrival_keeping_the_times_reached)),
+    *(d for d, _, _ in BROKEN_EVENTS),
     *STREAM, event({"reasoning_content": "hm"}), event({"reasoning": " so"}),
     event({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, finish="tool_calls"),
     event({"content": "z"}, finish="stop")[:-3] + b',"usage":{"prompt_tokens":4,"completion_tokens":7}}'

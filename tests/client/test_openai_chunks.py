@@ -8,6 +8,7 @@ import pytest
 
 from harness.client.openai import StreamProtocolError, StreamTracker, build_body
 from harness.workload.prompts import Prompt
+from tests.kit.bad_chunks import JSON_EDGES, PROTOCOL_ERRORS, WRONG_TYPES
 
 
 def chunk(delta=None, text=None, finish=None, usage=None, rid="r1"):
@@ -44,47 +45,14 @@ def test_completions_text_chunks():
     assert t.chunk_times == [1.0, 3.0] and t.finish_reason == "length"
 
 
-@pytest.mark.parametrize("data,kind", [
-    ("{not json", "malformed_chunk"),
-    ("[1, 2]", "bad_response"),
-    ('{"choices": [7]}', "bad_response"),
-    ('{"choices": [{"delta": "text"}]}', "bad_response"),
-    ('{"error": {"message": "model overloaded", "code": 503}}', "stream_error"),
-    ("[" * 100_000, "malformed_chunk"),  # json.loads raises RecursionError, not ValueError
-])
+@pytest.mark.parametrize("data,kind", PROTOCOL_ERRORS)
 def test_protocol_errors_are_classified(data, kind):
     with pytest.raises(StreamProtocolError) as err:
         StreamTracker(0.0).on_event(1.0, data)
     assert err.value.kind == kind
 
 
-@pytest.mark.parametrize("obj,problem", [
-    ([1, 2], "server chunk is an array, expected an object"),
-    ("error", "server chunk is 'error', expected an object"),
-    (None, "server chunk is null, expected an object"),
-    ({"choices": "abc"}, "server chunk's choices is 'abc', expected an array"),
-    ({"choices": {"0": {}}}, "server chunk's choices is an object, expected an array"),
-    ({"choices": 5}, "server chunk's choices is 5, expected an array"),
-    ({"choices": [7]}, "server chunk's choices[0] is 7, expected an object"),
-    ({"choices": [{"delta": "text"}]}, "server chunk's choices[0].delta is 'text', expected an object"),
-    ({"choices": [{"delta": ["a"]}]}, "server chunk's choices[0].delta is an array, expected an object"),
-    ({"choices": [{"text": "a", "finish_reason": 7}]}, "server chunk's choices[0].finish_reason is 7, expected a "
-                                                       "string"),
-    ({"choices": [{"delta": {}, "finish_reason": {"why": "stop"}}]},
-     "server chunk's choices[0].finish_reason is an object, expected a string"),
-    ({"choices": [], "usage": "all of it"}, "server chunk's usage is 'all of it', expected an object"),
-    ({"choices": [], "usage": [3]}, "server chunk's usage is an array, expected an object"),
-    ({"choices": [], "usage": {"prompt_tokens": "fifty", "completion_tokens": 3}},
-     "server chunk's usage.prompt_tokens is 'fifty', expected an integer >= 0"),
-    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": "3"}},
-     "server chunk's usage.completion_tokens is '3', expected an integer >= 0"),
-    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": -1}},
-     "server chunk's usage.completion_tokens is -1, expected an integer >= 0"),
-    ({"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": 3}},
-     "server chunk's usage.prompt_tokens is true, expected an integer >= 0"),
-    ({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2.5}},
-     "server chunk's usage.completion_tokens is 2.5, expected an integer >= 0"),
-])
+@pytest.mark.parametrize("obj,problem", WRONG_TYPES)
 def test_wrong_types_are_a_bad_response_that_names_the_field(obj, problem):
     data = json.dumps(obj)
     t = StreamTracker(0.0)
@@ -103,10 +71,7 @@ def test_null_and_absent_fields_are_not_wrong_types():
     assert t.chunk_times == [1.0] and (t.prompt_tokens, t.completion_tokens) == (4, None)
 
 
-@pytest.mark.parametrize("data", [
-    ' {"id": "w", "choices": []}', '{"id": "w", "choices": []}\t ', '{"id": "w", "choices": []}{"id": "x"}',
-    '{"id": "w", "choices": []} x', '', '\ufeff{"id": "w"}', '{"id": "\u00e9", "choices": []}',
-])
+@pytest.mark.parametrize("data", JSON_EDGES)
 def test_the_fast_decode_answers_as_json_loads(data):
     """Around the fast path (one JSON value, nothing else) json.loads decides: same objects, same errors."""
     try:

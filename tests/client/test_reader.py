@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.client.reader import MAX_ERROR_BODY
+from tests.kit.bad_chunks import BROKEN_EVENTS, WRONG_SHAPES, WRONG_USAGE
 from tests.kit.wire import DONE, END, LAST, ROLE, SSE_HEAD, START, STREAM, USAGE, A, B, chunked, event, read, wire
 
 
@@ -104,13 +105,7 @@ def test_close_without_length_ends_an_error_body_as_truncated():
     assert (rec.error, rec.status, rec.e2e_s) == ("truncated", 500, pytest.approx(0.02))
 
 
-@pytest.mark.parametrize("data,kind,detail", [
-    (b"data: {not json\n\n", "malformed_chunk", "chunk is not JSON: '{not json'"),
-    (b'data: {"choices": [7]}\n\n', "bad_response",
-     "server chunk's choices[0] is 7, expected an object: '{\"choices\": [7]}'"),
-    (b'data: {"error": {"message": "model overloaded"}}\n\n', "stream_error",
-     "server error in stream: model overloaded"),
-])
+@pytest.mark.parametrize("data,kind,detail", BROKEN_EVENTS)
 def test_a_broken_chunk_fails_at_its_arrival_keeping_the_times_reached(data, kind, detail):
     r = read((0.01, SSE_HEAD + chunked(A)), (0.02, chunked(B)), (0.03, chunked(data)), (0.04, chunked(LAST)))
     rec = r.record
@@ -202,12 +197,7 @@ def test_retry_after_seconds_must_be_a_finite_delay(value, seconds):
     assert rec.error == "http_429" and rec.retry_after_s == seconds
 
 
-@pytest.mark.parametrize("usage", [
-    b'"usage": {"prompt_tokens": "fifty", "completion_tokens": "three"}',
-    b'"usage": {"prompt_tokens": 9, "completion_tokens": "3"}',
-    b'"usage": "lots"',
-    b'"usage": [9, 3]',
-])
+@pytest.mark.parametrize("usage", WRONG_USAGE)
 def test_usage_of_the_wrong_type_is_a_bad_response_and_no_count_is_kept(usage):
     bad = b'data: {"id": "c", "choices": [], ' + usage + b"}\n\n"
     rec = read((0.01, wire(A, LAST, bad, DONE))).record
@@ -215,11 +205,7 @@ def test_usage_of_the_wrong_type_is_a_bad_response_and_no_count_is_kept(usage):
     assert rec.prompt_tokens is None and rec.output_tokens == 2 and rec.output_tokens_counted
 
 
-@pytest.mark.parametrize("chunk", [
-    b'{"id": "c", "choices": "a"}', b'{"id": "c", "choices": {"0": {"delta": {"content": "a"}}}}',
-    b'{"id": "c", "choices": [{"delta": "a"}]}', b'{"id": "c", "choices": [{"delta": {}, "finish_reason": 1}]}',
-    b'["c"]', b'"c"', b"7", b"null", b"true",
-])
+@pytest.mark.parametrize("chunk", WRONG_SHAPES)
 def test_chunks_of_the_wrong_shape_are_a_bad_response_at_their_arrival(chunk):
     r = read((0.01, SSE_HEAD + chunked(A)), (0.02, chunked(b"data: " + chunk + b"\n\n")), (0.03, chunked(LAST)))
     rec = r.record

@@ -1,5 +1,6 @@
 """summary.json for the tests of its validation and read model, the report and compare commands, and bad input:
-as the master writes it (``written``, from the real result types), broken on purpose (``break_``), as schema 1
+as the master writes it (``written``, from the real result types), with a mix's two classes on every step
+(``with_classes``: the report's class tables and the live dashboard), broken on purpose (``break_``), as schema 1
 wrote it (``version1``), and a version 2 file written by hand (``hand_made_v2``)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 
-__all__ = ["break_", "hand_made_v2", "version1", "written"]
+__all__ = ["break_", "hand_made_v2", "version1", "with_classes", "written"]
 
 
 def _bucket(n: int, fail: int = 0, open_loop: bool = False) -> Bucket:
@@ -66,6 +67,23 @@ def written(mode: str = "closed", cost: bool = False) -> dict:
         summary.cost = run_cost(spec, [r.cost for r in steps], judged={0: True, 1: True}, knee_index=1,
                                 max_load_within_slo=8, slo_given=True)
     return summary.to_json()
+
+
+def with_classes(ttft_p95: float) -> dict:
+    """``written()`` with two classes of a mix on every step: chat (75 requests, TTFT p95 ``ttft_p95`` ms) and rag
+    (25 requests, one failed, its error-rate SLO failed)."""
+    s = written()
+    for st in s["steps"]:
+        st["classes"] = [
+            {"name": "chat", "weight_share": 0.75, "requests": 75, "share": 0.75, "failed": 0, "error_rate": 0.0,
+             "latency_ms": {"ttft": {"count": 75, "p50": 10.0, "p90": 20.0, "p95": ttft_p95, "p99": 40.0},
+                            "tpot": {"count": 75, "p50": 5.0, "p90": 6.0, "p95": 7.0, "p99": 8.0}},
+             "tokens_per_s_per_user": None, "output_tokens": 100, "slo": [], "slo_passed": None, "sampled": None},
+            {"name": "rag", "weight_share": 0.25, "requests": 25, "share": 0.25, "failed": 1, "error_rate": 0.04,
+             "latency_ms": {}, "tokens_per_s_per_user": None, "output_tokens": 0,
+             "slo": [{"threshold": "error_rate: rate<0.01", "observed": 0.04, "passed": False,
+                      "abort_on_fail": False}], "slo_passed": False, "sampled": None}]
+    return s
 
 
 def break_(path: str, value: object) -> dict:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import pytest
 
 from harness.metrics.aggregate import ROWS_CAP
+from tests.kit.influx import slow_db
 from tests.kit.run import RunResult, kneecap_run, write_scenario
 from tests.kit.servers import CannedServer, sse_reply
-from tests.sinks.test_slow_influx import slow_db
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("secrets")]  # one shared run per module
 SECRETS = {"KNEECAP_TEST_API_KEY": "sk-kneecap-test-4f1c9e2a", "KNEECAP_TEST_GATEWAY": "gw-kneecap-test-7d3b0a61",

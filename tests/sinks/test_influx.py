@@ -8,7 +8,6 @@ import json
 import shutil
 import signal
 import subprocess
-import textwrap
 import time
 import urllib.parse
 import urllib.request
@@ -17,8 +16,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.kit.influx import scenario, summary_of
 from tests.kit.procs import Lines, free_port, port_below_ephemeral
-from tests.kit.run import KNEECAP, start_kneecap_run, write_scenario
+from tests.kit.run import KNEECAP, start_kneecap_run
 from tests.kit.scenarios import STAIRS
 
 pytestmark = pytest.mark.integration
@@ -64,26 +64,11 @@ def export(url: str, run: str) -> dict[tuple, list[float]]:
     return out
 
 
-def scenario(tmp_path, load: str, influx_url: str, window_s: float = 1.0):
-    return write_scenario(tmp_path, textwrap.dedent(f"""
-        name: influx-test
-        endpoint: {{api: chat, model: sim-tiny}}
-        workload: {{input_tokens: 100, output_tokens: 20}}
-        sinks: {{influxdb: {{url: "{influx_url}", org: kneecap, bucket: kneecap, window_s: {window_s}}}}}
-    """) + load)
-
-
 def finish(proc: subprocess.Popen, out: Lines) -> str:
     """Wait for a run whose output ``out`` is reading; all of its output."""
     proc.wait(timeout=120)
     out.join()
     return out.text()
-
-
-def summary_of(tmp_path, output: str = "") -> dict:
-    path = tmp_path / "out" / "summary.json"
-    assert path.exists(), f"the run wrote no summary.json; its output:\n{output}"
-    return json.loads(path.read_text())
 
 
 COST = "cost: {per_hour: 4.2, input_per_mtok: 0.5, output_per_mtok: 1.5}\n"

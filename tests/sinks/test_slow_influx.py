@@ -5,80 +5,16 @@ loop), the console says the sink is down, behind, back and caught up, and every 
 
 from __future__ import annotations
 
-import http.server
 import itertools
 import re
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
+from tests.kit.influx import HANG_S, SLOW_S, scenario, slow_db, summary_of
 from tests.kit.run import start_kneecap_run
-from tests.sinks.test_influx import scenario, summary_of
 
 pytestmark = pytest.mark.integration
-HANG_S, SLOW_S, SLOW_WRITE_S = 5.5, 5.0, 3.0
-"""Phases from the first write: no answer at all (the first write times out at 5 s), then each write answered after
-SLOW_WRITE_S (two of them), then at once."""
-
-
-class _Db(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Write)
-        self.lines: list[str] = []
-        self.sizes: list[int] = []
-        """Lines per write stored."""
-        self.tokens: set[str] = set()
-        """The Authorization headers the writes came with."""
-        self.first: float | None = None
-        self.lock = threading.Lock()
-        self.closing = threading.Event()
-
-    def phase(self) -> str:
-        since = time.monotonic() - (self.first or time.monotonic())
-        return "hang" if since < HANG_S else "slow" if since < HANG_S + SLOW_S else "fast"
-
-
-class _Write(http.server.BaseHTTPRequestHandler):
-    server: _Db
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        db = self.server
-        with db.lock:
-            db.first = db.first or time.monotonic()
-            db.tokens.add(self.headers.get("Authorization", ""))
-        phase = db.phase()
-        if phase == "hang":  # take the request, never answer: the client's timeout must end it
-            db.closing.wait(30)
-            return
-        if phase == "slow":
-            time.sleep(SLOW_WRITE_S)
-        with db.lock:
-            db.lines += body.decode().splitlines()
-            db.sizes.append(len(body.decode().splitlines()))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *_: object) -> None:
-        pass
-
-
-@contextmanager
-def slow_db() -> Iterator[_Db]:
-    db = _Db()
-    thread = threading.Thread(target=db.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield db
-    finally:
-        db.closing.set()
-        db.shutdown()
-        db.server_close()
 
 
 def test_a_slow_then_hung_database_delays_no_window_and_loses_no_point(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.report.validate import as_summary
 from harness.web.dashboard import COLUMNS, MAX_HISTORY, payload, search_panel
 from tests.kit.dashboard import LINE, mid_search
-from tests.kit.summaries import written
+from tests.kit.summaries import with_classes, written
 
 
 def live(data: dict, history: list[dict] | None = None) -> dict:
@@ -81,9 +81,7 @@ def test_sessions_and_prefix_cache_come_from_the_latest_step_that_has_them():
 
 
 def test_a_mix_shows_each_class_at_the_knees_step():
-    from tests.report.test_class_tables import _with_classes
-
-    data = _with_classes(30.0)
+    data = with_classes(30.0)
     out = live(data)["classes"]
     assert out["step"] == data["knee"]["step_index"] and [name for name, _ in out["figures"]] == ["chat", "rag"]
     chat, rag = (text for _, text in out["figures"])
