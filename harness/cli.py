@@ -209,7 +209,7 @@ def run(scenario: str | None, host: str | None, workers: int | None, out: str | 
     """Run a scenario's load plan headless, find the knee, check the SLOs, write results.
 
     Without SCENARIO, runs the built-in default (chat-shaped traffic). Exit codes: 0 ok, 1 error,
-    2 usage or invalid input, 3 an SLO failed, 4 no valid result (no data, unreliable generator),
+    2 usage or invalid input, 3 an SLO failed, 4 no valid result (no step counted),
     5 degraded (a worker was lost).
     """
 

@@ -19,10 +19,11 @@ USAGE = 2
 """A usage error (bad flag, click's code), an invalid scenario or input file (trace, log, summary); nothing was run."""
 
 SLO_FAILED = 3
-"""A valid result in which an SLO failed at a step up to the knee (every step when there is no knee)."""
+"""A valid result in which an SLO failed at a counted step up to the knee (every counted step without a knee)."""
 
 NO_VALID_RESULT = 4
-"""No valid result: no summary was written, no request succeeded, or the generator was unreliable at every step."""
+"""No valid result: no summary was written, or no step with successes counted (``analysis/counted.py``: its
+generator was unreliable, it was cut short)."""
 
 DEGRADED = 5
 """Otherwise OK, but the fleet lost a worker during the run: the steps it hit were re-run or not judged

@@ -20,6 +20,7 @@ from msgspec import UnsetType
 from harness import exitcodes
 from harness.analysis.classes import class_figures, class_tail_lines, mix_step, probe_line
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+from harness.analysis.counted import WHY, not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
 from harness.analysis.summary_blocks import Generator
@@ -43,8 +44,9 @@ def _read_summary(path: str) -> Summary:
 
 
 def _untrusted(summary: Summary) -> list[str]:
-    """One line per step kneecap could not time as it promises: its generator lagged (the step is not judged), or
-    some of its chunk times may be late by more than 1 ms (judged: ITL and fast TTFTs are what that moves)."""
+    """One line per step kneecap could not time as it promises: its generator lagged, or it was cut short (neither
+    counts, ``analysis.counted``), or some of its chunk times may be late by more than 1 ms (counted: ITL and fast
+    TTFTs are what that moves)."""
     out = []
     for st in summary.steps:
         g = st.generator
@@ -52,11 +54,13 @@ def _untrusted(summary: Summary) -> list[str]:
         if not g.reliable and g.send_lag_p99_ms and g.send_lag_p99_ms > limit:
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its requests went out late (send lag p99 "
                        f"{g.send_lag_p99_ms} ms, limit {limit:g}; event-loop lag p99 {g.lag_p99_ms} ms): the load "
-                       "generator added latency, so the knee search skips it")
+                       f"generator added latency, {_NOT_COUNTED}")
         elif not g.reliable:
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its event-loop lag p99 was {g.lag_p99_ms} ms "
-                       f"(limit {limit:g}): the load generator added latency, so the knee search skips it"
-                       + _held_off(g))
+                       f"(limit {limit:g}): the load generator added latency, {_NOT_COUNTED}" + _held_off(g))
+        elif not_counted(st) == "incomplete":
+            out.append(f"NOT COUNTED: step {st.index} ({st.level:g}, {st.requests:,} requests): {WHY['incomplete']}, "
+                       f"{_NOT_COUNTED}")
         if g.stamps_flagged is True:
             d = st.delivery
             why = ("the reader fell behind and one receive brought several chunks under one time" if
@@ -68,6 +72,8 @@ def _untrusted(summary: Summary) -> list[str]:
                        "and TTFT are uncertain at that scale")
     return out
 
+
+_NOT_COUNTED = "so the step is not counted: it neither moves the knee nor passes or fails an SLO"
 
 _DELIVERY = {"path": "BUFFERED", "server_writes": "BATCHED WRITES"}
 """The console's word for each cause of bunched chunks (``analysis.delivery``)."""
@@ -156,6 +162,7 @@ def keep_checkpoint(out: str, returncode: int | None, say: Callable[[str], None]
     """After a master that ended without ``summary.json`` (killed, crashed, out of memory): its last checkpoint
     (``load/master.py``: the first is written as the run begins) becomes the summary, marked ``incomplete``, with exit
     code MASTER_LOST; True then. False when the master wrote its summary, or ended before the run began."""
+    from harness.analysis.verdict import ExitFacts, run_exit_code
     from harness.sinks.files import CHECKPOINT, write_json_atomic
 
     path, kept = os.path.join(out, "summary.json"), os.path.join(out, CHECKPOINT)
@@ -172,7 +179,7 @@ def keep_checkpoint(out: str, returncode: int | None, say: Callable[[str], None]
         return False
     data["incomplete"] = (f"the master was lost ({how}); the steps judged up to its last checkpoint "
                           f"({len(steps)} complete of {len(data['steps'])})")
-    data["exit_code"] = exitcodes.MASTER_LOST
+    data["exit_code"] = run_exit_code((), None, ExitFacts(master_lost=True))
     write_json_atomic(path, data)
     os.remove(kept)
     say(f"MASTER LOST: {data['incomplete']}")

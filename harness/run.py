@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import exitcodes
 from harness.capacity.store import record_run, scenario_hash
 from harness.load.options import KneecapOptions
 from harness.outcome import keep_checkpoint, say_verdict, write_processes
@@ -130,10 +129,10 @@ def run(opts: RunOptions, say: Callable[[str], None] = print, interrupted: threa
             relay.stop()
     if supervisor.stopped_early and interrupted is not None:
         interrupted.set()
-    lost = master is not None and not supervisor.killed and keep_checkpoint(out, master.proc.returncode, say)
+    if master is not None and not supervisor.killed:  # a lost master's checkpoint becomes the summary, code 7
+        keep_checkpoint(out, master.proc.returncode, say)
     report_cpu: list[float] = []
     code = say_verdict(out, say, report_cpu, report=opts.report)
-    code = exitcodes.MASTER_LOST if lost else code
     write_processes(out, [c for c in (master, *workers, sim) if c is not None], report_cpu, say)
     stored = record_run(out, run_id=run_id, results_dir=sc.results_dir, scenario_path=opts.scenario, digest=digest,
                         labels=opts.labels, overrides=overrides, server=opts.server)

@@ -46,19 +46,50 @@ def test_readme_table_lists_every_code():
 
 
 def test_run_exit_code_precedence_lives_in_one_place() -> None:
-    """Merge errors beat everything; a passing run that lost a worker is DEGRADED; a failing one keeps its code."""
+    """A lost master first; then figures that may miss data (a report not merged, a sink failed); a passing run that
+    lost a worker is DEGRADED; a failing one keeps its code; no counted step is no valid result."""
+    import dataclasses
+
     from harness.analysis.results import GeneratorHealth, SloVerdict, StepResult, Throughput
-    from harness.analysis.verdict import run_exit_code
+    from harness.analysis.verdict import ExitFacts, run_exit_code
 
     step = StepResult(index=0, mode="closed", level=4, duration_s=10, warmup_s=1, requests=10, ok=10, failures={},
                       warmup_requests=1, throughput=Throughput(requests_per_s=1, output_tokens_per_s=1,
                                                                input_tokens_per_s=1, goodput_per_s=1),
                       latency_ms={}, tokens_per_s_per_user={}, output_tokens_counted=0, prompt_length_error=None,
-                      generator=GeneratorHealth(lag_p99_ms=1, lag_max_ms=1, cpu_max_pct=10, reliable=True))
+                      generator=GeneratorHealth(lag_p99_ms=1, lag_max_ms=1, cpu_max_pct=10, reliable=True),
+                      complete=True)
     passed = SloVerdict(thresholds=[], passed=True, max_load_within_slo=4)
     failed = SloVerdict(thresholds=["ttft: p(99)<1"], passed=False, max_load_within_slo=None)
-    assert run_exit_code([step], passed, merge_errors=1, lost=False) == exitcodes.ERROR
-    assert run_exit_code([step], passed, merge_errors=0, lost=False) == exitcodes.OK
-    assert run_exit_code([step], passed, merge_errors=0, lost=True) == exitcodes.DEGRADED
-    assert run_exit_code([step], failed, merge_errors=0, lost=True) == exitcodes.SLO_FAILED
-    assert run_exit_code([], passed, merge_errors=0, lost=True) == exitcodes.NO_VALID_RESULT
+    assert run_exit_code([step], failed, ExitFacts(master_lost=True, merge_errors=1)) == exitcodes.MASTER_LOST
+    assert run_exit_code([step], failed, ExitFacts(merge_errors=1)) == exitcodes.ERROR
+    assert run_exit_code([step], failed, ExitFacts(sink_failed=True)) == exitcodes.ERROR
+    assert run_exit_code([step], passed) == exitcodes.OK
+    assert run_exit_code([step], passed, ExitFacts(worker_lost=True)) == exitcodes.DEGRADED
+    assert run_exit_code([step], failed, ExitFacts(worker_lost=True)) == exitcodes.SLO_FAILED
+    assert run_exit_code([], passed, ExitFacts(worker_lost=True)) == exitcodes.NO_VALID_RESULT
+    cut = dataclasses.replace(step, complete=False)
+    assert run_exit_code([cut], passed) == exitcodes.NO_VALID_RESULT  # a step cut short does not count
+
+
+def test_only_verdict_writes_an_exit_code() -> None:
+    """No module of harness/ but the verdict assigns a run's exit code (a summary's ``exit_code`` or the dict key)."""
+    import glob
+
+    writers = []
+    for path in glob.glob(os.path.join(ROOT, "harness", "**", "*.py"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            for node in ast.walk(ast.parse(f.read())):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                for t in targets:
+                    if (isinstance(t, ast.Attribute) and t.attr == "exit_code") or (
+                            isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+                            and t.slice.value == "exit_code"):
+                        writers.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert all("run_exit_code" in _line(w) for w in writers), writers
+
+
+def _line(where: str) -> str:
+    path, line = where.rsplit(":", 1)
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read().splitlines()[int(line) - 1]

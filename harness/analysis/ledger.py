@@ -8,17 +8,11 @@ One ``StepState`` per step owns everything the run knows of it: its boundaries, 
 server's scrapes, the knee metric's halves, and once judged its judgement, tail attribution and TTFT split.
 The fleet's merged buckets stay in ``Fleet`` (keyed by step and phase, as the wire ships them).
 
-Judging: a step is judged once its data is complete — every worker has reported from a later step
-(``Fleet.step_complete``), or the run ended and the last flushes arrived. A complete step's data can no
-longer change, so its judgement (knee point, SLO checks, stationarity), tail attribution and TTFT split are
-computed once, then its request rows are let go; only the knee is re-found over the kept points at each
-``judge``. Reading (``results``) changes nothing.
-
-Fleet changes: a step during which a worker was lost or joined did not run at the load it names, so it is
-not judged; the master re-runs its level (``load/master.py``), which gives it a fresh warm-up.
-
-Which p99: the knee and the SLOs rank failed requests as misses (``analysis/judge.py``); the summary calls
-that figure ``p99_slo`` next to ``p99``, the successes' p99 (the two agree when nothing failed).
+Judging: a step is judged once its data is complete (every worker has reported from a later step, or the run
+ended and the last flushes arrived): its judgement, tail attribution and TTFT split are computed once, then its
+request rows go; only the knee is re-found at each ``judge``. Only counted steps (``analysis/counted.py``) move the
+knee or pass an SLO; a step the fleet changed under is not judged at all (its level is re-run). The knee and the
+SLOs rank failed requests as misses (``p99_slo``, ``analysis/judge.py``). Reading (``results``) changes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ from typing import TYPE_CHECKING
 from harness.analysis.cancel_slots import cancel_slots
 from harness.analysis.class_rows import add_cancelled, add_rows_detail
 from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
+from harness.analysis.counted import why_not
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
@@ -41,7 +36,7 @@ from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_kne
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
 from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
 from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
-from harness.analysis.search import DRAIN_E2E_FACTOR, PREDICTED, Decision, Probe, SearchGrid, choose, search_line
+from harness.analysis.search import PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep, TimeSeries
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.step_columns import StepColumns
@@ -71,10 +66,13 @@ class Judgement:
     slo: list[SloCheck]
     stationary: bool | None
     error_rate: float
+    why: str | None = None
+    """Why the step does not count (``analysis.counted``); None when it does."""
 
     @property
     def slo_passed(self) -> bool | None:
-        return all(c.passed for c in self.slo) if self.slo else None
+        """Every SLO held; None without SLOs or when the step does not count (it can neither pass nor fail)."""
+        return all(c.passed for c in self.slo) if self.slo and self.why is None else None
 
 
 @dataclass
@@ -241,20 +239,6 @@ class Ledger:
         """Where a search stands, in one line: "knee between 24 and 32 users; next: 28"."""
         return search_line(self.decision, self.current, level_unit(self.mode))
 
-    def drain_warmup(self, prev: StepInfo, level: float) -> tuple[float | None, str]:
-        """The warm-up of a step at ``level`` after ``prev``: the plan's, or, going down in load, long enough for
-        ``prev``'s requests to finish (``DRAIN_E2E_FACTOR`` × its e2e p99, at most the step's max duration): the
-        lighter step must not measure the heavier one's queue."""
-        spec = self.scenario.load.step
-        e2e = self.measured(prev.index).sketches.get("e2e")
-        if level >= prev.level or e2e is None or not e2e.count:
-            return None, ""
-        drain = min(DRAIN_E2E_FACTOR * e2e.quantile(0.99), spec.max_duration_s)
-        if drain <= spec.warmup_s:
-            return None, ""
-        return drain, (f"drain after {prev.level:g} {level_unit(self.mode)}: {DRAIN_E2E_FACTOR:g} x its e2e p99 "
-                       f"({e2e.quantile(0.99):.1f} s)")
-
     def measured(self, index: int) -> Bucket:
         return self.fleet.bucket(index, "measure")
 
@@ -269,7 +253,8 @@ class Ledger:
             bucket = self.measured(info.index)
             if bucket.requests and not info.fleet_changed:
                 self._judge(st, bucket)
-        self.knee = find_knee(by_load([s.judgement.point for s in self.states if s.judgement is not None]),
+        self.knee = find_knee(by_load([s.judgement.point for s in self.states
+                                       if s.judgement is not None and s.judgement.why is None]),
                               self.knee_params, label=self.knee_label)
         return self.knee
 
@@ -304,9 +289,11 @@ class Ledger:
         mid = info.started + info.warmup_s + duration / 2
         first, second = st.halves.split(mid)
         st.halves = Halves()
+        why = why_not(requests=bucket.requests, fleet_changed=info.fleet_changed, complete=self._complete(st, 0.0),
+                      reliable=reliable)
         st.judgement = Judgement(step_point(info.index, info.level, bucket, metric, reliable, duration, lag_ms=lag_ms,
                                             server=st.server), evaluate_slo(self.scenario.slo, bucket),
-                                 is_stationary(first, second), sum(bucket.failures.values()) / bucket.requests)
+                                 is_stationary(first, second), sum(bucket.failures.values()) / bucket.requests, why)
         if bucket.rows:  # the analysis's own rows: its arrays are read in place (nothing may grow them meanwhile)
             held, bucket.rows = [bucket.rows], RowSample(bucket.rows.cap)
 
@@ -357,12 +344,20 @@ class Ledger:
                          output_tokens_per_s=r.throughput.output_tokens_per_s,
                          floor=floor_of([t.text for t in self.scenario.slo], r.slo))
 
+    def _complete(self, st: StepState, now: float) -> bool:
+        """The step ran its measured part to the plan's end (a step before the last one always did)."""
+        info = st.info
+        return info.index < len(self.states) - 1 or info.ended_why in PLAN_ENDS or \
+            self.plan.step_done(info.elapsed_s(now), self.measured(info.index).requests, warmup_s=info.warmup_s)
+
     def stop_reason(self) -> str | None:
         """Why the plan should stop now (knee confirmed, error storm, abort_on_fail), from the judged steps."""
         judged = [(s.index, s.judgement) for s in self.states if s.judgement is not None]
-        # a search ends when its bracket is within the resolution (``load/control.py``), not at the first knee
+        # a search ends when its bracket is within the resolution (``load/control.py``), not at the first knee; only
+        # a counted step fails an SLO (an unreliable generator's latencies are its own)
         reason = stop_reason(Knee(False) if self.scenario.load.search else self.knee, [j.error_rate for _, j in judged],
-                             [c.threshold for _, j in judged for c in j.slo if c.abort_on_fail and not c.passed])
+                             [c.threshold for _, j in judged for c in j.slo
+                              if c.abort_on_fail and not c.passed and j.why is None])
         if reason is not None and reason.startswith("error storm"):  # say which failures, and the likely fix
             bucket = self.measured(judged[-1][0])
             top = max(bucket.failures, key=bucket.failures.__getitem__)
@@ -375,13 +370,11 @@ class Ledger:
         out = []
         first = next((s for s in self.states if not s.info.fleet_changed and self.measured(s.index).requests), None)
         baseline = self.measured(first.index) if first is not None else None  # agent stall is against it
-        last = len(self.states) - 1
         for st in self.states:
             info, bucket = st.info, self.measured(st.index)
             warmup = self.fleet.steps.get((info.index, "warmup"))
             r = step_result(info, bucket, st.generator or self.generator(), now=now, mode=self.mode, warmup=warmup)
-            r.complete = info.index < last or info.ended_why in PLAN_ENDS or \
-                self.plan.step_done(info.elapsed_s(now), bucket.requests, warmup_s=info.warmup_s)
+            r.complete = self._complete(st, now)
             j = st.judgement
             if j is not None:
                 r.stationary, r.slo_passed, r.slo = j.stationary, j.slo_passed, j.slo

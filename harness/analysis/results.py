@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.analysis.counted import not_counted
 from harness.analysis.knee import Knee
 
 if TYPE_CHECKING:
@@ -211,8 +212,9 @@ class StepResult:
                    tokens_per_s_per_user=self.tokens_per_s_per_user, output_tokens_counted=self.output_tokens_counted,
                    prompt_length_error=self.prompt_length_error, generator=vars(self.generator).copy(),
                    fleet_changed=self.fleet_changed, workers_lost=list(self.workers_lost),
-                   workers_joined=list(self.workers_joined), complete=self.complete, stationary=self.stationary,
-                   slo_passed=self.slo_passed,
+                   workers_joined=list(self.workers_joined), complete=self.complete)
+        why = not_counted(self)
+        out.update(counted=why is None, why=why, stationary=self.stationary, slo_passed=self.slo_passed,
                    slo=[vars(c).copy() for c in self.slo], new_connections=self.new_connections,
                    new_connection_share=self.new_connection_share)
         if self.cancelled:

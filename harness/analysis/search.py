@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.steps import StepInfo
 
-__all__ = ["DRAIN_E2E_FACTOR", "PREDICTED", "Decision", "Probe", "SearchGrid", "choose", "search_line",
-           "search_summary", "verdicts"]
+__all__ = ["DRAIN_E2E_FACTOR", "PREDICTED", "Decision", "Probe", "SearchGrid", "choose", "drain_warmup",
+           "search_line", "search_summary", "verdicts"]
 
 DRAIN_E2E_FACTOR = 1.5
-"""Going down in load, the warm-up lasts this many times the heavier step's e2e p99 (``Ledger.drain_warmup``):
+"""Going down in load, the warm-up lasts this many times the heavier step's e2e p99 (``drain_warmup``):
 every request that step started, queued ones included, has finished by then (its e2e measured that wait)."""
 LATENCY_BRACKET_RATIO = 2.0
 """A pair of levels whose p99 broke without the knee's throughput plateau is looked into when the p99 at least
@@ -281,3 +281,16 @@ def search_summary(*, mode: str, grid: SearchGrid, unit: str, steps: list[StepIn
             "state": state, "bracket": list(decision.bracket) if decision and decision.bracket else None,
             "next": decision.level if decision is not None and state != "stopped" else None,
             "line": search_line(decision, current, unit), "path": path}
+
+
+def drain_warmup(prev: StepInfo, level: float, e2e_p99_s: float | None, *, warmup_s: float, max_duration_s: float,
+                 unit: str) -> tuple[float | None, str]:
+    """The warm-up of a step at ``level`` after ``prev``: the plan's (None), or, going down in load, long enough for
+    ``prev``'s requests to finish (``DRAIN_E2E_FACTOR`` × its e2e p99, at most the step's max duration): the
+    lighter step must not measure the heavier one's queue."""
+    if level >= prev.level or e2e_p99_s is None:
+        return None, ""
+    drain = min(DRAIN_E2E_FACTOR * e2e_p99_s, max_duration_s)
+    if drain <= warmup_s:
+        return None, ""
+    return drain, f"drain after {prev.level:g} {unit}: {DRAIN_E2E_FACTOR:g} x its e2e p99 ({e2e_p99_s:.1f} s)"

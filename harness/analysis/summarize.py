@@ -16,7 +16,7 @@ from harness.analysis.results import RunSummary, StepResult, level_unit
 from harness.analysis.search import search_summary
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
-from harness.analysis.verdict import run_exit_code, slo_verdict
+from harness.analysis.verdict import ExitFacts, run_exit_code, slo_verdict
 
 if TYPE_CHECKING:
     from harness.analysis.ledger import Ledger
@@ -35,6 +35,8 @@ class RunFacts:
     stop_reason: str | None = None
     merge_errors: int = 0
     """Worker reports that could not be merged (e.g. another kneecap version): the run exits 1."""
+    sink_failed: bool = False
+    """A live result sink failed to close (its points may be missing): the run exits 1."""
     clocks: dict[str, dict] = field(default_factory=dict)
     clock_warnings: list[str] = field(default_factory=list)
 
@@ -52,8 +54,8 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
         sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee_index,
         judged={s.index: s.slo_passed for s in steps if s.index in ledger.judged},
         max_load_within_slo=slo.max_load_within_slo, slo_given=bool(slo.thresholds), unit=level_unit(ledger.mode))
-    code = run_exit_code(steps, slo, merge_errors=facts.merge_errors,
-                         lost=any(e.kind == "lost" for e in ledger.fleet_events))
+    code = run_exit_code(steps, slo, ExitFacts(merge_errors=facts.merge_errors, sink_failed=facts.sink_failed,
+                                               worker_lost=any(e.kind == "lost" for e in ledger.fleet_events)))
     return RunSummary(run_id=facts.run_id, scenario=sc.name, host=facts.host, model=sc.endpoint.model,
                       started_at=facts.started_at, ended_at=facts.ended_at, mode=ledger.mode,
                       stop_reason=facts.stop_reason, workers=len(ledger.fleet.worker_step), steps=steps, knee=knee,

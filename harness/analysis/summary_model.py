@@ -91,6 +91,9 @@ class Step(_View, kw_only=True):
     workers_lost: list[str] = []
     workers_joined: list[str] = []
     complete: bool
+    counted: bool | UnsetType = UNSET
+    why: str | UnsetType | None = UNSET
+    """Whether the step counts, and why not (``analysis.counted``: the rule readers apply, older files too)."""
     stationary: bool | None
     slo_passed: bool | None
     slo: list[SloCheck]

@@ -6,13 +6,12 @@ Pareto frontier of output tokens/s against tokens/s per user over every cell's s
     body = capacity_map(outcomes, sweep={"name": "seqs", "axes": [...], "started": ..., "ended": ..., "folder": ...})
     body["best"]["line"]   # "Best for the SLO: max_num_seqs=8 — 24 users within SLO at 1,830 output tokens/s (...)"
 
-Which steps count. A step counts (for the SLO and the frontier) when it is complete, its generator was reliable
-and the fleet did not change under it; any other step is kept in ``frontier.points`` with ``excluded`` saying
-why, and is neither "within SLO" nor on the frontier: its figures say what the generator managed, not what the
-server can do. The largest load within SLO is the largest level L such that every counted, judged step at a
-level <= L met every SLO (``steps[].slo_passed``, the run's own judgement, reused as is). The run's own
-``slo.max_load_within_slo`` counts every judged step that passed, unreliable ones included and past a lighter
-failure too; when the two differ the cell says both.
+Which steps count: the run's own rule (``analysis/counted.py``): a step counts when it measured requests, is
+complete, its generator kept time and the fleet did not change under it; any other step is kept in
+``frontier.points`` with ``excluded`` saying why, and is neither "within SLO" nor on the frontier. The largest load
+within SLO is the run's (``analysis.verdict.within_slo``): the largest level L such that every counted, judged step
+at a level <= L met every SLO. A file from before that rule may say otherwise (``slo.max_load_within_slo`` counted
+every judged step that passed); the cell then says both.
 
 The frontier's x is each step's median tokens/s per user (``tokens_per_s_per_user.p50``: per request
 (n − 1) / (E2E − TTFT), the interactivity a user sees), y its output tokens/s over the measured part. A counted
@@ -24,13 +23,14 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from itertools import groupby
 from typing import Any
 
 from msgspec import UNSET
 
+from harness.analysis.counted import WHY, not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Step, Summary
+from harness.analysis.verdict import within_slo
 from harness.capacity.cells import CellOutcome
 
 __all__ = ["SCHEMA", "X_FIGURE", "Y_FIGURE", "best_line", "capacity_map", "pareto"]
@@ -71,15 +71,8 @@ def _level(x: float | None) -> float | int | None:
 
 
 def _excluded(step: Step) -> str | None:
-    # The run itself does not judge a step the fleet changed under (it re-runs the level); an incomplete step was
-    # cut short; an unreliable generator means the load was not what the step names.
-    if step.fleet_changed:
-        return "the fleet changed during it (its level was re-run)"
-    if not step.complete:
-        return "incomplete: cut short before its measured part was done"
-    if not step.generator.reliable:
-        return "the load generator was unreliable (loop lag or CPU): not the server's figure"
-    return None
+    why = not_counted(step)
+    return None if why is None else WHY[why]
 
 
 def _cost(step: Step) -> dict[str, Any] | None:
@@ -101,19 +94,14 @@ def _views(cell: CellOutcome, summary: Summary) -> list[StepView]:
 
 def _within_slo(views: list[StepView]) -> tuple[StepView | None, str]:
     """The step at the largest load within SLO (module docstring) and, when there is none, why."""
-    judged = sorted((v for v in views if v.excluded is None and v.slo_passed is not None),
-                    key=lambda v: (v.load, v.step))
-    best = None
-    for _, group in groupby(judged, key=lambda v: v.load):
-        at = list(group)
-        if not all(v.slo_passed for v in at):
-            break
-        best = at[-1]  # a re-run level: its last step, as the run's cost view picks it
+    judged = [v for v in views if v.excluded is None and v.slo_passed is not None]
+    best = within_slo((v.load, v.step, bool(v.slo_passed)) for v in judged)
     if best is not None:
-        return best, ""
+        return next(v for v in judged if v.step == best[1]), ""
     if not judged:
         return None, "no complete step with a reliable generator was judged against the SLO"
-    return None, f"an SLO failed already at the lightest judged load ({judged[0].load:g} {judged[0].unit})"
+    lightest = min(judged, key=lambda v: v.load)
+    return None, f"an SLO failed already at the lightest judged load ({lightest.load:g} {lightest.unit})"
 
 
 def _at(v: StepView | None) -> dict[str, Any] | None:
@@ -146,9 +134,8 @@ def _cell(cell: CellOutcome, views: list[StepView]) -> dict[str, Any]:
     run_figure = s.slo.max_load_within_slo
     if thresholds and run_figure != (within.load if within else None):
         shown = "none" if run_figure is None else f"{run_figure:g}"
-        why = "; ".join(w for w in (why, f"the run's own figure is {shown}: it counts every judged step that "
-                                    "passed, here only complete, reliable steps with every lighter one passing")
-                        if w)
+        why = "; ".join(w for w in (why, f"the run's own figure is {shown}: its file is from before the one rule "
+                                    "of counted steps (it counted every judged step that passed)") if w)
     out.update(mode=s.mode, unit=level_unit(s.mode), steps=len(s.steps), knee=_knee(s, views),
                slo={"thresholds": thresholds, "passed": s.slo.passed, "run_max_load_within_slo": _level(run_figure)},
                within_slo=_at(within), within_slo_note=why,

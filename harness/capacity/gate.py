@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from msgspec import UNSET
 
+from harness.analysis.counted import WHY, not_counted
 from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision, GateResult
 from harness.capacity.intervals import Interval, latency_interval, poisson_interval, separated, wilson_interval
@@ -67,18 +68,17 @@ def mismatches(base: Summary, new: Summary) -> list[str]:
 
 
 def judged_steps(s: Summary, who: str) -> tuple[dict[float, Step], list[str]]:
-    """A run's steps by load level that the gate may compare, and a note for each one it may not: no requests,
-    the load generator lagged, the fleet changed. A level run twice keeps its step with the most requests."""
+    """A run's counted steps by load level (``analysis.counted``), and a note for each step with requests that
+    does not count. A level run twice keeps its step with the most requests."""
     out: dict[float, Step] = {}
     notes = []
     unit = level_unit(s.mode)
     for st in s.steps:
-        why = ("it has no requests" if st.requests == 0 else "the load generator lagged (not judged)"
-               if not st.generator.reliable else "the fleet changed during it" if st.fleet_changed else None)
+        why = not_counted(st)
         key = round(st.level, 6)
         if why:
             if st.requests:
-                notes.append(f"{who} step {st.index} ({key:g} {unit}) not compared: {why}")
+                notes.append(f"{who} step {st.index} ({key:g} {unit}) not compared: {WHY[why]}")
         elif key not in out or st.requests > out[key].requests:
             out[key] = st
     return out, notes

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
+from harness.analysis.counted import WHY, not_counted
+
 if TYPE_CHECKING:
     from harness.analysis.summary_model import Percentiles, Step, Summary
 
@@ -170,10 +172,9 @@ def _load(summary: Summary, step: Step, input_mean: float) -> dict[str, Any]:
 
 def _describe(summary: Summary, step: Step) -> str:
     level = f"{step.level:g} {'req/s' if summary.mode == 'open' else 'users'} ({summary.mode} loop)"
-    notes = [why for cond, why in ((not step.complete, "cut short"), (step.fleet_changed, "the fleet changed"),
-                                   (not step.generator.reliable, "the load generator was unreliable")) if cond]
+    why = not_counted(step)
     return f"kneecap scenario {summary.scenario!r}, step {step.index}: {level}" + \
-        (f"; not judged by kneecap: {', '.join(notes)}" if notes else "")
+        (f"; not counted by kneecap: {WHY[why]}" if why else "")
 
 
 def _aggregate(step: Step) -> dict[str, Any]:

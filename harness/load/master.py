@@ -23,7 +23,6 @@ from typing import Any
 import gevent
 import gevent.lock
 
-from harness import exitcodes
 from harness.analysis.ledger import Ledger
 from harness.analysis.pricing import cost_line
 from harness.analysis.results import RunSummary
@@ -201,12 +200,12 @@ class MasterSide:
         except (OSError, ValueError) as exc:  # the run goes on: only a lost master would miss it
             log.warning("kneecap: checkpoint not written: %s", exc)
 
-    def summary(self) -> RunSummary:
+    def summary(self, *, sink_failed: bool = False) -> RunSummary:
         """The run's results as they stand (judged on the data complete so far)."""
         sc, ledger = self.source.scenario, self.ledger
         facts = RunFacts(run_id=self.run_id, host=self.env.host or sc.endpoint.host or DEFAULT_HOST,
                          started_at=self.started_wall, ended_at=time.time(), stop_reason=self.stop_reason,
-                         merge_errors=self.merge_errors, clocks=self.clocks.to_json(),
+                         merge_errors=self.merge_errors, sink_failed=sink_failed, clocks=self.clocks.to_json(),
                          clock_warnings=self.clocks.warnings(ledger.reporters))
         return summarize(ledger, ledger.results(self.clock()), facts)
 
@@ -237,7 +236,7 @@ class MasterSide:
                 summary.influx = self.live.close(summary.steps, summary.knee, summary.knee_reason, self.stop_reason)
             except Exception:  # the sink must never cost the results: log it, fail the run, write the summary
                 log.exception("kneecap: closing the live sinks failed")
-                summary.exit_code = exitcodes.ERROR
+                summary = self.summary(sink_failed=True)
         path = os.path.join(self.out_dir, "summary.json")
         write_json_atomic(path, summary.to_json())
         with contextlib.suppress(OSError):  # the summary supersedes it

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from harness.analysis.ledger import Ledger
-from harness.analysis.search import Decision
+from harness.analysis.results import level_unit
+from harness.analysis.search import Decision, drain_warmup
 from harness.analysis.steps import StepInfo
 from harness.metrics.protocol import StepMessage
 
@@ -103,7 +104,10 @@ class SearchSteps:
         decision = ledger.next_probe(now)
         if decision.level is None:
             return f"search done: {decision.why}"
-        warmup, warmup_why = ledger.drain_warmup(cur, decision.level)
+        e2e, spec = ledger.measured(cur.index).sketches.get("e2e"), ledger.scenario.load.step
+        warmup, warmup_why = drain_warmup(cur, decision.level, e2e.quantile(0.99) if e2e and e2e.count else None,
+                                          warmup_s=spec.warmup_s, max_duration_s=spec.max_duration_s,
+                                          unit=level_unit(ledger.mode))
         if warmup is not None and c.open_loop:
             # An open loop's queue past the knee has no bound: pause arrivals until it is served (the server's
             # waiting queue reads 0, or the drain time passed), then warm up as usual.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.analysis.classes import class_figures, mix_step
+from harness.analysis.counted import not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Step, Summary
 from harness.report.validate import as_summary
@@ -157,7 +158,7 @@ def _verdict(step: Step, summary: Summary) -> str:
     """A staircase step against the knee found so far (the knee is the last good step)."""
     if not step.complete and not step.fleet_changed:
         return "not judged" if summary.stop_reason else "pending"  # an ended run cut it short
-    if step.fleet_changed or not step.generator.reliable or not step.requests:
+    if not_counted(step) is not None:
         return "not judged"
     knee = summary.knee
     return "past" if knee.found and knee.step_index is not None and step.index > knee.step_index else "good"

@@ -8,6 +8,9 @@ patch gets revisited instead of lingering. They read Locust's source (ast) rathe
    joined) before Locust installs its SIGTERM handler, so without ours a shape run dies without results.
 3. The master's fixed waits at its end (``harness/load/locust_waits.py``): ``MasterRunner.quit`` is replaced by one
    that waits for the workers' ``quit`` instead of 0.5 s (four calls at a headless shape run's end: ~2 s a run).
+
+pyproject.toml bounds Locust to the minor version these tests were last run against, so a user's install cannot
+take a Locust the patches were not checked on.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ def locust() -> ModuleType:
 
         import harness.load.wiring  # noqa: F401 - imported here, under the same setting
     return locust
+
+
+def test_locust_is_bounded_to_the_version_the_patches_were_checked_on():
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    deps = [Requirement(d) for d in requires("kneecap") or ()]  # the installed metadata: pyproject.toml's
+    (spec,) = [d.specifier for d in deps if d.name == "locust"]
+    assert any(s.operator == "<" for s in spec), "locust needs an upper bound: the patches are checked per version"
+    assert version("locust") in spec
 
 
 def _function(func: Callable[..., object]) -> ast.FunctionDef:
