@@ -29,8 +29,8 @@ import time
 
 from benchmarks.common import ROOT, busy_jiffies, git_rev
 from harness.capacity.gate import NOISE_WIDEN, gate
-from harness.capacity.thresholds import DEFAULTS, GateSpec, parse_threshold
 from harness.report.validate import as_summary
+from harness.spec.gate import DEFAULTS, GateSpec, parse_threshold
 
 BASE_MS, PER_SEQ_MS = 2.0, 0.25  # sim-tiny's decode iteration (harness/sim/presets.py)
 SCENARIO = """name: gate-honesty

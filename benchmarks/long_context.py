@@ -189,8 +189,8 @@ def _child(port: int, n: int, plain: bool) -> None:
     monkey.patch_all()
     import gevent
 
-    from harness.client.timeouts import Timeouts
     from harness.client.transport import stream_request
+    from harness.spec.timeouts import Timeouts
 
     builder = PromptBuilder(api="chat", splice_min_words=1 << 62 if plain else 1 << 14)
     rng = random.Random(3)

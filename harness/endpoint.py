@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.checker import Checker
-from harness.client.timeouts import Timeouts
-from harness.workload.adapters import AdapterSpec, adapters_from_spec
+from harness.spec.adapters import AdapterSpec, adapters_from_spec
+from harness.spec.timeouts import Timeouts
 
 __all__ = ["APIS", "DEFAULT_HOST", "RETRY_AFTER", "USAGE_PER_CHUNK", "Endpoint", "Tls", "header_values",
            "parse_endpoint", "parse_headers", "url_problem"]
@@ -81,7 +81,7 @@ class Endpoint:
     ignore_eos: bool = True
     extra_body: dict = field(default_factory=dict)
     timeouts: Timeouts = field(default_factory=Timeouts.defaults)
-    """The limits left unset grow with the prompt (``client/timeouts.py``)."""
+    """The limits left unset grow with the prompt (``spec/timeouts.py``)."""
     metrics: str = "auto"
     """The server's Prometheus metrics: "auto" (HOST/metrics if it answers), "off", or a URL."""
     tls: Tls = field(default_factory=Tls)
@@ -97,7 +97,7 @@ class Endpoint:
     anthropic_version: str = "2023-06-01"
     """``messages``: the ``anthropic-version`` header."""
     adapters: AdapterSpec | None = None
-    """LoRA adapters of ``model``: each request names one (``workload/adapters.py``); None: ``model`` itself."""
+    """LoRA adapters of ``model``: each request names one (``spec/adapters.py``); None: ``model`` itself."""
 
     @property
     def path(self) -> str:

@@ -6,7 +6,7 @@ output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process,
 to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
 of a plain ``locust --master``/``--worker`` run (README); ``processes.json`` (each process's CPU, the
 client's cost per streamed token, ``analysis/cost.py``) only from ``kneecap run``, which reaps them; and so
-is the run's line in the run store (``capacity/store.py``: RESULTS/index.jsonl, and the run folder's run.json).
+is the run's line in the run store (``run_store.py``: RESULTS/index.jsonl, and the run folder's run.json).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.capacity.store import record_run, scenario_hash
 from harness.load.options import KneecapOptions
 from harness.outcome import keep_checkpoint, say_verdict, write_processes
 from harness.procs import Child, LogRelay, free_port, start_child, stop_child
+from harness.run_store import record_run, scenario_hash
 from harness.scenario import Scenario, default_scenario, load_scenario
 from harness.sim.presets import DEFAULT_PRESET, PRESETS
 from harness.supervise import Supervisor

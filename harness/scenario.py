@@ -21,7 +21,15 @@ from typing import Any
 
 import yaml
 
-from harness.analysis.plan import (
+from harness.checker import Checker, decode_text
+from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
+from harness.errors import KneecapError
+from harness.metrics.vocabulary import KNEE_METRICS, WHOLE_ANSWER_SLO_METRICS
+from harness.scenario_checks import check_classes, check_images, check_knee_class, check_sessions
+from harness.sinks.config import DEFAULT_WINDOW_S
+from harness.spec.cost import CostSpec, cost_from_spec
+from harness.spec.gate import GateSpec, gate_from_spec
+from harness.spec.load import (
     MAX_LEVEL,
     MAX_LEVELS,
     OPEN_MODES,
@@ -31,16 +39,8 @@ from harness.analysis.plan import (
     StepSpec,
     level_count,
 )
-from harness.analysis.pricing import CostSpec, cost_from_spec
-from harness.analysis.slo import Threshold, slo_from_spec
-from harness.capacity.thresholds import GateSpec, gate_from_spec
-from harness.checker import Checker, decode_text
-from harness.client.timeouts import Timeouts
-from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
-from harness.errors import KneecapError
-from harness.metrics.vocabulary import KNEE_METRICS
-from harness.scenario_checks import check_classes, check_images, check_knee_class, check_sessions
-from harness.sinks.config import DEFAULT_WINDOW_S
+from harness.spec.slo import Threshold, slo_from_spec
+from harness.spec.timeouts import Timeouts
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.mix import TrafficClass, Workload, workload_from_spec
 from harness.workload.traces import TraceError, read_timestamps
@@ -73,9 +73,9 @@ class Scenario:
     description: str = ""
     source: str = "<scenario>"
     cost: CostSpec | None = None
-    """The ``cost:`` block (``analysis.pricing``); None: no cost view."""
+    """The ``cost:`` block (``spec.cost``; the figures: ``analysis.pricing``); None: no cost view."""
     gate: GateSpec | None = None
-    """The ``gate:`` block over the defaults (``capacity.thresholds``, ``kneecap compare --gate``); None: not given."""
+    """The ``gate:`` block over the defaults (``spec.gate``, ``kneecap compare --gate``); None: not given."""
 
     def class_endpoint(self, cls: TrafficClass) -> Endpoint:
         """The endpoint as ``cls`` sends to it: its model (and adapters), ignore_eos, and extra_body and headers merged
@@ -173,9 +173,9 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
             load = dataclasses.replace(load, knee_metric="e2e")  # the one latency a whole answer has
     if not streams:
         for t in slo:
-            if t.metric not in ("e2e", "error_rate", "short_answer_rate"):
+            if t.metric not in WHOLE_ANSWER_SLO_METRICS:
                 check.fail(f"slo.{t.metric}", "needs a streamed answer; without streaming (stream: false, "
-                                              "embeddings) use e2e and error_rate")
+                                              f"embeddings) use {', '.join(WHOLE_ANSWER_SLO_METRICS)}")
     _check_length_slos(endpoint, workload, slo, check)
     if workload is not None and workload.batch is not None and endpoint.api != "embeddings":
         check.fail("workload.batch", f"batches are for api: embeddings (this endpoint's api is {endpoint.api})")

@@ -4,18 +4,15 @@ fixed users in open loop) and the class a knee follows."""
 
 from __future__ import annotations
 
-from harness.analysis.plan import LoadPlan
 from harness.checker import Checker, did_you_mean
+from harness.metrics.vocabulary import CLASS_KNEE_METRICS, CLASS_SLO_METRICS, WHOLE_ANSWER_SLO_METRICS
+from harness.spec.load import LoadPlan
 from harness.workload.images import IMAGE_APIS
 from harness.workload.mix import Workload
 
-__all__ = ["CLASS_KNEE_METRICS", "CLASS_SLO_METRICS", "check_classes", "check_images", "check_knee_class",
+__all__ = ["check_classes", "check_images", "check_knee_class",
            "check_sessions"]
 
-CLASS_KNEE_METRICS = ("ttft", "tpot", "e2e", "ttfo")
-"""What a knee on one class (``load.knee.class``) may follow: the latencies its rows carry."""
-CLASS_SLO_METRICS = ("ttft", "tpot", "e2e", "ttfo", "tokens_per_s_per_user", "error_rate", "short_answer_rate")
-"""What a class's own SLO may judge: the figures its requests' rows carry (``analysis/classes.py``)."""
 
 
 def check_sessions(workload: Workload, api: str, knee_metric: str | None, slo: tuple, check: Checker) -> None:
@@ -63,6 +60,6 @@ def check_classes(workload: Workload, streams: bool, check: Checker, *, open_loo
             if t.metric not in CLASS_SLO_METRICS:
                 check.fail(where, f"not judged per class; a class's slo takes {', '.join(CLASS_SLO_METRICS)} (put "
                                   f"{t.metric} in the scenario's own slo)")
-            elif not streams and t.metric not in ("e2e", "error_rate"):
-                check.fail(where, "needs a streamed answer; without streaming (stream: false, embeddings) use e2e "
-                                  "and error_rate")
+            elif not streams and t.metric not in WHOLE_ANSWER_SLO_METRICS:
+                check.fail(where, "needs a streamed answer; without streaming (stream: false, embeddings) use "
+                                  f"{', '.join(WHOLE_ANSWER_SLO_METRICS)}")

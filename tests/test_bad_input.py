@@ -20,8 +20,9 @@ import certifi
 import pytest
 from click.testing import CliRunner
 
-from harness.analysis.plan import StepPlan, level_count
+from harness.analysis.plan import StepPlan
 from harness.cli import main
+from harness.spec.load import level_count
 from tests.kit.run import kneecap_run
 from tests.kit.summaries import break_, written
 

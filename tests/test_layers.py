@@ -12,10 +12,10 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "harness"
-PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scenario", "harness.endpoint",
-        "harness.checker",
+PURE = ("harness.metrics", "harness.spec", "harness.analysis", "harness.workload", "harness.scenario",
+        "harness.endpoint", "harness.checker",
         "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
-        "harness.client.reader", "harness.client.timeouts", "harness.client.server_metrics",
+        "harness.client.reader", "harness.client.server_metrics",
         "harness.client.backoff", "harness.client.stream", "harness.client.responses", "harness.client.anthropic",
         "harness.client.chunk_template",
         "harness.client.apis", "harness.sim.engine", "harness.sim.engine_config", "harness.sim.kv",
@@ -23,11 +23,14 @@ PURE = ("harness.metrics", "harness.analysis", "harness.workload", "harness.scen
         "harness.sim.text", "harness.sim.plan", "harness.sim.chat_stream", "harness.sim.responses",
         "harness.sim.anthropic", "harness.sim.embeddings", "harness.sim.images", "harness.sim.lora",
         "harness.sim.models", "harness.capacity.cells",
-        "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.capacity.store",
-        "harness.capacity.thresholds", "harness.capacity.intervals", "harness.capacity.checks",
+        "harness.capacity.capacity_map", "harness.capacity.llmd", "harness.run_store",
+        "harness.capacity.intervals", "harness.capacity.checks",
         "harness.capacity.knee_check", "harness.capacity.gate", "harness.capacity.gate_report")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
+    "harness.spec": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
+                     "harness.cli", "harness.run", "harness.sim", "harness.capacity", "harness.client",
+                     "harness.workload", "harness.scenario", "harness.endpoint"),
     "harness.metrics": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
                         "harness.cli", "harness.run", "harness.sim", "harness.capacity"),
     "harness.workload": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
@@ -87,6 +90,23 @@ def test_nothing_imports_upward():
                 bad += [f"{m} imports {i}" for i in _imports(p)
                         if any(_under(i, a) for a in above)]
     assert bad == []
+
+
+def _unit(module: str) -> str:
+    """A module's top-level unit: ``harness.analysis`` for ``harness.analysis.knee``, ``harness.run`` for itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_top_level_units_import_each_other():
+    """Beyond module cycles: two units (packages or top-level modules) that import each other are one design split
+    in two; the config types a unit's consumers need live in ``harness.spec``."""
+    edges: dict[tuple[str, str], str] = {}
+    for m, p in MODULES.items():
+        for i in _imports(p):
+            if i in MODULES and _unit(i) != _unit(m):
+                edges.setdefault((_unit(m), _unit(i)), f"{m} -> {i}")
+    pairs = sorted(f"{edges[a, b]} and {edges[b, a]}" for a, b in edges if (b, a) in edges and a < b)
+    assert pairs == []
 
 
 def test_no_import_cycle():

@@ -21,10 +21,11 @@ from typing import Any
 
 from harness.analysis.classes import ClassStep, class_rows
 from harness.analysis.decompose import ttft_split
-from harness.analysis.pricing import CostSpec, Tokens
+from harness.analysis.pricing import Tokens, metered_cost
 from harness.analysis.step_columns import StepColumns
 from harness.analysis.tail import StepTails
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
+from harness.spec.cost import CostSpec
 
 __all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_cancelled", "add_rows_detail", "subset"]
 
@@ -81,7 +82,7 @@ def _tokens(c: dict[str, list]) -> dict[str, int]:
 def _cost(spec: CostSpec, tokens: dict[str, int], requests: int, output_all: int) -> dict[str, Any]:
     out: dict[str, Any] = {"currency": spec.currency,
                            "output_share": round(tokens["output"] / output_all, 6) if output_all else None}
-    test = spec.metered_cost(Tokens(**tokens))
+    test = metered_cost(spec, Tokens(**tokens))
     if test is not None:
         out.update(test_cost=round(test, 6), per_request=round(test / requests, 9) if requests else None)
     return out

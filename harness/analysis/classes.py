@@ -5,7 +5,8 @@ quantiles are exact order statistics of its own requests — until a step passes
 rows are a uniform sample of them and the block says so (``sampled``). Quantiles as everywhere in kneecap: the
 value at rank ⌊q·(n−1)⌋; for an SLO, failed requests rank as misses (above every latency, below every speed), as
 the step's own SLO does (``analysis/judge.py``). ITL is not in the rows (a request's chunks stay on its worker),
-so a class's SLO judges ``CLASS_SLO_METRICS``: TTFT, TPOT, E2E, TTFO, tokens/s per user and the error rate.
+so a class's SLO judges ``metrics.vocabulary.CLASS_SLO_METRICS``: TTFT, TPOT, E2E, TTFO, tokens/s per user, the
+error rate and the short-answer rate.
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ from dataclasses import asdict, dataclass, field
 
 from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
-from harness.analysis.slo import Threshold
 from harness.analysis.summary_model import Step, Summary
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED, FLAG_LENGTH_ASKED, FLAG_SHORT
+from harness.metrics.vocabulary import CLASS_LATENCIES, HEADLINE
+from harness.spec.slo import Threshold
 from harness.workload.mix import TrafficClass, Workload
 
-__all__ = ["CLASS_LATENCIES", "QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",
+__all__ = ["QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",
            "class_tail_lines", "mix_step", "probe_line", "probe_step"]
 
-CLASS_LATENCIES = ("ttft", "tpot", "e2e", "ttfo")
-"""The rows' latency columns, in tenths of a millisecond, reported per class in ms."""
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 _TENTHS_PER_MS = 10
 
@@ -197,7 +197,7 @@ def class_figures(step: Step) -> list[tuple[str, str]]:
     """Each class of ``step`` in words: "75 requests (75%, weight 75%), TTFT p95 30.0 ms, ...; SLO passed"."""
     out = []
     for c in step.classes or ():  # type: ignore[union-attr]
-        lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in ("ttft", "tpot", "e2e")
+        lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in HEADLINE
                         if (p := c.latency_ms.get(m)) is not None and p.p95 is not None)
         failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
         slo = "" if c.slo_passed is None else "; SLO passed" if c.slo_passed else f"; SLO FAILED: {', '.join(failed)}"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
-from harness.analysis.slo import Threshold
 from harness.metrics.aggregate import Bucket, ci_ranks
 from harness.metrics.sketch import Sketch
+from harness.spec.slo import Threshold
 
 if TYPE_CHECKING:
     from harness.analysis.server import ServerStep

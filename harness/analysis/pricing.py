@@ -1,6 +1,6 @@
 """What capacity costs: a dedicated deployment's flat price against metered per-token prices, per step. Pure.
 
-The scenario's ``cost:`` block (``cost_from_spec``, validated with ``checker.Checker``) gives a flat price
+The scenario's ``cost:`` block (``spec/cost.py``) gives a flat price
 (``per_hour`` or ``per_month``), metered prices per million tokens (``input_per_mtok``, ``output_per_mtok``,
 ``cached_input_per_mtok``), or both, in one ``currency`` (a label, never converted; default ``USD``). Per step
 (``step_cost``), with T the step's sustained output tokens/s and I, C, O its uncached input, cached input and
@@ -29,83 +29,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.checker import Checker
+from harness.spec.cost import HOURS_PER_MONTH, CostSpec
 
-__all__ = ["DEFAULT_CURRENCY", "HOURS_PER_MONTH", "CostSpec", "Floor", "RunCost", "StepCost", "Tokens",
-           "cost_from_spec", "cost_line", "floor_of", "render_cost_line", "run_cost", "step_cost"]
+__all__ = ["Floor", "RunCost", "StepCost", "Tokens", "cost_line", "floor_of", "metered_cost", "render_cost_line",
+           "run_cost", "step_cost"]
 
-HOURS_PER_MONTH = 730.0
-"""365 × 24 / 12: the month cloud price lists use to turn hourly prices into monthly ones."""
-DEFAULT_CURRENCY = "USD"
 FLOOR_METRIC = "tokens_per_s_per_user"
-_KEYS = ("per_hour", "per_month", "currency", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CostSpec:
-    """The scenario's ``cost:`` block; every price in ``currency`` (a label: nothing is converted)."""
-
-    per_hour: float | None = None
-    """Flat: the dedicated deployment's price per hour (exclusive with ``per_month``)."""
-    per_month: float | None = None
-    """Flat: its price per month (``HOURS_PER_MONTH`` hours)."""
-    input_per_mtok: float | None = None
-    """Metered: per million uncached input (prompt) tokens; given together with ``output_per_mtok``."""
-    output_per_mtok: float | None = None
-    cached_input_per_mtok: float | None = None
-    """Metered: per million prompt tokens served from the prefix cache; absent: ``input_per_mtok`` (no discount)."""
-    currency: str = DEFAULT_CURRENCY
-
-    @property
-    def flat_per_hour(self) -> float | None:
-        return self.per_hour if self.per_hour is not None else \
-            None if self.per_month is None else self.per_month / HOURS_PER_MONTH
-
-    @property
-    def flat_per_month(self) -> float | None:
-        return self.per_month if self.per_month is not None else \
-            None if self.per_hour is None else self.per_hour * HOURS_PER_MONTH
-
-    @property
-    def metered(self) -> bool:
-        return self.input_per_mtok is not None and self.output_per_mtok is not None
-
-    @property
-    def cached_price(self) -> float | None:
-        return self.cached_input_per_mtok if self.cached_input_per_mtok is not None else self.input_per_mtok
-
-    def prices(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    def metered_cost(self, tokens: Tokens) -> float | None:
-        """What ``tokens`` cost at the metered prices (``test_cost`` in the module docstring); None without them."""
-        p_in, p_cached, p_out = self.input_per_mtok, self.cached_price, self.output_per_mtok
-        if p_in is None or p_cached is None or p_out is None:
-            return None
-        return (tokens.input * p_in + tokens.cached_input * p_cached + tokens.output * p_out) / 1e6
-
-
-def cost_from_spec(node: Any, path: str, check: Checker) -> CostSpec | None:
-    """The ``cost:`` mapping as a ``CostSpec``; problems go to ``check`` with their key path (None then)."""
-    before = len(check.problems)
-    if check.mapping(node, path, _KEYS) is None:
-        return None
-    flat = {k: check.number(node, k, path, None, above=0) for k in ("per_hour", "per_month")}
-    metered = {k: check.number(node, k, path, None, minimum=0)
-               for k in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok")}
-    currency = check.string(node, "currency", path, DEFAULT_CURRENCY)
-    if "per_hour" in node and "per_month" in node:
-        check.fail(path, f"give per_hour or per_month, not both (a month is {HOURS_PER_MONTH:g} hours)")
-    given = [k for k in ("input_per_mtok", "output_per_mtok") if k in node]
-    if len(given) == 1 or ("cached_input_per_mtok" in node and not given):
-        missing = [k for k in ("input_per_mtok", "output_per_mtok") if k not in node]
-        check.fail(path, f"metered prices need both input_per_mtok and output_per_mtok: add {', '.join(missing)}")
-    if not set(node) & set(_KEYS) - {"currency"} and set(node) <= set(_KEYS):  # an unknown key says enough
-        check.fail(path, "give a flat price (per_hour or per_month), metered prices (input_per_mtok and "
-                         "output_per_mtok), or both")
-    if len(check.problems) > before:
-        return None
-    return CostSpec(**flat, **metered, currency=currency)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +50,14 @@ class Tokens:
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(input=self.input + other.input, cached_input=self.cached_input + other.cached_input,
                       output=self.output + other.output)
+
+
+def metered_cost(spec: CostSpec, tokens: Tokens) -> float | None:
+    """What ``tokens`` cost at the metered prices (``test_cost`` in the module docstring); None without them."""
+    p_in, p_cached, p_out = spec.input_per_mtok, spec.cached_price, spec.output_per_mtok
+    if p_in is None or p_cached is None or p_out is None:
+        return None
+    return (tokens.input * p_in + tokens.cached_input * p_cached + tokens.output * p_out) / 1e6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +118,7 @@ def step_cost(spec: CostSpec, *, index: int, level: float, tokens: Tokens, outpu
     notes: list[str] = []
     blended = flat = capacity = even = None
     p_in, p_cached, p_out = spec.input_per_mtok, spec.cached_price, spec.output_per_mtok
-    test = spec.metered_cost(tokens)
+    test = metered_cost(spec, tokens)
     if test is not None and p_in is not None and p_cached is not None and p_out is not None:
         if tokens.output:
             blended = p_out + (tokens.input * p_in + tokens.cached_input * p_cached) / tokens.output

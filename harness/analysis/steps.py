@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
-from harness.analysis.slo import LATENCY_METRICS
 from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHAPE_KEY, SHORT_KEY, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
+from harness.spec.slo import LATENCY_METRICS
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
            "step_health", "step_result"]

@@ -14,7 +14,7 @@ from itertools import groupby
 from harness import exitcodes
 from harness.analysis.counted import not_counted
 from harness.analysis.results import SloVerdict, StepResult
-from harness.analysis.slo import Threshold
+from harness.spec.slo import Threshold
 from harness.workload.mix import TrafficClass
 
 __all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "ExitFacts", "exit_code", "run_exit_code", "slo_verdict",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness.capacity.intervals import Interval
-from harness.capacity.thresholds import Threshold
+from harness.spec.gate import Threshold
 
 __all__ = ["Check", "Decision", "GateResult"]
 

@@ -13,7 +13,7 @@ from harness.cli_kit import InputError, read_run
 
 if TYPE_CHECKING:
     from harness.analysis.summary_model import Summary
-    from harness.capacity.thresholds import GateSpec
+    from harness.spec.gate import GateSpec
 
 __all__ = ["compare"]
 
@@ -28,7 +28,7 @@ def _write(path: str, text: str) -> None:
 
 def _baseline(results_dir: str, labels: dict[str, str], new_dir: str, new: Summary) -> str:
     """The newest run in the store with every label and NEW's scenario, other than NEW itself: its folder."""
-    from harness.capacity.store import INDEX, last, read_index
+    from harness.run_store import INDEX, last, read_index
 
     index = os.path.join(results_dir, INDEX)
     try:
@@ -49,8 +49,8 @@ def _baseline(results_dir: str, labels: dict[str, str], new_dir: str, new: Summa
 
 def _thresholds(scenario: str | None, new: Summary, force: bool) -> GateSpec:
     """The gate block of the NEW run's scenario file (``--scenario``), else the defaults."""
-    from harness.capacity.thresholds import DEFAULTS
     from harness.scenario import ScenarioError, load_scenario
+    from harness.spec.gate import DEFAULTS
 
     if scenario is None:
         return DEFAULTS

@@ -31,7 +31,7 @@ from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision, GateResult
 from harness.capacity.intervals import Interval, latency_interval, poisson_interval, separated, wilson_interval
 from harness.capacity.knee_check import knee_check
-from harness.capacity.thresholds import GateSpec, Threshold
+from harness.spec.gate import GateSpec, Threshold
 
 if TYPE_CHECKING:
     from harness.analysis.summary_model import Step, Summary

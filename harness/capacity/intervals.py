@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.metrics.aggregate import ci_min_samples
+from harness.metrics.vocabulary import CI_PERCENTILES, QUANTILE_OF
 
 if TYPE_CHECKING:
     from harness.analysis.summary_model import Percentiles
@@ -46,7 +47,7 @@ Z = 1.96
 """95% two-sided, the level of the intervals summary.json carries."""
 LAGGED = ("ttft", "itl", "e2e")
 """The latencies that end at one chunk's arrival: a lagging reader stamps them late (module docstring)."""
-QUANTILE = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+QUANTILE = {p: QUANTILE_OF[p] for p in CI_PERCENTILES}
 """The percentiles summary.json gives an interval for, as quantiles."""
 SKETCH_ACCURACY = 0.01
 """The sketches' relative accuracy (``metrics.sketch.Sketch``'s default, which every run uses)."""

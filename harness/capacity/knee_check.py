@@ -19,7 +19,8 @@ from msgspec import UNSET
 from harness.analysis.results import level_unit
 from harness.capacity.checks import Check
 from harness.capacity.intervals import latency_interval, separated, wilson_interval
-from harness.capacity.thresholds import Threshold
+from harness.metrics.vocabulary import CI_PERCENTILES
+from harness.spec.gate import Threshold
 
 if TYPE_CHECKING:
     from harness.analysis.summary_model import Step, Summary
@@ -46,7 +47,7 @@ def _evidence(metric: str, worse: int, lo: float, hi: float, b_steps: dict[float
             continue
         bs, ns = b_steps[level], n_steps[level]
         bp, np_ = bs.latency_ms.get(metric), ns.latency_ms.get(metric)
-        for stat in ("p99", "p95", "p50"):  # a p99 from < 368 samples bounds nothing above: the body may show it
+        for stat in reversed(CI_PERCENTILES):  # a p99 from < 368 samples bounds nothing above: the body may show it
             bi = bp and bp.count and latency_interval(metric, bp, stat, bs.generator.lag_p99_ms)
             ni = np_ and np_.count and latency_interval(metric, np_, stat, ns.generator.lag_p99_ms)
             if bi and ni and separated(+1, bi.widen(widen), ni.widen(widen))[0 if worse > 0 else 1]:

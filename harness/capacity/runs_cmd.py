@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from harness.capacity.store import INDEX, display_path, parse_labels, read_index, select
 from harness.cli_kit import InputError
+from harness.run_store import INDEX, display_path, parse_labels, read_index, select
 
 __all__ = ["check_labels", "runs"]
 

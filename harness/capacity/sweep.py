@@ -232,7 +232,7 @@ def _write_map(spec: SweepSpec, opts: SweepOptions, outcomes: dict[int, CellOutc
 def _index(spec: SweepSpec, opts: SweepOptions, started: str, total: int, body: dict[str, Any], code: int,
            say: Callable[[str], None]) -> None:
     """The sweep's own line in the run store (``kind: "sweep"``), beside its cells' run lines."""
-    from harness.capacity import store
+    from harness import run_store as store
 
     folder = os.path.abspath(opts.out)
     best = body.get("best") or {}

@@ -36,8 +36,8 @@ from harness.client.inflight import InFlight
 from harness.client.reader import BodyParser, ResponseReader
 from harness.client.sse import DEFAULT_MAX_LINE
 from harness.client.stream import OutputTracker
-from harness.client.timeouts import Timeouts
 from harness.metrics.record import RequestRecord
+from harness.spec.timeouts import Timeouts
 from harness.workload.prompts import SplicedBody
 
 __all__ = ["Connection", "Timeouts", "resolve", "stream_request", "tls_context"]

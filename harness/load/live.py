@@ -25,6 +25,7 @@ from harness.analysis.steps import StepInfo
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.protocol import GeneratorSample, Report
+from harness.metrics.vocabulary import LIVE
 from harness.scenario import Scenario
 from harness.sinks.config import DEFAULT_WINDOW_S, InfluxConfig
 from harness.sinks.points import event_point, generator_point, server_point, step_points, window_points
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["Live", "WindowHistory"]
 
 log = logging.getLogger("kneecap")
-HISTORY_SKETCHES = ("ttft", "tpot")
-"""The metrics of the web UI's live dashboard (``history``)."""
+HISTORY_SKETCHES = LIVE
+"""The metrics of the web UI's live dashboard (``history``): the registry's ``live`` ones."""
 _HISTORY_FIELDS = ("t", "load", *(f"{m}_{p}" for m in HISTORY_SKETCHES for p in ("p50", "p99")))
 
 

@@ -3,7 +3,7 @@ pickers, one set per worker and test (``WorkerSide.samplers``, remade at test st
 
 Each user gets its own seeded stream (the worker's index and a running count name it) over the worker's shared
 prompt calibration; a mix's classes each their own builder behind the worker's one ``ClassPicker``; adapters one
-picker per class, so a round robin cycles over the worker's requests (``workload/adapters.py``).
+picker per class, so a round robin cycles over the worker's requests (``spec/adapters.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.scenario import Workload
-from harness.workload.adapters import adapter_picker
+from harness.spec.adapters import adapter_picker
 from harness.workload.images import ImageCache, ImageDrawer
 from harness.workload.mix import ClassPicker, FixedUsers
 from harness.workload.prompts import PromptBuilder

@@ -32,13 +32,13 @@ from locust import FastHttpUser, task
 from harness.client.apis import exchange
 from harness.client.backoff import Backoff
 from harness.client.openai import request_head
-from harness.client.timeouts import SCALED, Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import header_values
 from harness.load.session_turns import SessionTask, SessionTurns
 from harness.load.user_report import RequestReports
 from harness.metrics.record import RequestRecord
 from harness.scenario import DEFAULT_HOST, Endpoint
+from harness.spec.timeouts import SCALED, Timeouts
 from harness.workload.arrivals import arrival_times
 from harness.workload.prompts import Prompt
 from harness.workload.sampler import MixSampler, PlannedRequest, worker_rng

@@ -16,7 +16,6 @@ from typing import Any
 from gevent.event import Event
 
 from harness.analysis.plan import StepPlan
-from harness.analysis.slo import request_meets
 from harness.client.connection import tls_context
 from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
@@ -30,6 +29,7 @@ from harness.metrics.protocol import Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord
 from harness.scenario import Scenario
+from harness.spec.slo import request_meets
 from harness.workload.sampler import PlannedRequest
 
 log = logging.getLogger("kneecap")

@@ -15,10 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["SESSION_SKETCHES", "SessionRecord", "SessionStats", "nearest_rank", "turn_sketch"]
+__all__ = ["SessionRecord", "SessionStats", "nearest_rank", "turn_sketch"]
 
-SESSION_SKETCHES = ("session_duration", "session_model_time", "session_ttft", "session_context")
-"""Sketches over sessions: seconds, seconds, seconds (the session's own TTFT p99), tokens."""
 
 
 def turn_sketch(label: str) -> str:

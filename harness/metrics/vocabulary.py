@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["KNEE_METRICS", "METRIC", "METRICS", "REQUEST_LATENCIES", "SLO_METRICS", "Metric", "influx_fields",
+__all__ = ["CI_PERCENTILES", "CLASS_KNEE_METRICS", "CLASS_LATENCIES", "CLASS_SLO_METRICS", "GATE_DEFAULT",
+           "GATE_LATENCIES", "HEADLINE", "KNEE_METRICS", "LIVE", "METRIC", "METRICS", "PERCENTILES",
+           "QUANTILE_OF", "REQUEST_LATENCIES", "SLO_METRICS", "WHOLE_ANSWER_SLO_METRICS", "Metric", "influx_fields",
            "markdown_table"]
 
 Kind = Literal["latency", "distribution", "counter", "rate"]
@@ -47,7 +49,7 @@ class Metric:
     key: str = ""
     """``Bucket``'s name for it (its sketch, its counter field or ``extra`` key) when not ``name``."""
     slo: bool = False
-    """An SLO threshold may use it (``analysis.slo``)."""
+    """An SLO threshold may use it (``spec.slo``)."""
     knee: bool = False
     """The knee may follow its p99 (``load.knee.metric``)."""
     limit: str | None = None
@@ -55,6 +57,18 @@ class Metric:
     influx: tuple[str, ...] = ()
     """Where ``sinks/`` writes it: "measurement.field", or a bare measurement whose points carry this metric's name
     in the ``metric`` tag and its percentiles as fields (``sinks.schema.PERCENTILE_FIELDS``)."""
+    per_class: bool = False
+    """A mix's class reports it apart: its requests' rows carry it (``analysis/classes.py``), so a class's own SLO
+    and a knee on one class may use it (with ``slo``, ``knee``)."""
+    gate: Literal["on", "off"] | None = None
+    """``kneecap compare --gate`` may judge its percentiles: "on" by default, "off" unless the ``gate:`` block asks."""
+    headline: bool = False
+    """Shown first wherever there is room for a few latencies (report charts, class tables, the class line)."""
+    live: bool = False
+    """Drawn over time on the live dashboard (its windows, and its charts against load)."""
+    whole: bool = False
+    """A whole (non-streamed) answer gives it too: an SLO on it holds without streaming (``stream: false``,
+    embeddings)."""
 
     @property
     def bucket_key(self) -> str:
@@ -76,17 +90,18 @@ _TP = "kneecap_throughput."
 METRICS: tuple[Metric, ...] = (
     Metric("ttft", "ms", "latency", "start → first chunk carrying output of any kind (answer text, reasoning or "
            "tool-call delta); the role-only first chunk and empty deltas do not count", "ttft_s", slo=True, knee=True,
-           cancelled=True, influx=_LAT),
+           cancelled=True, influx=_LAT, per_class=True, gate="on", headline=True, live=True),
     Metric("tpot", "ms", "latency", "(E2E − TTFT) / (n − 1) per request, over all output tokens (reasoning "
-           "included); undefined for n ≤ 1", "tpot_s", slo=True, knee=True, influx=_LAT),
+           "included); undefined for n ≤ 1", "tpot_s", slo=True, knee=True, influx=_LAT, per_class=True, gate="on",
+           headline=True, live=True),
     Metric("itl", "ms", "latency", "gaps between consecutive chunks carrying output of any kind; a threshold's "
            "per-request limit (goodput) is the request's mean gap, its TPOT", "itl_samples", many=True, slo=True,
-           knee=True, limit="tpot_s", influx=_LAT),
+           knee=True, limit="tpot_s", influx=_LAT, gate="off"),
     Metric("itl_token", "ms", "latency", "per-token gaps: a chunk gap shared by the tokens of the chunk that ends it, "
            "when exact per-chunk counts or usage = chunk count say how many", "itl_token_samples", many=True,
            influx=_LAT),
     Metric("e2e", "ms", "latency", "start → end of stream (`[DONE]`, or a close after a `finish_reason`)", "e2e_s",
-           slo=True, knee=True, influx=_LAT),
+           slo=True, knee=True, influx=_LAT, per_class=True, gate="on", headline=True, whole=True),
     Metric("headers", "ms", "latency", "start → response headers", "headers_s", cancelled=True, influx=_LAT),
     Metric("send_lag", "ms", "latency", "intended start → start, failed requests included (0 when sent early)",
            "sent_late_s", of="all", open_loop=True, influx=_LAT),
@@ -95,18 +110,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("e2e_intended", "ms", "latency", "E2E from the intended start", "e2e_intended_s", open_loop=True,
            influx=_LAT),
     Metric("ttfo", "ms", "latency", "time to first output token: start → first chunk of the answer (content); "
-           "reasoning and tool calls excluded", "ttfo_s", slo=True, knee=True, cancelled=True, influx=_LAT),
+           "reasoning and tool calls excluded", "ttfo_s", slo=True, knee=True, cancelled=True, influx=_LAT,
+           per_class=True),
     Metric("reasoning_time", "ms", "latency", "first reasoning chunk → first answer chunk", "reasoning_s", slo=True,
            knee=True, influx=_LAT),
     Metric("tpot_content", "ms", "latency", "TPOT of the answer only: (E2E − TTFO) / (n − reasoning tokens − 1)",
            "tpot_content_s", influx=_LAT),
     Metric("tool_call", "ms", "latency", "start → first tool-call delta", "tool_call_s", influx=_LAT),
     Metric("tokens_per_s_per_user", "tokens/s", "distribution", "(n − 1) / (E2E − TTFT): the user's streaming "
-           "speed; a threshold on it is a floor, e.g. `p(5)>20`", "tokens_per_s", key="tokens_per_s", slo=True),
+           "speed; a threshold on it is a floor, e.g. `p(5)>20`", "tokens_per_s", key="tokens_per_s", slo=True,
+           per_class=True),
     Metric("tokens_per_chunk", "tokens", "distribution", "output tokens per chunk, when the server counts them "
            "exactly (continuous usage): speculative decoding's acceptance", "tokens_per_chunk_samples", many=True),
     Metric("error_rate", "fraction", "rate", "failed requests / requests; a failure is also a miss for every latency "
-           "threshold and the knee", "error", of="all", key="failures", slo=True, influx=("kneecap_errors.count",)),
+           "threshold and the knee", "error", of="all", key="failures", slo=True, influx=("kneecap_errors.count",),
+           per_class=True, whole=True),
     Metric("session_ttft", "ms", "latency", "per session: its own TTFT p99; a failed session is a miss",
            "ttft_p99_ok_s", of="session", slo=True, knee=True, influx=("kneecap_step",)),
     Metric("session_duration", "ms", "latency", "per session: first call → end, think time included", "duration_s",
@@ -154,7 +172,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("tokens_asked", "tokens", "counter", "output tokens the exact-length answers asked for", "tokens_asked"),
     Metric("tokens_got", "tokens", "counter", "output tokens the exact-length answers got", "tokens_got"),
     Metric("short_answer_rate", "fraction", "rate", "short answers / answers that asked for an exact length: the "
-           "share of the workload's output lengths the endpoint did not honour", "short_answer", slo=True),
+           "share of the workload's output lengths the endpoint did not honour", "short_answer", slo=True,
+           per_class=True, whole=True),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
     Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
            "sent again without, and not asked again", of="worker"),
@@ -166,6 +185,22 @@ SLO_METRICS = tuple(m.name for m in METRICS if m.slo)
 KNEE_METRICS = tuple(m.name for m in METRICS if m.knee)
 REQUEST_LATENCIES = tuple(m.name for m in METRICS if m.kind == "latency" and m.of != "session")
 """The latencies of a request, under ``latency_ms`` in a step's summary (``p99_slo`` too when an SLO may use them)."""
+CLASS_LATENCIES = tuple(m.name for m in METRICS if m.per_class and m.kind == "latency")
+"""The latencies a mix's class reports (its rows' columns)."""
+CLASS_SLO_METRICS = tuple(m.name for m in METRICS if m.per_class and m.slo)
+CLASS_KNEE_METRICS = tuple(m.name for m in METRICS if m.per_class and m.knee)
+GATE_LATENCIES = tuple(m.name for m in METRICS if m.gate is not None)
+GATE_DEFAULT = tuple(m.name for m in METRICS if m.gate == "on")
+HEADLINE = tuple(m.name for m in METRICS if m.headline)
+WHOLE_ANSWER_SLO_METRICS = tuple(m.name for m in METRICS if m.whole and m.slo)
+"""What an SLO may judge without streaming."""
+LIVE = tuple(m.name for m in METRICS if m.live)
+
+QUANTILE_OF = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+"""Each percentile a summary gives, by its key (``metrics.quantiles.summarize_sketch``), in order."""
+PERCENTILES = tuple(QUANTILE_OF)
+CI_PERCENTILES = ("p50", "p95", "p99")
+"""The percentiles a summary gives an interval for (``p50_ci``…): what the gate judges, and a class's table shows."""
 
 
 def influx_fields(measurement: str) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.analysis.results import level_key
 from harness.analysis.summary_model import Summary
+from harness.metrics.vocabulary import HEADLINE
 from harness.report.cells import n as _n
 from harness.report.cells import share as _share
 from harness.report.cells import table as _table
@@ -16,12 +17,12 @@ def class_table(s: Summary) -> str:
     key, rows = level_key(s.mode), []
     for st in s.steps:
         for c in st.classes or ():  # type: ignore[union-attr]
-            p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in ("ttft", "tpot", "e2e")]
+            p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in HEADLINE]
             slo = "-" if c.slo_passed is None else "passed" if c.slo_passed else "FAILED: " + ", ".join(
                 f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed)
             rows.append([_n(st.level), c.name, c.requests, _share(c.share), asked(c), c.failed, *p95,
                          slo])
-    return _table([key, "class", "requests", "share", "weight", "failed", "TTFT p95 ms", "TPOT p95 ms", "E2E p95 ms",
+    return _table([key, "class", "requests", "share", "weight", "failed", *(f"{m.upper()} p95 ms" for m in HEADLINE),
                    "class SLO"], rows, "Each class of the mix measured apart from the step's request rows (exact "
                   "order statistics; a uniform sample past 100k requests a step, which summary.json says).")
 

@@ -17,6 +17,7 @@ from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
 from harness.analysis.summary_model import Percentiles, RunCost, SplitPart, Summary
 from harness.checker import decode_text
+from harness.metrics.vocabulary import HEADLINE
 from harness.report import charts
 from harness.report.cells import e as _e
 from harness.report.cells import n as _n
@@ -244,7 +245,7 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
         parts.append(f"<h2>Search path</h2><p>{_e(s.search.line)}</p>{charts.search_path(s)}{_search_table(s)}")
     if steps:
         parts += ["<h2>Latency vs load</h2><div class='grid'>"
-                  + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in ("ttft", "tpot", "e2e"))
+                  + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in HEADLINE)
                   + "</div>",
                   f"<h2>Throughput</h2>{charts.throughput_vs_load(s)}",
                   f"<h2>Errors</h2>{charts.errors_vs_load(s)}",

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from harness.analysis.results import StepResult
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import Bucket
-from harness.metrics.vocabulary import METRICS
+from harness.metrics.vocabulary import CI_PERCENTILES, HEADLINE, METRICS
+from harness.sinks.schema import PERCENTILE_FIELDS
 
 if TYPE_CHECKING:
     from influxdb_client import Point
@@ -79,7 +80,7 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if not stats.get("count"):
             continue
         p = _point("kneecap_step", {**tags, "metric": metric, "step": str(step.index)}, ts_ms)
-        for name in ("p50", "p90", "p95", "p99", "p999", "mean", "count"):
+        for name in PERCENTILE_FIELDS:
             p = p.field(name, stats[name])
         if stats.get("p99_ci"):
             p = p.field("p99_ci_lo", stats["p99_ci"][0]).field("p99_ci_hi", stats["p99_ci"][1])
@@ -125,8 +126,8 @@ def _class_points(step: StepResult, st: dict[str, str], ts_ms: int) -> list:
             if c[name] is not None:
                 p = p.field(name, float(c[name]))
         for metric, stats in c["latency_ms"].items():
-            if metric in ("ttft", "tpot", "e2e"):
-                for q in ("p50", "p95", "p99"):
+            if metric in HEADLINE:
+                for q in CI_PERCENTILES:
                     p = p.field(f"{metric}_{q}", float(stats[q]))
         if c["slo_passed"] is not None:
             p = p.field("slo_passed", int(c["slo_passed"]))

@@ -6,12 +6,12 @@ Latency fields are milliseconds. Cardinality stays low: no per-request series.
 
 from __future__ import annotations
 
-from harness.metrics.vocabulary import influx_fields
+from harness.metrics.vocabulary import PERCENTILES, influx_fields
 
 __all__ = ["COMMON_TAGS", "MEASUREMENTS", "PERCENTILE_FIELDS"]
 
 COMMON_TAGS = ("run", "scenario", "model")
-PERCENTILE_FIELDS = ("p50", "p90", "p95", "p99", "p999", "mean", "count")
+PERCENTILE_FIELDS = (*PERCENTILES, "mean", "count")
 
 MEASUREMENTS: dict[str, dict] = {
     "kneecap_latency": {

@@ -15,12 +15,13 @@ from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.counted import not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Step, Summary
+from harness.metrics.vocabulary import LIVE, PERCENTILES
 from harness.report.validate import as_summary
 from harness.web.why import cache_rows, knee_rows, sessions_rows, why_rows
 
 __all__ = ["COLUMNS", "MAX_HISTORY", "payload", "search_panel", "shown_knee"]
 
-COLUMNS = ("count", "p50", "p90", "p95", "p99", "p999", "max")
+COLUMNS = ("count", *PERCENTILES, "max")
 """The percentile table's columns after ``metric`` (the LLM tab's and the page's): nothing but numbers."""
 MAX_HISTORY = 1440
 """Windows sent to the page: 2 h at the default 5 s window (older ones leave the over-time chart)."""
@@ -35,7 +36,8 @@ def payload(data: dict, history: Sequence[dict], table: list[dict], status: str)
     return {"title": f"kneecap {summary.scenario}: run {summary.run_id}", "unit": level_unit(summary.mode),
             "status": status, "stop_reason": summary.stop_reason, "knee": knee,
             "headline": _headline(summary, search, knee), "history": history[-MAX_HISTORY:],
-            "steps": _step_points(summary), "slo": _slo_lines(summary), "columns": ["metric", *COLUMNS], "table": table,
+            "live": list(LIVE), "steps": _step_points(summary), "slo": _slo_lines(summary),
+            "columns": ["metric", *COLUMNS], "table": table,
             "why": knee_rows(summary, search) + why_rows(summary), "sessions": _sessions_panel(summary),
             "classes": _classes_panel(summary),
             "prefix_cache": _cache_panel(summary), "search": search_panel(summary, search)}
@@ -60,15 +62,16 @@ def _headline(summary: Summary, search: dict | None, knee: dict | None) -> str:
 
 
 def _step_points(summary: Summary) -> list[dict]:
-    """Each step's p50/p99 of TTFT and TPOT and its throughput, by load, for the charts against load (not the steps the
-    fleet changed under: their level was re-run; nor a step without requests yet)."""
+    """Each step's p50/p99 of the live metrics (``metrics.vocabulary.LIVE``) and its throughput, by load, for the
+    charts against load (not the steps the fleet changed under: their level was re-run; nor a step without requests
+    yet)."""
     out = []
     for s in summary.steps:
         if s.fleet_changed or not s.requests:
             continue
         point: dict = {"index": s.index, "level": s.level, "complete": s.complete,
                        "tokens_per_s": s.throughput.output_tokens_per_s, "goodput_per_s": s.throughput.goodput_per_s}
-        for metric in ("ttft", "tpot"):
+        for metric in LIVE:
             block = s.latency_ms.get(metric)
             if block is not None and block.count:
                 point[f"{metric}_p50"], point[f"{metric}_p99"] = block.p50, block.p99

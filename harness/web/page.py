@@ -32,8 +32,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.topic{white-
 <p id="knee">no knee yet</p>
 <p><span id="status" class="muted"></span> <span id="updated" class="muted">waiting for live.json</span></p>
 <div class="grid2">
-<svg id="chart-time" class="chart"></svg><svg id="chart-ttft" class="chart"></svg>
-<svg id="chart-tpot" class="chart"></svg><svg id="chart-tput" class="chart"></svg>
+<svg id="chart-time" class="chart"></svg><svg id="chart-tput" class="chart"></svg>
 </div>
 <section id="search"><h2>Knee search</h2><p id="search-line"></p><p id="search-state" class="muted"></p>
 <svg id="search-range" class="chart" style="max-width:1100px"></svg>
@@ -50,7 +49,8 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.topic{white-
 "use strict";
 const SVG_NS = "http://www.w3.org/2000/svg";
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 2000;
-const COLOR = {ttft: "#1f77b4", tpot: "#ff7f0e", load: "#555", tokens: "#2ca02c", goodput: "#9467bd"};
+const COLOR = {load: "#555", tokens: "#2ca02c", goodput: "#9467bd"};
+const METRIC_COLORS = ["#1f77b4", "#ff7f0e", "#d62728", "#17becf", "#8c564b"];
 const $ = id => document.getElementById(id);
 
 function node(ns, tag, attrs, text) {
@@ -177,14 +177,19 @@ const at = (rows, xk, yk) => rows.map(r => [r[xk], r[yk]]);
 function drawCharts(d) {
   const hist = d.history, steps = [...d.steps].sort((a, b) => a.level - b.level);
   const knee = d.knee ? [{x: d.knee.level, label: `knee ${fmt(d.knee.level)} ${d.unit}`}] : [];
+  d.live.forEach((m, i) => { COLOR[m] = METRIC_COLORS[i % METRIC_COLORS.length]; });
+  for (const m of d.live) {  // one chart against load per live metric (the server says which), before throughput's
+    if (!$(`chart-${m}`)) $("chart-tput").before(node(SVG_NS, "svg", {id: `chart-${m}`, class: "chart"}));
+  }
   const pair = (rows, xk, m) => [
     {key: `${m}_p99`, label: `${m} p99`, color: COLOR[m], pts: at(rows, xk, `${m}_p99`)},
     {key: `${m}_p50`, label: `${m} p50`, color: COLOR[m], dash: "2 3", r: 1.8, pts: at(rows, xk, `${m}_p50`)}];
-  chart("chart-time", {title: "TTFT and TPOT per window, with the load", xLabel: "seconds since start",
-    yLabel: "ms (log)", rLabel: `load (${d.unit})`, logY: true, series: [...pair(hist, "t", "ttft"),
-    ...pair(hist, "t", "tpot"), {key: "load", label: "load", color: COLOR.load, axis: "r", stepped: true,
-                                 width: 1.2, r: 1.5, pts: at(hist, "t", "load")}]});
-  for (const m of ["ttft", "tpot"]) {
+  chart("chart-time", {title: `${d.live.map(m => m.toUpperCase()).join(" and ")} per window, with the load`,
+    xLabel: "seconds since start", yLabel: "ms (log)", rLabel: `load (${d.unit})`, logY: true,
+    series: [...d.live.flatMap(m => pair(hist, "t", m)), {key: "load", label: "load", color: COLOR.load,
+                                                           axis: "r", stepped: true, width: 1.2, r: 1.5,
+                                                           pts: at(hist, "t", "load")}]});
+  for (const m of d.live) {
     chart(`chart-${m}`, {title: `${m.toUpperCase()} p50 and p99 vs load, each step`, xLabel: `load (${d.unit})`,
       yLabel: "ms (log)", logY: true, vlines: knee, series: pair(steps, "level", m),
       hlines: d.slo.filter(l => l.metric === m).map(l => ({y: l.ms, label: l.label}))});

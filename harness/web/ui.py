@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from flask import Blueprint, Response, redirect, request
 
+from harness.analysis.ledger import Ledger
 from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo, step_health
 from harness.analysis.summary_model import Summary
@@ -16,10 +18,20 @@ from harness.web.dashboard import COLUMNS, payload
 from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
-if TYPE_CHECKING:
-    from harness.load.run_view import RunView
+__all__ = ["RunView", "llm_rows", "register", "status_line", "why_tab_rows"]
 
-__all__ = ["llm_rows", "register", "status_line", "why_tab_rows"]
+
+class RunView(Protocol):
+    """What the pages read of a running master (``load/run_view.py`` serves it): declared here, so that web/ needs
+    nothing of load/."""
+
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def history(self) -> Sequence[dict]: ...
+    def summary_json(self) -> dict: ...
 
 _SKETCHES = (("ttft", "ttft (ms)", 1000.0), ("tpot", "tpot (ms)", 1000.0), ("itl", "itl (ms)", 1000.0),
              ("e2e", "e2e (ms)", 1000.0), ("tokens_per_s", "tokens/s per user", 1.0),

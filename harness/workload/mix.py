@@ -44,7 +44,7 @@ from typing import Any
 
 from harness.checker import Checker
 from harness.endpoint import parse_headers
-from harness.workload.adapters import adapters_from_spec
+from harness.spec.adapters import adapters_from_spec
 from harness.workload.cancel import HANGUP_KEYS, Cancel, Patience, cancel_from_spec, patience_from_spec
 from harness.workload.images import ImageSpec, images_from_spec
 from harness.workload.lengths import JointEmpirical, Length
@@ -71,7 +71,7 @@ class TrafficClass:
     endpoint: dict = field(default_factory=dict)
     """Overrides of the scenario's endpoint (``CLASS_ENDPOINT_KEYS``), applied by ``Scenario.class_endpoint``."""
     slo: tuple = ()
-    """Thresholds (``analysis.slo.Threshold``) judged on this class's requests alone."""
+    """Thresholds (``spec.slo.Threshold``) judged on this class's requests alone."""
 
 
 @dataclass(frozen=True, kw_only=True)

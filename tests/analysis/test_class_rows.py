@@ -7,11 +7,11 @@ import random
 
 from harness.analysis.class_rows import MIN_ROWS, NOT_PER_CLASS, add_cancelled, add_rows_detail, subset
 from harness.analysis.classes import class_steps
-from harness.analysis.pricing import CostSpec
 from harness.analysis.tail_rows import columns, explain_rows
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row
+from harness.spec.cost import CostSpec
 from harness.workload.mix import TrafficClass, Workload
 
 W = Workload(input_tokens=None, output_tokens=None, joint=None)

@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from harness.analysis.classes import class_point, class_steps, probe_step
-from harness.analysis.slo import parse_threshold
 from harness.analysis.tail_rows import columns
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row
 from harness.scenario import ScenarioError, parse_scenario
+from harness.spec.slo import parse_threshold
 from harness.workload.mix import TrafficClass, Workload
 
 W = Workload(input_tokens=None, output_tokens=None, joint=None)

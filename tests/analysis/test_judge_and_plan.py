@@ -9,10 +9,10 @@ import pytest
 from harness.analysis.judge import evaluate_slo, is_stationary, miss_quantile, miss_quantile_ci
 from harness.analysis.knee import Knee
 from harness.analysis.plan import StepPlan, stop_reason
-from harness.analysis.slo import parse_threshold
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
+from harness.spec.slo import parse_threshold
 
 
 def sketch(values) -> Sketch:
@@ -104,6 +104,6 @@ def test_stop_reasons():
     ("staircase", 64, 1, 1),
 ])
 def test_local_workers_follow_the_plans_peak_users(mode, peak, cores, workers):
-    from harness.analysis.plan import LoadPlan
+    from harness.spec.load import LoadPlan
 
     assert LoadPlan(mode=mode, start=1, max=peak).local_workers(cores) == workers

@@ -6,20 +6,10 @@ import json
 
 import pytest
 
-from harness.analysis.pricing import (
-    HOURS_PER_MONTH,
-    CostSpec,
-    Floor,
-    StepCost,
-    Tokens,
-    cost_from_spec,
-    cost_line,
-    floor_of,
-    run_cost,
-    step_cost,
-)
+from harness.analysis.pricing import Floor, StepCost, Tokens, cost_line, floor_of, run_cost, step_cost
 from harness.analysis.results import SloCheck
 from harness.checker import Checker
+from harness.spec.cost import HOURS_PER_MONTH, CostSpec, cost_from_spec
 
 NO_FLOOR = Floor(held=None, text="no floor given")
 HELD = Floor(held=True, text="held (tokens_per_s_per_user: p(5)>20, observed 31.0)")

@@ -18,13 +18,13 @@ from harness.analysis.results import RunSummary, SloVerdict
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.capacity.gate import gate, mismatches
 from harness.capacity.gate_report import console_lines, junit_xml, markdown
-from harness.capacity.thresholds import DEFAULTS, gate_from_spec, parse_threshold
 from harness.checker import Checker
 from harness.cli import main
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.report.validate import as_summary
+from harness.spec.gate import DEFAULTS, gate_from_spec, parse_threshold
 
 TOKENS = 20
 

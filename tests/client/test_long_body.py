@@ -17,9 +17,9 @@ import pytest
 
 from harness.checker import Checker
 from harness.client.openai import build_body, request_head
-from harness.client.timeouts import PREFILL_S_PER_KTOKEN, Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.endpoint import parse_endpoint
+from harness.spec.timeouts import PREFILL_S_PER_KTOKEN, Timeouts
 from harness.workload.prompts import PromptBuilder, SplicedBody
 from tests.kit.servers import CannedServer, sse_reply, tls_server
 

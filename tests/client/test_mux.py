@@ -25,7 +25,7 @@ import json, sys, time
 import gevent
 from harness.client import mux
 from harness.client.openai import build_body, request_head
-from harness.client.timeouts import Timeouts
+from harness.spec.timeouts import Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.workload.prompts import Prompt
 

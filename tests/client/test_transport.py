@@ -242,7 +242,7 @@ COOPERATIVE = """
 from gevent import monkey; monkey.patch_all()
 import sys
 from harness.client.openai import build_body, request_head
-from harness.client.timeouts import Timeouts
+from harness.spec.timeouts import Timeouts
 from harness.client.transport import Connection, stream_request
 from harness.workload.prompts import Prompt
 conn = Connection(sys.argv[1])

@@ -8,12 +8,13 @@ from __future__ import annotations
 import copy
 
 from harness.analysis.knee import Knee
-from harness.analysis.pricing import CostSpec, Tokens, floor_of, run_cost, step_cost
+from harness.analysis.pricing import Tokens, floor_of, run_cost, step_cost
 from harness.analysis.results import FleetEvent, RunSummary, SloCheck, SloVerdict
 from harness.analysis.steps import Generator, StepInfo, step_result
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
+from harness.spec.cost import CostSpec
 
 __all__ = ["break_", "hand_made_v2", "version1", "with_classes", "written"]
 

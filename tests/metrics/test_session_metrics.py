@@ -7,10 +7,10 @@ import pytest
 
 from harness.analysis.judge import evaluate_slo, misses, step_point
 from harness.analysis.sessions import NOT_REPORTED, SERVER_SOURCE, agent_stall, cache_view, explain_cache, session_view
-from harness.analysis.slo import parse_threshold, request_meets
 from harness.metrics.aggregate import Bucket, PrefixCache
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
+from harness.spec.slo import parse_threshold, request_meets
 
 
 def _call(turn_bucket: str, ttft: float, e2e: float, n: int = 11, prompt: int = 1000, cached: int | None = 600,

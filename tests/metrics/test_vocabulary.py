@@ -7,17 +7,17 @@ import dataclasses
 
 import pytest
 
-from harness.analysis.slo import LATENCY_METRICS, SESSION_METRICS, SLO_METRICS, parse_threshold, request_meets
 from harness.analysis.summary_model import Step, Throughput
 from harness.metrics import vocabulary
 from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.extract import FIRST_SEEN
 from harness.metrics.record import RequestRecord
-from harness.metrics.sessions import SESSION_SKETCHES, SessionRecord
+from harness.metrics.sessions import SessionRecord
 from harness.metrics.vocabulary import KNEE_METRICS, METRIC, METRICS, influx_fields
 from harness.scenario import ScenarioError, parse_scenario
 from harness.sinks.points import WINDOW_METRICS
 from harness.sinks.schema import MEASUREMENTS, PERCENTILE_FIELDS
+from harness.spec.slo import LATENCY_METRICS, SESSION_METRICS, SLO_METRICS, parse_threshold, request_meets
 
 SKETCHED = ("latency", "distribution")
 
@@ -137,7 +137,6 @@ def test_a_bucket_meets_its_sketches_in_the_wire_order_it_always_had():
 
 
 def test_session_sketches_come_from_the_registry():
-    assert set(SESSION_SKETCHES) == {m.bucket_key for m in METRICS if m.of == "session"}
     b = Bucket()
     b.add_session(SessionRecord(30.0, 5.0, 3, 3, 0.4, 1200))
     assert {k: s.sum for k, s in b.sketches.items()} == pytest.approx(SESSION_EXPECTED)
@@ -209,3 +208,62 @@ def test_a_short_answer_without_usage_is_told_by_its_finish_reason():
     stopped = dataclasses.replace(whole, finish_reason="stop")
     assert not whole.short_answer and stopped.short_answer
     assert (whole.tokens_asked, whole.tokens_got) == (0, 0)  # no got/asked from a count that is not tokens
+
+
+# Lists of registry names that are a concept of their own, not a subset of the registry: each with its reason.
+OWN_LISTS = {
+    "harness/analysis/server.py": "the server's own stages (its histograms' names), not the client's metrics",
+    "harness/capacity/intervals.py": "LAGGED: the latencies that end at one chunk's arrival (how they are measured)",
+    "harness/capacity/llmd.py": "llm-d's report schema: each of its names beside ours",
+    "harness/load/live.py": "the dashboard's two lines a metric (p50, p99)",
+    "harness/metrics/extract.py": "FIRST_SEEN: the wire order of a bucket's sketches, frozen by the wire format",
+    "harness/metrics/rows.py": "ROW_FIELDS: a request row's columns (the wire format of rows)",
+    "harness/report/class_tables.py": "the comparison's two columns a load (TTFT, TPOT)",
+}
+
+
+def test_metric_and_percentile_subsets_come_from_the_registry():
+    """No module writes its own list of two or more registry metrics or percentiles (the SLO's, the knee's, a class's,
+    the gate's, the dashboard's, the sinks'): it derives it from ``metrics.vocabulary``, so a metric added there
+    reaches every list that should have it. The lists that are a concept of their own are named above."""
+    import ast
+    import pathlib
+
+    from harness.metrics.vocabulary import METRIC, PERCENTILES
+
+    names = set(METRIC) | set(PERCENTILES)
+    root = pathlib.Path(__file__).resolve().parents[2]
+    found = {}
+    for p in sorted((root / "harness").rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        if rel == "harness/metrics/vocabulary.py" or rel.startswith("harness/sim/"):
+            continue  # the registry itself; the simulator is a server, with its own names
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            elts = getattr(n, "elts", ())
+            words = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if isinstance(n, ast.Tuple | ast.List | ast.Set) and len(words) == len(n.elts) and \
+                    sum(w in names for w in words) >= 2:
+                found.setdefault(rel, []).append(n.lineno)
+    assert set(found) - set(OWN_LISTS) == set(), {k: v for k, v in found.items() if k not in OWN_LISTS}
+    assert set(OWN_LISTS) <= set(found), "a list named here is gone: drop its entry"
+
+
+def test_the_derived_subsets_match_what_their_readers_can_give():
+    from harness.metrics.rows import ROW_FIELDS
+    from harness.metrics.vocabulary import (
+        CLASS_KNEE_METRICS,
+        CLASS_LATENCIES,
+        CLASS_SLO_METRICS,
+        GATE_DEFAULT,
+        GATE_LATENCIES,
+        KNEE_METRICS,
+        LIVE,
+        SLO_METRICS,
+        WHOLE_ANSWER_SLO_METRICS,
+    )
+
+    assert set(CLASS_LATENCIES) <= set(ROW_FIELDS)  # a class's latencies come from its rows
+    assert set(CLASS_KNEE_METRICS) <= set(KNEE_METRICS) and set(CLASS_SLO_METRICS) <= set(SLO_METRICS)
+    assert set(GATE_DEFAULT) < set(GATE_LATENCIES) and "itl" not in GATE_DEFAULT  # itl per token is TPOT again
+    assert set(LIVE) <= set(KNEE_METRICS) and set(WHOLE_ANSWER_SLO_METRICS) == {"e2e", "error_rate",
+                                                                                "short_answer_rate"}

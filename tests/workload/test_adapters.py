@@ -1,4 +1,4 @@
-"""LoRA adapters (``workload/adapters.py``): the block, and how each pick spreads the requests. Pure."""
+"""LoRA adapters (``spec/adapters.py``): the block, and how each pick spreads the requests. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.scenario import ScenarioError, parse_scenario
-from harness.workload.adapters import AdapterSpec, adapter_picker
+from harness.spec.adapters import AdapterSpec, adapter_picker
 
 
 def _parse(endpoint: str, mix: str = ""):

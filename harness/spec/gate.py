@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.checker import Checker
+from harness.metrics.vocabulary import CI_PERCENTILES, GATE_DEFAULT, GATE_LATENCIES
 
 __all__ = ["DEFAULTS", "LATENCY", "STATS", "GateSpec", "Threshold", "gate_from_spec", "parse_threshold"]
 
-LATENCY = ("ttft", "tpot", "itl", "e2e")
-"""The latency metrics a gate may judge (``latency_ms`` in summary.json)."""
-STATS = ("p50", "p95", "p99")
+LATENCY = GATE_LATENCIES
+"""The latency metrics a gate may judge (``latency_ms`` in summary.json): the registry's ``gate`` ones."""
+STATS = CI_PERCENTILES
 """The percentiles a gate judges: those summary.json gives an interval for (``p50_ci``, ``p95_ci``, ``p99_ci``)."""
 _WORSE = {**dict.fromkeys(LATENCY, 1), "error_rate": 1, "throughput": -1, "goodput": -1, "knee": -1}
 """Which way is bad: +1, an increase (latency, errors); -1, a decrease (throughput, goodput, the knee's load)."""
@@ -112,7 +113,7 @@ def parse_threshold(metric: str, text: object, stat: str | None = None) -> Thres
 
 def _defaults() -> dict[tuple[str, str | None], Threshold]:
     out: dict[tuple[str, str | None], Threshold] = {}
-    for metric in ("ttft", "tpot", "e2e"):  # itl is off: with one token a chunk it is TPOT again, counted twice
+    for metric in GATE_DEFAULT:  # itl is off: with one token a chunk it is TPOT again, counted twice
         for stat in STATS:
             out[metric, stat] = parse_threshold(metric, "+10%", stat)
     for metric, text in (("throughput", "-10%"), ("goodput", "-10%"), ("error_rate", "+0.5%"), ("knee", "-1 step")):

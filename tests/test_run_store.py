@@ -10,7 +10,9 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from harness.capacity.store import (
+from harness.cli import main
+from harness.report.validate import load_summary
+from harness.run_store import (
     append,
     entry,
     git_state,
@@ -22,8 +24,6 @@ from harness.capacity.store import (
     scenario_hash,
     select,
 )
-from harness.cli import main
-from harness.report.validate import load_summary
 from tests.kit.summaries import hand_made_v2, written
 
 
