@@ -1,4 +1,4 @@
-"""The worker ↔ master protocol: every message kneecap sends through Locust, and its payload. Pure.
+"""The worker ↔ master protocol: kneecap's data messages through Locust, and their payloads. Pure.
 
 Locust carries all of it (msgpack, ``strict_map_key=False``); kneecap adds no socket of its own.
 Payloads are dicts of plain types; ``tests/metrics/test_protocol.py`` keeps their golden msgpack bytes.
@@ -15,7 +15,9 @@ more as the ``FLUSH_MESSAGE`` when the worker stops (so the last seconds are not
       "gen": {"lag": b"...",  dict  generator health since the last report: loop-lag sketch (metrics/wire.py),
               "cpu": 41.5,          the worker's CPU percent (Locust's),
               "cpu_s": [[3, 1.9]],  its process CPU seconds by the step they were spent in (optional),
-              "gc": [0.004, 0.011, 12]},  its GC pauses: longest, total (s), collections (optional)
+              "gc": [0.004, 0.011, 12],   its GC pauses: longest, total (s), collections (optional)
+              "wait_s": [[3, 0.2]], its loop's run-queue wait by step (optional),
+              "ks": false},         only when its receives are not the kernel's stamps
       "records": [{...}]      list  only with --save-requests: the per-request records since the last report
     }
 
@@ -46,8 +48,9 @@ Worker → master, ``HELLO_MESSAGE`` (no data) once its handlers are registered:
 as it connects would be dropped (Locust connects a worker before the ``init`` event registers kneecap's
 handlers) — and its users wait for the answer, so none of its records lands in the wrong step.
 
-The master's clock is authoritative for step boundaries: a worker's step (and its warm-up) starts when
-this message arrives, which is the master's start plus the message's delivery time (~1 ms on one host).
+The clock ping-pong (``load/clock.py``: ping, pong, the offset found) has messages of its own, outside this
+module's payloads. The master's clock is authoritative for step boundaries: a worker's step (and its warm-up)
+starts when the ``STEP_MESSAGE`` arrives, the master's start plus the message's delivery time (~1 ms on one host).
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ class RequestRecord:
     """Embeddings: inputs in the request's batch."""
     output_tokens: int | None = None
     output_tokens_counted: bool = False
-    """True when the server sent no usage and ``output_tokens`` counts content chunks instead."""
+    """True when the server sent no usage and ``output_tokens`` counts the chunks that carried output (answer,
+    reasoning or tool-call deltas) instead."""
     prompt_tokens: int | None = None
     prompt_tokens_target: int | None = None
     max_tokens: int | None = None

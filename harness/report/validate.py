@@ -14,10 +14,10 @@ msgspec itself stops at the first problem; the walk finds them all, in the house
 many more), so ``kneecap report``/``compare`` refuse a broken file with one line instead of a traceback or a
 report of nothing.
 
-Fields a later version adds are allowed (a reader checks what it needs), so version 1 files keep working
-and version 3 ones are refused by ``schema``. Beyond the types: the load level's key is the mode's
-(``users``, or ``rate_rps`` open loop), a key marked ``since`` is required from that version on, and a
-found knee has its level.
+Fields a later version adds are allowed (a reader checks what it needs), so version 1 files keep working; a schema
+this kneecap does not know (``kneecap.summary/4``) is refused by ``schema``. Beyond the types: the load level's key
+is the mode's (``users``, or ``rate_rps`` open loop), a key marked ``since`` is required from that version on, and
+a found knee has its level.
 """
 
 from __future__ import annotations
