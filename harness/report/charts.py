@@ -13,10 +13,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from harness.analysis.counted import not_counted
 from harness.analysis.results import level_key
-from harness.analysis.summary_model import Step, Summary
+from harness.analysis.summary_model import Percentiles, Step, Summary
 
 __all__ = [
+    "capacity",
     "cost_vs_load",
     "errors_vs_load",
     "generator_chart",
@@ -49,9 +51,16 @@ def _level_key(summary: Summary) -> str:
 
 
 def _steps(summary: Summary) -> list[Step]:
-    """The steps a curve shows, by load (a search visits levels in any order): not those the fleet changed under
-    (their level was re-run, README "Fleet faults")."""
-    return sorted((s for s in summary.steps if not s.fleet_changed), key=lambda s: s.level)
+    """The steps a curve shows, by load (a search visits levels in any order): the counted ones
+    (``analysis.counted``): a step cut short, stopped in its warm-up, run while the fleet changed or with a generator
+    that could not keep time has no figure of the server at its load, and is never drawn as one (a zero is a cliff
+    that did not happen)."""
+    return sorted((s for s in summary.steps if not_counted(s) is None), key=lambda s: s.level)
+
+
+def _uncounted(summary: Summary) -> list[Step]:
+    """Steps with measured requests that do not count: drawn apart, as grey crosses, where a chart has room."""
+    return [s for s in summary.steps if s.requests and not s.fleet_changed and not_counted(s) is not None]
 
 
 def _loads(summary: Summary) -> list[float]:
@@ -77,6 +86,10 @@ def latency_vs_load(summary: Summary, metric: str) -> str:
         ax.plot(loads, [getattr(st, q) for st in stats], style, marker="o", markersize=3, label=q)
     ci = [st.p99_ci or [st.p99, st.p99] for st in stats]
     ax.fill_between(loads, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2, label="p99 95% CI")
+    apart = [s for s in _uncounted(summary) if metric in s.latency_ms and s.latency_ms[metric].count]
+    if apart:
+        ax.plot([s.level for s in apart], [s.latency_ms[metric].p99 for s in apart], "x", color="gray",
+                label="p99, step not counted")
     for t in summary.slo.thresholds:
         name, _, rule = t.partition(": ")
         if name == metric and "<" in rule:
@@ -89,6 +102,41 @@ def latency_vs_load(summary: Summary, metric: str) -> str:
     return svg_text(fig)
 
 
+def capacity(summary: Summary) -> str:
+    """The answer in one chart: the knee metric's p99 (failures as misses) and the output tokens/s against load, the
+    knee and the metric's SLO drawn; counted steps only."""
+    metric = summary.knee.metric or "ttft"
+    steps = [s for s in _steps(summary) if metric in s.latency_ms and s.latency_ms[metric].count]
+    fig, ax = plt.subplots(figsize=(8.4, 3.3))
+    loads = [s.level for s in steps]
+    p99 = [_nan(_p99_slo(s.latency_ms[metric])) for s in steps]
+    ax.plot(loads, p99, "-", color="tab:red", marker="o", markersize=4,
+            label=f"{metric.upper()} p99 (failures as misses)")
+    for t in summary.slo.thresholds:  # a p99 threshold only: a p95's line over a p99 curve would mislead
+        name, _, rule = t.partition(": ")
+        if name == metric and rule.replace(" ", "").startswith("p(99)<"):
+            ax.axhline(float(rule.split("<")[-1].lstrip("=")), color="gray", linewidth=1, label=f"SLO {rule}")
+    ax.set_ylabel(f"{metric} p99 (ms)")
+    ax2 = ax.twinx()
+    ax2.plot(loads, [s.throughput.output_tokens_per_s for s in steps], "--", color="tab:blue", marker="s",
+             markersize=3, label="output tokens/s")
+    ax2.set_ylabel("output tokens/s")
+    ax2.grid(False)
+    _mark_knee(ax, summary)
+    ax.set_xlabel(_level_key(summary).replace("_", " "))
+    ax.set_title(f"{metric.upper()} p99 and throughput vs load")
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper left")
+    return svg_text(fig)
+
+
+def _p99_slo(p: Percentiles) -> float | None:
+    """The p99 the knee judged as a number: None for "inf" (it fell on a failure); a version-1 file's plain p99."""
+    if p.p99_slo is None:
+        return p.p99
+    return p.p99_slo if isinstance(p.p99_slo, int | float) else None
+
+
 def throughput_vs_load(summary: Summary) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     loads = _loads(summary)
@@ -98,6 +146,10 @@ def throughput_vs_load(summary: Summary) -> str:
     ax2 = ax.twinx()
     ax2.plot(loads, [t.requests_per_s for t in tp], "g--", marker="s", markersize=3, label="requests/s")
     ax2.plot(loads, [t.goodput_per_s for t in tp], "g:", marker="^", markersize=3, label="goodput/s")
+    apart = _uncounted(summary)
+    if apart:
+        ax.plot([s.level for s in apart], [s.throughput.output_tokens_per_s for s in apart], "x", color="gray",
+                label="step not counted")
     ax2.set_ylabel("requests/s")
     _mark_knee(ax, summary)
     ax.set_xlabel(_level_key(summary).replace("_", " "))

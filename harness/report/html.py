@@ -13,6 +13,7 @@ import time
 
 from msgspec import UNSET
 
+from harness.analysis.counted import WHY, not_counted
 from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
 from harness.analysis.summary_model import Percentiles, RunCost, SplitPart, Summary
@@ -20,6 +21,7 @@ from harness.checker import decode_text
 from harness.metrics.vocabulary import HEADLINE
 from harness.report import charts
 from harness.report.cells import e as _e
+from harness.report.cells import fig as _fig
 from harness.report.cells import n as _n
 from harness.report.cells import share as _share
 from harness.report.cells import table as _table
@@ -72,24 +74,31 @@ def _step_table(s: Summary) -> str:
     head = ["step", key, "requests", "fail", "req/s", "out tok/s", "goodput/s", "TTFT p50", "TTFT p99 [CI]",
             *(["TTFO p99", "reasoning p50"] if reasons else []),
             f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", *(["new conn"] if conns else []), "stationary", "SLO",
-            "reliable"]
+            "counted"]
     rows = []
     for st in s.steps:
+        why = not_counted(st)
+        if not st.requests:  # nothing measured: no figure, not a row of zeros
+            rows.append([st.index, _n(st.level), 0, "", *[""] * (len(head) - 5), WHY[why] if why else ""])
+            continue
         lat = st.latency_ms
         t = lat.get("ttft", _NO_DATA)
         ci = t.p99_ci
-        rows.append([st.index, _n(st.level), st.requests, sum(st.failures.values()),
-                     st.throughput.requests_per_s, st.throughput.output_tokens_per_s,
-                     st.throughput.goodput_per_s, t.p50,
-                     f"{t.p99} [{ci[0]}, {ci[1]}]" if ci else t.p99,
-                     *([lat.get("ttfo", _NO_DATA).p99, lat.get("reasoning_time", _NO_DATA).p50] if reasons else []),
-                     lat.get(metric, _NO_DATA).p99_slo, lat.get("tpot", _NO_DATA).p99, lat.get("e2e", _NO_DATA).p99,
-                     *([_share(st.new_connection_share, "")] if conns else []), st.stationary,
-                     st.slo_passed, st.generator.reliable])
-    return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+        tp = st.throughput
+        rows.append([st.index, _n(st.level), st.requests, sum(st.failures.values()), _fig(tp.requests_per_s),
+                     _fig(tp.output_tokens_per_s), _fig(tp.goodput_per_s), _fig(t.p50),
+                     f"{_fig(t.p99)} [{_fig(ci[0])}, {_fig(ci[1])}]" if ci else _fig(t.p99),
+                     *([_fig(lat.get("ttfo", _NO_DATA).p99), _fig(lat.get("reasoning_time", _NO_DATA).p50)]
+                       if reasons else []),
+                     _fig(lat.get(metric, _NO_DATA).p99_slo), _fig(lat.get("tpot", _NO_DATA).p99),
+                     _fig(lat.get("e2e", _NO_DATA).p99), *([_share(st.new_connection_share, "")] if conns else []),
+                     st.stationary, st.slo_passed, "yes" if why is None else WHY[why]])
+    return ("<table id='steps'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"
             + "<p>Latencies in ms. p99: over successful requests. p99_slo: failed requests ranked as misses "
-              "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge."
+              "(inf when the p99 falls on a failure) — the figure the knee and the SLOs judge. A step that does not "
+              "count (cut short, no requests, its generator late, the fleet changed) neither passes nor fails an "
+              "SLO and is left out of the charts' curves."
             + (" New conn: share of requests that opened a connection inside their own time (near 100%: the server "
                "closes connections after each response)." if conns else "") + "</p>")
 
@@ -241,6 +250,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
             f"workers · started {started}</p>")
     steps = s.steps
     parts = [f"<h1>kneecap report: {_e(s.scenario)}</h1>", meta, _verdict(s)]
+    if any(not_counted(st) is None for st in steps):  # the answer's chart, on the first screen
+        parts.append(f"<div id='capacity'>{charts.capacity(s)}</div>")
     if s.search is not UNSET and s.search.path:
         parts.append(f"<h2>Search path</h2><p>{_e(s.search.line)}</p>{charts.search_path(s)}{_search_table(s)}")
     if steps:

@@ -80,3 +80,25 @@ def test_compare_shows_cost_per_1m_tokens_at_each_runs_knee(tmp_path):
     # the report of a priced run whose last step was cut short (no throughput: its figures are null)
     page = (tmp_path / "priced" / write_report(str(tmp_path / "priced"))).read_text()
     assert "<h2>Cost</h2>" in page and "no output throughput at this step" in page
+
+
+def test_a_step_that_was_not_measured_is_never_drawn_or_tabulated_as_zeros():
+    """The master's own summary (``tests.kit.summaries.written``): its last step was cut short before any request
+    ended. The curves leave it out (a throughput of 0 there would be a cliff that did not happen); the steps table
+    says why it does not count instead of a row of zeros; the answer's chart comes first."""
+    import re
+
+    from harness.report import charts
+    from harness.report.html import report_html
+    from tests.kit.summaries import written
+
+    s = as_summary(written())
+    empty = s.steps[-1]
+    assert empty.requests == 0 and [st.index for st in charts._steps(s)] == [0, 1]  # step 2: the fleet changed
+    page = report_html(s)
+    steps = page[page.index("<table id='steps'>"):]
+    row = re.search(r"<tr><td>3</td><td>16</td>(.*?)</tr>", steps)
+    assert row and "empty: no measured requests" in row.group(1) and "0.0" not in row.group(1), row
+    assert page.index("id='capacity'") < page.index("Latency vs load")
+    assert "fleet changed during it" in steps  # step 2's row says why it does not count
+    assert not re.search(r"<td>-\d", page)  # no negative figure in any table

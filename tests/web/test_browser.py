@@ -161,6 +161,23 @@ def check_llm_tabs(page, live: dict) -> None:
     page.screenshot(path=os.path.join(ARTIFACTS, "web-llm-why-tab.png"), full_page=True)
 
 
+def check_report(browser, out, summary: dict) -> None:
+    """report.html as a newcomer opens it: the knee's sentence and the answer's chart on the first screen (1366x768),
+    no negative figure in any table, a step without measured requests no row of zeros."""
+    page, errors = open_page(browser, f"file://{out}/report.html")
+    page.set_viewport_size({"width": 1366, "height": 768})
+    for what in ("#knee", "#capacity svg"):
+        box = page.locator(what).bounding_box()
+        assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 768, (what, box)
+    cells = page.locator("td").all_inner_texts()
+    assert cells and not [c for c in cells if c.strip().startswith("-") and c.strip()[1:2].isdigit()], cells
+    rows = rows_of(page, "#steps tr")[1:]
+    for st, row in zip(summary["steps"], rows, strict=True):
+        assert row[0] == str(st["index"]) and (st["requests"] or row[4:-1] == [""] * len(row[4:-1])), row
+    page.close()
+    assert not errors, errors
+
+
 def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
     os.makedirs(ARTIFACTS, exist_ok=True)
     out = tmp_path / "ui-run"
@@ -210,6 +227,7 @@ def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
     page, errors = open_page(browser, f"file://{out}/report.html")
     summary = json.loads((out / "summary.json").read_text())
     assert page.locator("#knee").inner_text() == f"Knee: {summary['knee']['users']:g} users"
+    check_report(browser, out, summary)
     assert os.path.getsize(out / "report.html") < 2_000_000
     page.screenshot(path=os.path.join(ARTIFACTS, "report.png"), full_page=True)
     assert not errors, errors
