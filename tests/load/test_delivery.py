@@ -76,8 +76,14 @@ def test_a_front_end_that_stalls_and_flushes_is_a_periodic_server_pause_not_a_la
     # busy loop on one core)
     r = run(tmp_path, users=16, output_tokens=16, duration_s=9,
             sim_args=("--front-stall-every-s", "2", "--front-stall-s", "0.15"))
-    tail = r.summary["steps"][0]["tail"]
+    step = r.summary["steps"][0]
+    tail, gen = step["tail"], step["generator"]
     pauses = tail["pauses"]
+    if pauses.get("period_s") is None:
+        # Seen once in a full suite beside a type check (2 of 4 stalls found, the shortest 42 ms): a worker that read
+        # late cannot date a stall's silence. It may miss the pauses then, but only while saying its reader was late.
+        assert gen["stamps_flagged"] or not gen["reliable"], (pauses, gen)
+        return
     assert pauses["period_s"] == pytest.approx(2.0, abs=0.2), pauses
     assert pauses["recurring_median_ms"] == pytest.approx(150, abs=30), pauses
     lines = {(a["metric"], a["quantile"]): a["line"] for a in tail["attributions"]}

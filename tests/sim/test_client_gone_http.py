@@ -42,7 +42,7 @@ def test_a_hang_up_frees_the_slot_and_the_trace_ends_at_the_hang_up(tmp_path):
         client.sendall(b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         got = b""
-        while got.count(b"data: ") < 5:  # streaming: it holds a slot now
+        while got.count(b"data: ") < 6:  # streaming: it holds a slot now (the role chunk, then 5 tokens seen)
             got += client.recv(65536)
         assert stats(sim)["running"] == 1 and scrape(sim)["vllm:kv_cache_usage_perc"] > 0
         closed_at = time.time()
