@@ -94,7 +94,7 @@ def delivery_lines(summary: Summary) -> list[str]:
         if not isinstance(st.delivery, UnsetType) and st.delivery.cause is not None:
             by.setdefault(st.delivery.cause, []).append(st)
     return [f"{_DELIVERY[cause]}: step{'s' if len(steps) > 1 else ''} {', '.join(str(s.index) for s in steps)} "
-            f"({', '.join(f'{s.level:g}' for s in steps)}): {steps[0].delivery.line}"  # type: ignore[union-attr]
+            f"({', '.join(f'{s.level:g}' for s in steps)}): {steps[0].delivery.line}"
             for cause, steps in by.items()]
 
 
@@ -107,16 +107,16 @@ def short_answers(summary: Summary) -> list[str]:
     the endpoint (or a gateway) did not honour ``ignore_eos``/``min_tokens``, so the run measured other lengths
     than the scenario's."""
     seen = [(st, st.answers) for st in summary.steps if not isinstance(st.answers, UnsetType)]
-    asked = sum(a.length_asked for _, a in seen)  # type: ignore[union-attr]
-    short = sum(a.short for _, a in seen)  # type: ignore[union-attr]
+    asked = sum(a.length_asked for _, a in seen)
+    short = sum(a.short for _, a in seen)
     if not asked or short / asked <= SHORT_ANSWER_WARN:
         return []
     why: dict[str, int] = {}
     for _, a in seen:
-        for reason, n in a.short_by_finish_reason.items():  # type: ignore[union-attr]
+        for reason, n in a.short_by_finish_reason.items():
             why[reason] = why.get(reason, 0) + n
     reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(why.items(), key=lambda kv: -kv[1]))
-    got = [a.tokens_got_over_asked for _, a in seen if a.tokens_got_over_asked is not None]  # type: ignore[union-attr]
+    got = [a.tokens_got_over_asked for _, a in seen if a.tokens_got_over_asked is not None]
     ratio = f"; output tokens got/asked {min(got):.2f}-{max(got):.2f} by step" if got else ""
     return [f"SHORT ANSWERS: {short / asked:.1%} of the {asked:,} answers that asked for an exact length ended "
             f"before it (finish_reason: {reasons}{ratio}): the endpoint did not honour ignore_eos/min_tokens, so "

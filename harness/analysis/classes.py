@@ -196,7 +196,7 @@ def mix_step(summary: Summary) -> Step | None:
 def class_figures(step: Step) -> list[tuple[str, str]]:
     """Each class of ``step`` in words: "75 requests (75%, weight 75%), TTFT p95 30.0 ms, ...; SLO passed"."""
     out = []
-    for c in step.classes or ():  # type: ignore[union-attr]
+    for c in step.classes or ():
         lat = ", ".join(f"{m.upper()} p95 {p.p95:,.{0 if p.p95 >= 100 else 1}f} ms" for m in HEADLINE
                         if (p := c.latency_ms.get(m)) is not None and p.p95 is not None)
         failed = [f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed]
@@ -214,7 +214,7 @@ def class_tail_lines(step: Step, metric: str) -> list[tuple[str, str]]:
     """Each class's p99 ``metric`` tail in words, where its own attribution names a cause (``verdict`` cause or
     time): (class, line)."""
     out = []
-    for c in step.classes or ():  # type: ignore[union-attr]
+    for c in step.classes or ():
         found = next((a for a in (c.tail.attributions if c.tail else ()) if a.metric == f"{metric}_s"
                       and a.quantile == 0.99 and a.verdict in ("cause", "time")), None)
         if found is not None:
@@ -225,7 +225,7 @@ def class_tail_lines(step: Step, metric: str) -> list[tuple[str, str]]:
 def probe_line(summary: Summary) -> str | None:
     """``load.probes``: their TTFT at the knee's step (else the last judged one) against the first step's, the wait a
     new request met as the load grew; None without probes."""
-    steps = [st for st in summary.steps if st.probes and st.probes.latency_ms.get("ttft")]  # type: ignore[union-attr]
+    steps = [st for st in summary.steps if st.probes and st.probes.latency_ms.get("ttft")]
     if not steps:
         return None
     at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1])

@@ -318,7 +318,7 @@ class Ledger:
             st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")  # type: ignore[union-attr]
                                     for k in st.classes for c in k.slo)
             if sc.load.knee_class is not None:  # the knee follows this class's requests alone
-                st.judgement = dataclasses.replace(st.judgement, point=class_point(  # type: ignore[arg-type]
+                st.judgement = dataclasses.replace(st.judgement, point=class_point(
                     cols, sc.workload.class_names.index(sc.load.knee_class), sc.load.knee_metric, index=info.index,
                     load=info.level, reliable=reliable, duration_s=duration, lag_ms=st.judgement.point.lag_ms))
         if not rows:

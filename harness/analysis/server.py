@@ -38,7 +38,7 @@ class TimeSeries(Sequence[tuple[float, float]]):
     def __len__(self) -> int:
         return len(self.times)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return list(zip(self.times[i], self.values[i], strict=True))
         return self.times[i], self.values[i]

@@ -19,7 +19,7 @@ class View(Struct, kw_only=True, frozen=True):
     """A block of summary.json: read-only, unknown keys ignored (each subclass is keyword-only too)."""
 
 
-class Percentiles(View, kw_only=True, omit_defaults=True):
+class Percentiles(View, frozen=True, kw_only=True, omit_defaults=True):
     """A metric's block (``metrics.aggregate.summarize_sketch``): only ``count`` when it had no data."""
 
     count: int
@@ -40,14 +40,14 @@ class Percentiles(View, kw_only=True, omit_defaults=True):
     """SLO latency metrics (version 2 on): the p99 with failures as misses, "inf" when it falls on one."""
 
 
-class Throughput(View, kw_only=True):
+class Throughput(View, frozen=True, kw_only=True):
     requests_per_s: float
     output_tokens_per_s: float
     input_tokens_per_s: float
     goodput_per_s: float
 
 
-class Generator(View, kw_only=True):
+class Generator(View, frozen=True, kw_only=True):
     lag_p99_ms: float | None
     lag_max_ms: float | None
     cpu_max_pct: float
@@ -66,20 +66,20 @@ class Generator(View, kw_only=True):
     send_lag_p99_ms: float | UnsetType | None = UNSET  # absent from older files; None: a closed loop
 
 
-class SloCheck(View, kw_only=True):
+class SloCheck(View, frozen=True, kw_only=True):
     threshold: str
     observed: float | str | None
     passed: bool
     abort_on_fail: bool
 
 
-class Tokens(View, kw_only=True):
+class Tokens(View, frozen=True, kw_only=True):
     input: int
     cached_input: int
     output: int
 
 
-class StepCost(View, kw_only=True):
+class StepCost(View, frozen=True, kw_only=True):
     """A step's cost figures (``analysis.pricing.StepCost``); in ``RunCost.at`` with ``index`` and ``level``."""
 
     currency: str
@@ -97,7 +97,7 @@ class StepCost(View, kw_only=True):
     level: float | UnsetType = UNSET
 
 
-class RunCost(View, kw_only=True):
+class RunCost(View, frozen=True, kw_only=True):
     currency: str
     hours_per_month: float
     prices: dict[str, Any]
@@ -116,7 +116,7 @@ class RunCost(View, kw_only=True):
                                 unit=level_unit(mode))
 
 
-class Server(View, kw_only=True):
+class Server(View, frozen=True, kw_only=True):
     """The server's side of a step from its /metrics (``analysis.server.ServerStep.summary``)."""
 
     samples: int | UnsetType = UNSET
@@ -135,7 +135,7 @@ class Server(View, kw_only=True):
     stages_note: str | UnsetType = UNSET
 
 
-class CacheClient(View, kw_only=True, omit_defaults=True):
+class CacheClient(View, frozen=True, kw_only=True, omit_defaults=True):
     source: str = ""
     requests: int | None = None
     prompt_tokens: int | None = None
@@ -145,7 +145,7 @@ class CacheClient(View, kw_only=True, omit_defaults=True):
     note: str | None = None
 
 
-class CacheServer(View, kw_only=True, omit_defaults=True):
+class CacheServer(View, frozen=True, kw_only=True, omit_defaults=True):
     source: str = ""
     queries: float | None = None
     hits: float | UnsetType | None = UNSET
@@ -153,20 +153,20 @@ class CacheServer(View, kw_only=True, omit_defaults=True):
     note: str | None = None
 
 
-class PrefixCache(View, kw_only=True):
+class PrefixCache(View, frozen=True, kw_only=True):
     """Client- and server-side prefix-cache hits, each with its source (``analysis.sessions.cache_view``)."""
 
     client: CacheClient
     server: CacheServer
 
 
-class TurnBucket(View, kw_only=True):
+class TurnBucket(View, frozen=True, kw_only=True):
     calls: int = 0
     ok: int = 0
     ttft_ms: Percentiles | None = None
 
 
-class Sessions(View, kw_only=True):
+class Sessions(View, frozen=True, kw_only=True):
     """Sessions that ended in the step (``analysis.sessions.session_view``)."""
 
     ended: int = 0
@@ -183,7 +183,7 @@ class Sessions(View, kw_only=True):
     by_turn: dict[str, TurnBucket] = {}
 
 
-class Stream(View, kw_only=True):
+class Stream(View, frozen=True, kw_only=True):
     """What the streams said about themselves (``analysis.steps``)."""
 
     exact_chunk_counts: int = 0
@@ -196,7 +196,7 @@ class Stream(View, kw_only=True):
     inputs_per_s: float | UnsetType = UNSET
 
 
-class Answers(View, kw_only=True):
+class Answers(View, frozen=True, kw_only=True):
     """Whether the answers were as long as asked (``analysis.steps.answer_lengths``)."""
 
     length_asked: int
@@ -206,7 +206,7 @@ class Answers(View, kw_only=True):
     tokens_got_over_asked: float | None = None
 
 
-class Delivery(View, kw_only=True):
+class Delivery(View, frozen=True, kw_only=True):
     """How the chunks came (``analysis.delivery``)."""
 
     streams: int
@@ -221,7 +221,7 @@ class Delivery(View, kw_only=True):
     line: str = ""
 
 
-class Attribution(View, kw_only=True):
+class Attribution(View, frozen=True, kw_only=True):
     """Why one quantile's tail of one metric is slow (``analysis.tail.TailAttribution``)."""
 
     metric: str = ""
@@ -239,7 +239,7 @@ class Attribution(View, kw_only=True):
     shares: list[dict[str, Any]] | UnsetType = UNSET  # absent from files older than the mixture's shares
 
 
-class PauseSeen(View, kw_only=True):
+class PauseSeen(View, frozen=True, kw_only=True):
     start_s: float = 0.0
     length_ms: float = 0.0
     streams: int = 0
@@ -247,7 +247,7 @@ class PauseSeen(View, kw_only=True):
     workers: list[Any] = []
 
 
-class Pauses(View, kw_only=True):
+class Pauses(View, frozen=True, kw_only=True):
     """The step's server-wide pauses (``analysis.pauses.StepPauses``)."""
 
     count: int = 0
@@ -266,12 +266,12 @@ class Pauses(View, kw_only=True):
     listed: list[PauseSeen] = []
 
 
-class Tail(View, kw_only=True):
+class Tail(View, frozen=True, kw_only=True):
     attributions: list[Attribution]
     pauses: Pauses | UnsetType = UNSET
 
 
-class SplitPart(View, kw_only=True, omit_defaults=True):
+class SplitPart(View, frozen=True, kw_only=True, omit_defaults=True):
     """A part of TTFT: from the request rows (``n``, exact quantiles) or a server histogram's step delta
     (``count``, quantiles as [estimate, low, high] ms)."""
 
@@ -289,7 +289,7 @@ class SplitPart(View, kw_only=True, omit_defaults=True):
         return self.p50_ms[0] if isinstance(self.p50_ms, list) else self.p50_ms
 
 
-class TtftClient(View, kw_only=True):
+class TtftClient(View, frozen=True, kw_only=True):
     ttft: SplitPart | None = None
     headers: SplitPart | None = None
     headers_to_first_token: SplitPart | None = None
@@ -299,7 +299,7 @@ class TtftClient(View, kw_only=True):
     new_connection_share: float | None = None
 
 
-class TtftServer(View, kw_only=True, omit_defaults=True):
+class TtftServer(View, frozen=True, kw_only=True, omit_defaults=True):
     """Where the server says TTFT went; a part it does not report is the string ``decompose.UNKNOWN``."""
 
     source: str = ""
@@ -310,14 +310,14 @@ class TtftServer(View, kw_only=True, omit_defaults=True):
     network_client_queue: SplitPart | None = None
 
 
-class TtftSplit(View, kw_only=True):
+class TtftSplit(View, frozen=True, kw_only=True):
     """Where TTFT goes (``analysis.decompose.ttft_split``)."""
 
     client: TtftClient
     server: TtftServer
 
 
-class CancelSlots(View, kw_only=True):
+class CancelSlots(View, frozen=True, kw_only=True):
     """Did the server free the slots of cancelled requests (``analysis.cancel_slots``)."""
 
     client_in_flight_mean: float
@@ -326,14 +326,14 @@ class CancelSlots(View, kw_only=True):
     words: str
 
 
-class ClassSpeed(View, kw_only=True):
+class ClassSpeed(View, frozen=True, kw_only=True):
     count: int
     p50: float
     p5: float
     p1: float
 
 
-class ClassCost(View, kw_only=True):
+class ClassCost(View, frozen=True, kw_only=True):
     """A class's cost (``analysis.class_rows``): its share of the output tokens; metered, what its requests cost."""
 
     currency: str
@@ -342,7 +342,7 @@ class ClassCost(View, kw_only=True):
     per_request: float | None = None
 
 
-class TrafficClassStep(View, kw_only=True):
+class TrafficClassStep(View, frozen=True, kw_only=True):
     """One class of a mix in one step (``analysis.classes.ClassStep``)."""
 
     name: str

@@ -64,7 +64,7 @@ _OPEN = Meta(extra={"level": "open"})
 class _View(Struct, kw_only=True, frozen=True):
     """A block of summary.json (as ``summary_blocks.View``): read-only, unknown keys ignored."""
 
-class Step(_View, kw_only=True):
+class Step(_View, frozen=True, kw_only=True):
     """One entry of ``steps[]`` (``results.StepResult``)."""
 
     index: int
@@ -136,7 +136,7 @@ class Step(_View, kw_only=True):
         return self.users if self.rate_rps is UNSET else self.rate_rps  # type: ignore[return-value]
 
 
-class Knee(_View, kw_only=True):
+class Knee(_View, frozen=True, kw_only=True):
     found: bool
     confirmed: bool
     step_index: int | None
@@ -157,23 +157,23 @@ class Knee(_View, kw_only=True):
     def level(self) -> float | None:
         """The knee's load (None when not found)."""
         level = self.users if self.rate_rps is UNSET else self.rate_rps
-        return None if level is UNSET else level  # type: ignore[return-value]
+        return None if level is UNSET else level
 
 
-class Slo(_View, kw_only=True):
+class Slo(_View, frozen=True, kw_only=True):
     thresholds: list[str]
     passed: bool | None
     max_load_within_slo: float | None
 
 
-class FleetEvent(_View, kw_only=True):
+class FleetEvent(_View, frozen=True, kw_only=True):
     kind: Literal["lost", "joined"]
     worker: str
     at: float
     steps: list[int]
 
 
-class Clock(_View, kw_only=True):
+class Clock(_View, frozen=True, kw_only=True):
     """A worker's wall clock against the master's (``metrics.clocks``)."""
 
     offset_ms: float | None
@@ -183,7 +183,7 @@ class Clock(_View, kw_only=True):
     drift_ms: float | UnsetType | None = UNSET
 
 
-class Influx(_View, kw_only=True):
+class Influx(_View, frozen=True, kw_only=True):
     """The InfluxDB sink's account (``sinks.influx``)."""
 
     url: str | UnsetType = UNSET
@@ -194,7 +194,7 @@ class Influx(_View, kw_only=True):
     last_error: str | None = None
 
 
-class SearchStep(_View, kw_only=True):
+class SearchStep(_View, frozen=True, kw_only=True):
     """One level a search visited (``analysis/search.search_summary``)."""
 
     step: int
@@ -206,7 +206,7 @@ class SearchStep(_View, kw_only=True):
     warmup: str
 
 
-class Search(_View, kw_only=True):
+class Search(_View, frozen=True, kw_only=True):
     """A search's grid, where it stands and its path in visiting order (``load.mode: search | open_search``)."""
 
     mode: Literal["search", "open_search"]
@@ -221,7 +221,7 @@ class Search(_View, kw_only=True):
     path: list[SearchStep]
 
 
-class Summary(_View, kw_only=True):
+class Summary(_View, frozen=True, kw_only=True):
     """A whole summary.json (module docstring)."""
 
     schema: str

@@ -110,14 +110,14 @@ class MessagesTracker(OutputTracker):
         if obj.__class__ is not dict:
             raise StreamProtocolError("bad_response", f"server event is {json_kind(obj)}, expected an object: "
                                                       f"{data[:120]!r}")
-        typ = obj.get("type")  # type: ignore[union-attr]
+        typ = obj.get("type")
         try:
             if typ == "content_block_delta":  # the per-token path
-                delta = _obj(obj.get("delta"), "delta")  # type: ignore[union-attr]
+                delta = _obj(obj.get("delta"), "delta")
                 dtype = delta.get("type")
                 if dtype.__class__ is not str:
                     raise _Wrong("delta.type", dtype, "a string")
-                field = _DELTA_FIELDS.get(dtype)  # type: ignore[arg-type]
+                field = _DELTA_FIELDS.get(dtype)
                 if field is not None:
                     key, kind = field
                     piece = delta.get(key)
@@ -127,10 +127,10 @@ class MessagesTracker(OutputTracker):
                         self.output(t, kind, piece)
                 return False
             if typ.__class__ is not str:
-                if "error" in obj:  # type: ignore[operator]  # an error object without an event type
-                    raise _server_error("in stream", obj["error"])  # type: ignore[index]
+                if "error" in obj:  # an error object without an event type
+                    raise _server_error("in stream", obj["error"])
                 raise _Wrong("type", typ, "a string naming the event")
-            return self._other(t, typ, obj)  # type: ignore[arg-type]
+            return self._other(t, typ, obj)
         except _Wrong as w:
             where = f"{typ} event" if typ.__class__ is str else "server event"
             raise StreamProtocolError("bad_response", f"{w.words(where)}: {data[:120]!r}") from None
@@ -144,9 +144,9 @@ class MessagesTracker(OutputTracker):
             btype = block.get("type")
             if btype.__class__ is not str:
                 raise _Wrong("content_block.type", btype, "a string")
-            kind, key = _BLOCK_OUTPUT.get(btype, (None, None))  # type: ignore[arg-type]
+            kind, key = _BLOCK_OUTPUT.get(btype, (None, None))
             piece = _str(block.get(key), f"content_block.{key}") if key is not None else None
-            self.blocks[index] = btype  # type: ignore[index]
+            self.blocks[index] = btype
             if piece:
                 self.output(t, kind, piece)  # type: ignore[arg-type]
             return False
@@ -204,13 +204,13 @@ def parse_messages_body(tracker: OutputTracker, t: float, obj: object) -> None:
         raise StreamProtocolError("bad_response", f"response body is {json_kind(obj)}, expected a Message object: "
                                                   f"{dump}")
     try:
-        if obj.get("type") == "error":  # type: ignore[union-attr]
-            raise _server_error("in the response", obj.get("error"))  # type: ignore[union-attr]
-        rid = _str(obj.get("id"), "id")  # type: ignore[union-attr]
-        stop = _str(obj.get("stop_reason"), "stop_reason")  # type: ignore[union-attr]
-        inp, write, read, out, thinking = _usage(obj.get("usage"), "usage")  # type: ignore[union-attr]
+        if obj.get("type") == "error":
+            raise _server_error("in the response", obj.get("error"))
+        rid = _str(obj.get("id"), "id")
+        stop = _str(obj.get("stop_reason"), "stop_reason")
+        inp, write, read, out, thinking = _usage(obj.get("usage"), "usage")
         texts = []
-        content = obj.get("content")  # type: ignore[union-attr]
+        content = obj.get("content")
         if content is not None:
             if content.__class__ is not list:
                 raise _Wrong("content", content, "an array")

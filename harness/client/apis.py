@@ -62,7 +62,7 @@ def parse_embeddings(tracker: OutputTracker, t: float, obj: object) -> None:
     """``data`` has one embedding per input, ``usage.prompt_tokens`` the batch's tokens."""
     inputs = getattr(tracker, "inputs", 1)
     try:
-        data, usage = obj["data"], obj.get("usage") or {}  # type: ignore[index,union-attr]
+        data, usage = obj["data"], obj.get("usage") or {}
         prompt = usage.get("prompt_tokens")
         ok = isinstance(data, list) and count_ok(prompt)
     except (TypeError, KeyError, AttributeError):

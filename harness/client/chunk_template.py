@@ -125,17 +125,17 @@ def _holes(s: str) -> list[tuple[int, int, bytes]] | None:
             return None
         fields, u_end = _object(s, a)
         done = fields.get("completion_tokens", (0, 0, None))
-        if u_end != b or done[2].__class__ is not int or done[2] < 0:  # type: ignore[operator]
+        if u_end != b or done[2].__class__ is not int or done[2] < 0:
             return None
         holes.append((done[0], done[1], b"(?P<" + COMPLETION.encode() + b">" + _INT + b")"))
         total = fields.get("total_tokens", (0, 0, None))
-        if total[2].__class__ is int and total[2] >= 0:  # type: ignore[operator]
+        if total[2].__class__ is int and total[2] >= 0:
             holes.append((total[0], total[1], _INT))  # not read by the tracker
     for key, kind in _TOP_HOLES.items():
         a, b, v = top.get(key, (0, 0, None))
         if v.__class__ is str and kind is str:
             holes.append((a + 1, b - 1, _PRINTABLE))  # inside the quotes
-        elif v.__class__ is int and kind is int and v >= 0:  # type: ignore[operator]
+        elif v.__class__ is int and kind is int and v >= 0:
             holes.append((a, b, _INT))
     if "choices" not in top:
         return None

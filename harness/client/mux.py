@@ -54,7 +54,7 @@ class Mux:
 
     def __init__(self) -> None:
         self.hub = get_hub()
-        self.epoll = _epoll()  # type: ignore[misc]
+        self.epoll = _epoll()
         self.live: dict[int, InFlight] = {}
         self._hangups: dict[int, object] = {}
         """By fd: the one-shot timer of a request's next hang-up (``_arm``)."""
@@ -154,7 +154,7 @@ class Mux:
             if exc is None:
                 waiter.switch(None)  # type: ignore[attr-defined]
             else:
-                waiter.throw(exc)  # type: ignore[attr-defined]
+                waiter.throw(exc)
 
     def _tick(self) -> None:
         """Hub callback every TICK_S: end each request whose deadline has passed."""

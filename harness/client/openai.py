@@ -207,7 +207,7 @@ class StreamTracker(OutputTracker):
             n, prefill_ms, decode_ms = timings.get("cache_n"), timings.get("prompt_ms"), timings.get("predicted_ms")
             if not (_count(n) and _ms(prefill_ms) and _ms(decode_ms)):
                 raise TypeError
-        self.finish_reason = finish  # type: ignore[assignment]
+        self.finish_reason = finish
         self.finish_t = t
         if timings is not None:
             if cached is None and n is not None:
@@ -229,21 +229,21 @@ a learn (~25 µs, ~1 µs for a layout the process knows) per chunk after that.""
 def _ms(v: object) -> bool:
     """A duration as llama.cpp's timings carry it: absent (None) or a finite number of milliseconds >= 0."""
     # Bounded by the largest float: an integer past it cannot become seconds (ms / 1000 raised OverflowError).
-    return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v <= _MAX_FLOAT)  # type: ignore[operator]
+    return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v <= _MAX_FLOAT)
 
 
 def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:
     """A non-streaming chat/completions answer into ``tracker``: usage, finish reason, id, the answer's text."""
     try:
         choice = obj["choices"][0]  # type: ignore[index]
-        usage = obj.get("usage") or {}  # type: ignore[union-attr]
+        usage = obj.get("usage") or {}
         completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         message = choice.get("message")
         text = message.get("content") if message is not None else choice.get("text")
         finish = choice.get("finish_reason")
-        rid = obj.get("id")  # type: ignore[union-attr]
+        rid = obj.get("id")
         ok = all(map(_count, (completion, prompt, cached, reasoning))) and (finish is None or finish.__class__ is str) \
             and (rid is None or rid.__class__ is str)
     except (AttributeError, TypeError, KeyError, IndexError):

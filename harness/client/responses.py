@@ -80,21 +80,21 @@ class ResponsesTracker(OutputTracker):
         if obj.__class__ is not dict:
             raise StreamProtocolError("bad_response", f"server event is {json_kind(obj)}, expected an object: "
                                                       f"{data[:120]!r}")
-        typ = obj.get("type")  # type: ignore[union-attr]
+        typ = obj.get("type")
         try:
             if typ.__class__ is not str:
-                if "error" in obj:  # type: ignore[operator]  # an error object without an event type
-                    raise _server_error("in stream", obj["error"])  # type: ignore[index]
+                if "error" in obj:  # an error object without an event type
+                    raise _server_error("in stream", obj["error"])
                 raise _Wrong("type", typ, "a string naming the event")
-            kind = _DELTA_KINDS.get(typ)  # type: ignore[arg-type]
+            kind = _DELTA_KINDS.get(typ)
             if kind is not None:  # the per-token path
-                piece = obj.get("delta")  # type: ignore[union-attr]
+                piece = obj.get("delta")
                 if piece.__class__ is not str:
                     raise _Wrong("delta", piece, "a string")
                 if piece:
                     self.output(t, kind, piece)
                 return False
-            return self._lifecycle(t, typ, obj)  # type: ignore[arg-type]
+            return self._lifecycle(t, typ, obj)
         except _Wrong as w:
             where = f"{typ} event" if typ.__class__ is str else "server event"
             raise StreamProtocolError("bad_response", f"{w.words(where)}: {data[:120]!r}") from None
@@ -111,7 +111,7 @@ class ResponsesTracker(OutputTracker):
             return True
         if typ == "response.failed":
             resp = obj.get("response")
-            raise _server_error(f"in stream ({typ})", resp.get("error") if resp.__class__ is dict else resp)  # type: ignore[union-attr]
+            raise _server_error(f"in stream ({typ})", resp.get("error") if resp.__class__ is dict else resp)
         if typ == "error":
             raise _server_error("in stream (error)", obj)
         return False  # output_item.*, content_part.*, *.done, and types this tracker does not know
@@ -126,10 +126,10 @@ def parse_responses_body(tracker: OutputTracker, t: float, obj: object) -> None:
         raise StreamProtocolError("bad_response", f"response body is {json_kind(obj)}, expected a Responses object: "
                                                   f"{dump}")
     try:
-        if obj.get("status") == "failed" or obj.get("error") is not None:  # type: ignore[union-attr]
-            raise _server_error("in the response (status failed)", obj.get("error"))  # type: ignore[union-attr]
-        final = _final(obj, "", False)  # type: ignore[arg-type]
-        texts = _output_texts(obj.get("output"))  # type: ignore[union-attr]
+        if obj.get("status") == "failed" or obj.get("error") is not None:
+            raise _server_error("in the response (status failed)", obj.get("error"))
+        final = _final(obj, "", False)
+        texts = _output_texts(obj.get("output"))
     except _Wrong as w:
         raise StreamProtocolError("bad_response", f"{w.words('response body')}: {dump}") from None
     _store(tracker, t, *final)
@@ -191,7 +191,7 @@ def _output_texts(output: object) -> list[str]:
         return texts
     if output.__class__ is not list:
         raise _Wrong("output", output, "an array")
-    for i, item in enumerate(output):  # type: ignore[arg-type]
+    for i, item in enumerate(output):
         if _obj(item, f"output[{i}]").get("type") != "message":
             continue
         parts = item.get("content")

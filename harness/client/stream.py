@@ -90,7 +90,7 @@ server's, and a 400-digit one made every rate of its record (tokens/s, TPOT) rai
 
 def count_ok(v: object) -> bool:
     """A token count as usage carries it: absent (None) or an integer 0..``MAX_COUNT`` (a bool is not a count)."""
-    return v is None or (v.__class__ is int and 0 <= v <= MAX_COUNT)  # type: ignore[operator]
+    return v is None or (v.__class__ is int and 0 <= v <= MAX_COUNT)
 
 
 def json_kind(v: object) -> str:
@@ -154,7 +154,7 @@ class OutputTracker(ABC):
                 self.content_t = rel
             text = self.text
             if text is not None and piece.__class__ is str:
-                text.append(piece)  # type: ignore[arg-type]
+                text.append(piece)
         elif kind == "reasoning":
             self.reasoning_chunks += 1
             if self.reasoning_t is None:
@@ -206,13 +206,13 @@ class FieldError(Exception):
 def field_obj(v: object, path: str) -> dict:
     if v.__class__ is not dict:
         raise FieldError(path, v, "an object")
-    return v  # type: ignore[return-value]
+    return v
 
 
 def field_str(v: object, path: str) -> str | None:
     if v is not None and v.__class__ is not str:
         raise FieldError(path, v, "a string")
-    return v  # type: ignore[return-value]
+    return v
 
 
 def field_count(v: object, path: str) -> int | None:
@@ -224,7 +224,7 @@ def field_count(v: object, path: str) -> int | None:
 def server_error(where: str, err: object, code_key: str) -> StreamProtocolError:
     """The server's own error (``{code_key, message}``, or anything else, quoted): ``stream_error``."""
     if err.__class__ is dict:
-        msg, code = err.get("message"), err.get(code_key)  # type: ignore[union-attr]
+        msg, code = err.get("message"), err.get(code_key)
         text = f"{code}: {msg}" if code else str(msg if msg is not None else json.dumps(err))
     else:
         text = "no error details" if err is None else str(err)

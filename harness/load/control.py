@@ -85,7 +85,7 @@ class StepControl:
         elif reason is None and between:
             reason = self.search.tick(cur, now)  # type: ignore[union-attr]
         if ledger.current is not cur:
-            cur, measured = ledger.current, 0  # type: ignore[assignment]
+            cur, measured = ledger.current, 0
         if reason is not None:
             log.info("kneecap: stopping: %s", reason)
             self.stop(reason)

@@ -133,6 +133,6 @@ class Samplers:
             sc = self.worker.scenario
             ep = sc.endpoint if class_index is None else sc.class_endpoint(sc.workload.mix[class_index])
             rng = random.Random(f"kneecap/{sc.workload.seed}/{self.worker.worker_index}/adapters/{class_index}")
-            picker = adapter_picker(ep.adapters, rng, start=self.worker.worker_index)  # type: ignore[arg-type]
+            picker = adapter_picker(ep.adapters, rng, start=self.worker.worker_index)
             self._adapters[class_index] = picker
         return picker()

@@ -16,7 +16,7 @@ def class_table(s: Summary) -> str:
     """Per step and class of a mix: its share against its weight, failures, p95s and its own SLO."""
     key, rows = level_key(s.mode), []
     for st in s.steps:
-        for c in st.classes or ():  # type: ignore[union-attr]
+        for c in st.classes or ():
             p95 = [c.latency_ms[m].p95 if m in c.latency_ms else None for m in HEADLINE]
             slo = "-" if c.slo_passed is None else "passed" if c.slo_passed else "FAILED: " + ", ".join(
                 f"{x.threshold} ({x.observed})" for x in c.slo if not x.passed)

@@ -111,8 +111,8 @@ def _generator_table(s: Summary) -> str:
     rows = [[st.index, _n(st.level), g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct, g.cpu_s,
              g.output_tokens, g.cpu_us_per_token,
              g.shared_stamp_share if g.shared_stamp_share is UNSET else round(g.shared_stamp_share * 100, 2),
-             "" if d is UNSET else d.chunks_per_receive,  # type: ignore[union-attr]
-             "" if d is UNSET else _BUNCHED.get(d.cause, "")]  # type: ignore[union-attr]
+             "" if d is UNSET else d.chunks_per_receive,
+             "" if d is UNSET else _BUNCHED.get(d.cause, "")]
             for st in s.steps for g, d in ((st.generator, st.delivery),)]
     return ("<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>"

@@ -102,7 +102,7 @@ class SimMetrics:
 
     def __init__(self, engines: dict[str, Engine]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_EngineCollector(engines))  # type: ignore[arg-type]
+        self.registry.register(_EngineCollector(engines))
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)

@@ -50,7 +50,7 @@ _WORDS = ("time year people way day man thing woman life child world school stat
 _WORD_LIST_WORDS = 1 << 16
 _SPACE = re.compile(r"(\s+)")
 """Splits a text into its words and the runs of whitespace between them, alternately (word first and last)."""
-_ESCAPE = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps of one str, in C
+_ESCAPE = json.encoder.encode_basestring_ascii  # json.dumps of one str, in C
 
 
 def _bounds(lengths: Iterable[int]) -> list[int]:

@@ -227,4 +227,4 @@ def joint_from_spec(node: Any, path: str, check: Checker) -> JointEmpirical | No
     except TraceError as exc:
         check.fail(f"{path}.file", str(exc))
         return None
-    return JointEmpirical(list(zip(cols[cin], cols[cout], strict=True)), jitter, tuple(bounds))  # type: ignore[arg-type]
+    return JointEmpirical(list(zip(cols[cin], cols[cout], strict=True)), jitter, tuple(bounds))
