@@ -51,7 +51,7 @@ class RunOptions:
     """Accept any TLS certificate (Locust's --insecure, on the master; workers get it at test start)."""
     seed: int | None = None
     sim_args: tuple[str, ...] = ()
-    influx: dict[str, str] | None = None
+    influx: dict[str, Any] | None = None
     """The InfluxDB sink's options for the master (``KneecapOptions`` fields: influx_url, influx_org, ...)."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Scenario fields set by dotted key (``{"workload.input_tokens.median": 2048}``): a sweep's cell; ``seed`` wins."""

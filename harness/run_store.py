@@ -233,7 +233,8 @@ def select(entries: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
     want = {"scenario": scenario, "host": host, "model": model, "kind": kind}
     out = []
     for item in entries:
-        have = item.get("labels") if isinstance(item.get("labels"), dict) else {}
+        given = item.get("labels")
+        have = given if isinstance(given, dict) else {}
         if all(v is None or item.get(k) == v for k, v in want.items()) \
                 and all(have.get(k) == v for k, v in (labels or {}).items()):
             out.append(dict(item))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.client import openai
 from harness.client.reader import BodyParser
@@ -58,7 +59,7 @@ def embeddings_body(model: str, texts: list, extra: dict | None = None) -> bytes
     return openai.encode_body(body)
 
 
-def parse_embeddings(tracker: OutputTracker, t: float, obj: object) -> None:
+def parse_embeddings(tracker: OutputTracker, t: float, obj: Any) -> None:
     """``data`` has one embedding per input, ``usage.prompt_tokens`` the batch's tokens."""
     inputs = getattr(tracker, "inputs", 1)
     try:

@@ -53,7 +53,7 @@ COMPLETION = "completion"
 Matcher = Callable[..., "re.Match[bytes] | None"]
 """A compiled template's ``match(chunk, pos=0)``: one whole event at ``pos`` or None."""
 
-_scanstring = json.decoder.scanstring
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # CPython has it; typeshed leaves it out
 _raw_decode = json.JSONDecoder().raw_decode
 _CONTROL = re.compile(r"[\x00-\x1f]")
 

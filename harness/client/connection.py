@@ -196,7 +196,7 @@ class Connection:
     def send(self, payload: bytes | list[bytes | memoryview], until: float) -> None:
         """All of ``payload`` (bytes, or buffers sent in order without joining them: a long prompt's body) by
         ``until`` (``TimeoutError``); ``OSError`` when the connection fails."""
-        parts = [payload] if isinstance(payload, bytes) else payload
+        parts: list[bytes | memoryview] = [payload] if isinstance(payload, bytes) else payload
         if self.tls_io is None:
             self._send_raw(parts, until)
             return

@@ -27,6 +27,7 @@ import contextlib
 import math
 import select
 import time
+from typing import Any
 
 from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
@@ -134,7 +135,7 @@ class Mux:
 
     def _ready(self) -> None:
         """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
-        done = []
+        done: list[tuple[Any, BaseException | None]] = []  # (the request's greenlet, what it gets)
         live, waited, since, start = self.live, self.waited, self.away_since, time.perf_counter()
         self.waited = _NONE
         for fd, _ in self._poll(0):
@@ -150,11 +151,11 @@ class Mux:
             if over:
                 self._drop(fd)
                 done.append((st.waiter, None))
-        for waiter, exc in done:
-            if exc is None:
-                waiter.switch(None)  # type: ignore[attr-defined]
+        for waiter, error in done:
+            if error is None:
+                waiter.switch(None)
             else:
-                waiter.throw(exc)
+                waiter.throw(error)
 
     def _tick(self) -> None:
         """Hub callback every TICK_S: end each request whose deadline has passed."""

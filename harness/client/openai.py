@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from harness.client import chunk_template
 from harness.client.stream import OutputTracker, StreamProtocolError, count_ok, decode_json, json_kind
@@ -232,10 +233,10 @@ def _ms(v: object) -> bool:
     return v is None or ((v.__class__ is float or v.__class__ is int) and 0 <= v <= _MAX_FLOAT)
 
 
-def parse_body(tracker: OutputTracker, t: float, obj: object) -> None:
+def parse_body(tracker: OutputTracker, t: float, obj: Any) -> None:
     """A non-streaming chat/completions answer into ``tracker``: usage, finish reason, id, the answer's text."""
     try:
-        choice = obj["choices"][0]  # type: ignore[index]
+        choice = obj["choices"][0]
         usage = obj.get("usage") or {}
         completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")

@@ -135,10 +135,10 @@ class _Series:
 
     def add(self, part: str, le: str | None, value: float) -> None:
         if part == "_bucket":
-            le = float(le)  # type: ignore[arg-type]  # "+Inf" reads as inf; a missing or bad le raises
-            b = self.buckets.get(le)
+            bound = float(le)  # type: ignore[arg-type]  # "+Inf" reads as inf; a missing or bad le raises
+            b = self.buckets.get(bound)
             if b is None:
-                self.buckets[le] = [value, 1]
+                self.buckets[bound] = [value, 1]
             else:
                 b[0] += value
                 b[1] += 1

@@ -84,8 +84,8 @@ class StepControl:
             reason = self._next_level(cur)
         elif reason is None and between:
             reason = self.search.tick(cur, now)  # type: ignore[union-attr]
-        if ledger.current is not cur:
-            cur, measured = ledger.current, 0
+        if (current := ledger.current) is not None and current is not cur:  # a step began: steps are never removed
+            cur, measured = current, 0
         if reason is not None:
             log.info("kneecap: stopping: %s", reason)
             self.stop(reason)

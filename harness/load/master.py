@@ -110,11 +110,11 @@ class MasterSide:
         if self.source.option("save_requests"):
             self.requests_file = JsonLinesWriter(self.source.option("save_requests"))
         sc = self.source.scenario
-        self.scraper = Scraper(sc, self.source.options, host=self.env.host or sc.endpoint.host, ledger=self.ledger,
-                               measuring=self._measuring)
+        scraper = self.scraper = Scraper(sc, self.source.options, host=self.env.host or sc.endpoint.host,
+                                         ledger=self.ledger, measuring=self._measuring)
         self.live = Live(sc, self.source.options, run_id=self.run_id, out_dir=self.out_dir,
-                         current=lambda: self.ledger.current, last_sample=lambda: self.scraper.last_sample)
-        self.scraper.start()
+                         current=lambda: self.ledger.current, last_sample=lambda: scraper.last_sample)
+        scraper.start()
         self.live.start()
         # numpy folds a large fleet's sketches (``metrics.sketch.fold_bins``) and judges the steps: loaded now (~0.1 s,
         # before the first report), not inside a report's merge with the loop held; frozen below with the rest. The
@@ -160,7 +160,7 @@ class MasterSide:
             log.warning("kneecap: %s", note)
         if not notes and offset.offset_s is not None:  # one line for the fleet at the end, not one per worker here
             log.debug("kneecap: worker %s clock offset %+.3f ms (±%.3f, rtt %.3f ms)", worker, offset.offset_s * 1000,
-                      offset.bound_s * 1000, offset.rtt_s * 1000)
+                      offset.bound_s * 1000, offset.rtt_s * 1000)  # type: ignore[operator]  # measured together
 
     def flush(self, worker: str, payload: Any) -> None:
         """A worker's final report (it stopped): merged like the others; ``finalize`` checks every worker sent one."""

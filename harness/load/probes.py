@@ -34,11 +34,13 @@ __all__ = ["ProbeDriver", "ProbeHost", "start_probes"]
 class ProbeHost(Protocol):
     """What the probes need of their worker (``load/worker.py``'s ``WorkerSide``)."""
 
-    scenario: Scenario
     told: Event
     fleet_size: int
     env: Any
     source: Any
+
+    @property
+    def scenario(self) -> Scenario: ...
 
     @property
     def worker_index(self) -> int: ...

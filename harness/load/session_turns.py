@@ -50,7 +50,8 @@ class SessionTurns:
         gives up. Think time is a sleep, so a stopping user leaves at once."""
         session = task.sessions.new_session()
         started = time.perf_counter()
-        model_time, ttfts, calls, failed = 0.0, [], 0, False
+        ttfts: list[float] = []
+        model_time, calls, failed = 0.0, 0, False
         rec = None
         while (turn := session.next_turn()) is not None:
             if turn[0].think_s:

@@ -41,12 +41,14 @@ class KneecapShape(LoadTestShape):
     gave): a knee confirmed at once would end the run in the new step's warm-up, a step with no data."""
 
     def tick(self) -> tuple[int, float] | None:
-        control = self.runner.environment.kneecap.master.control
+        runner = self.runner
+        assert runner is not None  # Locust gives the shape its runner before the first tick
+        control = runner.environment.kneecap.master.control  # type: ignore[attr-defined]  # kneecap's own attribute
         if (hold := self._hold_until - time.perf_counter()) > 0:
             gevent.sleep(hold)
         step = control.tick(time.perf_counter())
         mark = control.next_mark_s(time.perf_counter()) if step is not None else None
-        if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == self.runner.shape_last_tick:
+        if mark is not None and mark < TICK_S and (step.users, step.spawn_rate) == runner.shape_last_tick:
             # Locust ticks once a second: meet the step's time mark on time, not up to a second after it (only
             # when Locust already runs these users: it applies what tick returns, and resets its last tick at start)
             gevent.sleep(mark + MARK_SLACK_S)

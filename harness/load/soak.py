@@ -89,7 +89,7 @@ def _malloc() -> dict[str, float]:
             _MALLINFO = libc.mallinfo2
         except (OSError, AttributeError):
             _MALLINFO = False
-    if not _MALLINFO:
+    if not callable(_MALLINFO):  # False: not glibc
         return {}
     m = _MALLINFO()
     return {"heap_mb": round(m.arena / 2**20, 2), "heap_used_mb": round(m.uordblks / 2**20, 2),

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import os
 import time
+from typing import Any
 
 import gevent
 from gevent.pool import Group
@@ -188,7 +189,8 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
 
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
                   task: SessionTask | None, cls: int | None, shape: PlannedRequest | None) -> RequestRecord:
-        headers, hangups, images = self.headers, {}, None
+        hangups: dict[str, Any] = {}
+        headers, images = self.headers, None
         if call is None:
             plan = shape or (self.sampler.next() if cls is None else self.sampler.next_of(cls))  # type: ignore[union-attr]
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images

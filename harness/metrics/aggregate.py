@@ -161,7 +161,8 @@ class Bucket:
         self.new_connections += rec.new_connection
         add_request(self._sk, rec)
         if not rec.ok:
-            self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index]
+            # a failed record's error is set
+            self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index,arg-type]
             if rec.error_detail and rec.error not in self.failure_samples:
                 self.failure_samples[rec.error] = rec.error_detail[:300]  # type: ignore[index]
             return
@@ -325,7 +326,8 @@ def _check_counts(d: dict) -> None:
 
 _COUNTED = {f.name for f in fields(Bucket)}
 _EXTRA = [m for m in METRICS if m.kind == "counter" and m.of == "ok" and m.source and m.bucket_key not in _COUNTED]
-_EXTRA_KEYS, _EXTRA_GET = tuple(m.bucket_key for m in _EXTRA), attrgetter(*(m.source for m in _EXTRA))
+_EXTRA_KEYS = tuple(m.bucket_key for m in _EXTRA)
+_EXTRA_GET = attrgetter(*(m.source for m in _EXTRA))  # type: ignore[arg-type]  # _EXTRA is filtered on source
 """The registry's per-request counters kept in ``Bucket.extra`` (the others are its fields)."""
 
 Delta = tuple[int, str, Bucket]

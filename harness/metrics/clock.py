@@ -105,6 +105,7 @@ def warning(worker: str, c: ClockOffset) -> str | None:
         return (f"worker {worker}: clock offset not measured ({c.samples} of the round trips answered, "
                 f"{MIN_SAMPLES} needed): its wall times (wall_start) are uncorrected")
     if abs(c.offset_s) > WARN_OFFSET_S:
+        assert c.bound_s is not None  # measured with the offset
         return (f"worker {worker}: clock {c.offset_s * 1000:+.1f} ms (±{c.bound_s * 1000:.1f}) off the master's, "
                 f"more than {WARN_OFFSET_S * 1000:g} ms: run NTP on every host; its wall times are corrected by it")
     if c.rtt_s is not None and c.rtt_s > WARN_RTT_S:

@@ -34,7 +34,8 @@ def _plan(*of: str, open_loop: bool = True, cancelled: bool = False) -> _Plan:
     ms = sorted((m for m in METRICS if m.kind in ("latency", "distribution")
                  and (m.of in of or (cancelled and m.cancelled)) and (open_loop or not m.open_loop)),
                 key=lambda m: FIRST_SEEN.index(m.name) if m.name in FIRST_SEEN else len(FIRST_SEEN))
-    get = attrgetter(*(m.source for m in ms)) if ms else lambda r: ()
+    # every sketched metric names its source
+    get = attrgetter(*(m.source for m in ms)) if ms else lambda r: ()  # type: ignore[arg-type]
     return tuple((m.bucket_key, m.many) for m in ms), get if len(ms) != 1 else lambda r: (get(r),)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 from harness.metrics.sketch import Sketch
 
@@ -91,10 +92,11 @@ def summarize_sketch(s: Sketch, scale: float = 1000.0) -> dict:
 
 def _summary(s: Sketch, scale: float) -> dict:
     r = 3
-    out = {"count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
-           "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
-           "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
-           "max": round(s.max * scale, r)}
+    out: dict[str, Any] = {
+        "count": s.count, "mean": round(s.mean * scale, r), "p50": round(s.quantile(0.5) * scale, r),
+        "p90": round(s.quantile(0.9) * scale, r), "p95": round(s.quantile(0.95) * scale, r),
+        "p99": round(s.quantile(0.99) * scale, r), "p999": round(s.quantile(0.999) * scale, r),
+        "max": round(s.max * scale, r)}
     for name, q in (("p50_ci", 0.5), ("p95_ci", 0.95), ("p99_ci", 0.99)):
         ci = quantile_ci(s, q)
         out[name] = [round(ci[0] * scale, r), round(ci[1] * scale, r)] if ci else None

@@ -95,9 +95,14 @@ def _widened(np: Any, code: str, blob: bytes | tuple, gaps: list) -> np.ndarray:
     return wide
 
 
-def _int32_matrix(np: Any, parts: list) -> np.ndarray:
+def _int32_matrix(np: Any, parts: Sequence) -> np.ndarray:
     """Pending int32 parts off the wire as one matrix, a row per ``NUMERIC`` column (one concatenation)."""
     return np.concatenate([np.frombuffer(b, "<i4").reshape(len(NUMERIC), len(g)) for _, b, g in parts], axis=1)
+
+
+def _empty() -> list:
+    """No rows: a column a field, ``ROW_FIELDS`` order (the gaps a list, the numbers int64 arrays)."""
+    return [[] if i == _GAPS else array("q") for i in range(_N)]
 
 
 def _kind(lo: int, hi: int, *, none: bool = False) -> tuple:
@@ -152,7 +157,7 @@ class RowColumns:
         """Their rows."""
         self._cols: list | None
         if cols is None:
-            self._cols = [[] if i == _GAPS else array("q") for i in range(_N)]
+            self._cols = _empty()
         else:  # lists of ints and None (a test, a worker's own) become arrays
             self._cols = [c if i == _GAPS or type(c) is array else _numbers(c) for i, c in enumerate(cols)]
 
@@ -162,7 +167,7 @@ class RowColumns:
         if self._pending:
             self.settle()
         if self._cols is None:
-            self._cols = RowColumns()._cols
+            self._cols = _empty()
         return self._cols
 
     @classmethod
@@ -277,7 +282,7 @@ class RowColumns:
         if self._cols is None or not self._cols[_GAPS]:
             self._cols = more
         else:
-            for col, new in zip(self._cols, more, strict=True):
+            for col, new in zip(self._cols, more, strict=True):  # type: ignore[arg-type]  # more: a RowColumns' own
                 col.extend(new)
 
     def pack(self) -> None:

@@ -72,7 +72,7 @@ class SketchMismatch(KneecapError):
 
 def _positive_int(count: object) -> int:
     # Only reached when count is not the int 1, so the common add(v) pays for one comparison, not this.
-    n = operator.index(count)  # TypeError for floats (even 1.0): fractional weights would break exact merging
+    n = operator.index(count)  # type: ignore[arg-type]  # any object: TypeError for floats (even 1.0) and the rest
     if n < 1:
         raise ValueError(f"count must be a positive int, got {count!r}")
     return n
@@ -370,5 +370,5 @@ def fold_bins(bins: dict[int, int], pending: Sequence[bytes]) -> None:
             return
     for payload, size in zip(pending, sizes, strict=True):  # one C-level pass each, as ``merge``
         view = memoryview(payload)
-        keys, counts = view[PACKED_HEAD:PACKED_HEAD + 4 * size].cast("i"), view[PACKED_HEAD + 4 * size:].cast("I")
-        bins.update(zip(keys, map(operator.add, map(bins.get, keys, repeat(0)), counts), strict=True))
+        ks, cs = view[PACKED_HEAD:PACKED_HEAD + 4 * size].cast("i"), view[PACKED_HEAD + 4 * size:].cast("I")
+        bins.update(zip(ks, map(operator.add, map(bins.get, ks, repeat(0)), cs), strict=True))

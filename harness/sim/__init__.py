@@ -47,7 +47,7 @@ def run_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> Non
     try:
         import uvloop
     except ImportError:  # uvloop is optional where it does not build (Windows)
-        uvloop = None
+        uvloop = None  # type: ignore[assignment]  # None: asyncio's own loop
 
     async def main() -> None:
         server = SimServer(config)

@@ -37,6 +37,7 @@ import base64
 import hashlib
 import json
 import random
+from typing import Any
 
 from harness.sim.images import DEFAULT_PATCH_PX, ImageError, ImageInfo, read_anthropic
 from harness.sim.openai import (
@@ -195,7 +196,7 @@ def _parse(raw: bytes, headers: dict[str, str], models: list[str], max_model_len
         texts.append((msg["role"], _text(msg.get("content"), f"messages.{i}.content", images[-1],
                                          behavior.image_patch_px)))
     tools = _tools(body)
-    pictures = ([[]] if tools.text else []) + images if any(images) else None
+    pictures: list[list] | None = ([[]] if tools.text else []) + images if any(images) else None
     prompt = chat_prompt([("tools", tools.text), *texts] if tools.text else texts, policy.tokens_per_word,
                          block_size is not None, pictures)
     prompt.messages = texts
@@ -278,8 +279,9 @@ class MessagesWriter:
 
     def head(self, cached: int | None) -> list[bytes]:
         """``message_start``: sent with the first emission, once admission knows the cached tokens."""
-        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.gen.model, "content": [],
-                   "stop_reason": None, "stop_sequence": None, "usage": self._usage(cached, 1)}
+        message: dict[str, Any] = {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.gen.model, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": self._usage(cached, 1)}
         return [self._event({"type": "message_start", "message": message})]
 
     def emit(self, index: int, count: int, finished: bool, cached: int | None) -> list[bytes]:

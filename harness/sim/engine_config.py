@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["EngineConfig"]
 
 
-def _opt(default: float, help: str) -> Any:
+def _opt(default: float | str, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 

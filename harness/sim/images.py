@@ -193,7 +193,7 @@ def read_anthropic(block: dict, patch_px: int = DEFAULT_PATCH_PX) -> ImageInfo:
     kind = source.get("type") if isinstance(source, dict) else None
     if kind in ("url", "file"):
         raise ImageError(f"source.type {kind!r}: the simulator reads only base64 sources; it is offline")
-    if kind != "base64" or not isinstance(source.get("data"), str):
+    if kind != "base64" or not isinstance(source, dict) or not isinstance(source.get("data"), str):
         raise ImageError('source must be {"type": "base64", "media_type": "image/png", "data": "..."}')
     if source.get("media_type") not in _ANTHROPIC_TYPES:
         raise ImageError(f"source.media_type must be one of {', '.join(_ANTHROPIC_TYPES)}, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from harness.sim.anthropic import MessagesWriter
 from harness.sim.chat_stream import ChatWriter
@@ -34,7 +35,8 @@ class Job:
         """Every engine sequence of the request: one, or one per input of an embeddings request."""
         self.pending = 1
         self.id = _ID_PREFIX[gen.kind] + uuid.uuid4().hex
-        self.writer = _WRITERS[gen.kind](gen, self.id, int(time.time()))
+        # the kind's writer (chat, responses, messages, embeddings), duck-typed: server.py's docstring lists its methods
+        self.writer: Any = _WRITERS[gen.kind](gen, self.id, int(time.time()))
         self.emitted = 0
         self.fault_at = gen.output_tokens // 2  # 0-based index of the token the fault replaces/precedes
         self.first: float | None = None

@@ -32,6 +32,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -46,7 +47,7 @@ from harness.sim.job import Job as _Job
 from harness.sim.loop_stats import LoopStats
 from harness.sim.metrics import SimMetrics
 from harness.sim.models import Adapter, ServedModel, deployments, model_cards, routes
-from harness.sim.openai import ApiError, OutputPolicy, parse_request
+from harness.sim.openai import ApiError, GenRequest, OutputPolicy, parse_request
 from harness.sim.plan import Behavior
 from harness.sim.responses import parse_responses
 from harness.sim.trace import trace_line
@@ -100,8 +101,9 @@ def body_limit(config: SimConfig) -> int:
 _KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses",
           "/v1/messages": "messages", "/v1/embeddings": "embeddings"}
 """The generation routes and the kind of request each serves."""
-_PARSERS = {"chat": partial(parse_request, "chat"), "completions": partial(parse_request, "completions"),
-            "responses": parse_responses, "messages": parse_messages, "embeddings": parse_embeddings}
+_PARSERS: dict[str, Callable[..., GenRequest]] = {
+    "chat": partial(parse_request, "chat"), "completions": partial(parse_request, "completions"),
+    "responses": parse_responses, "messages": parse_messages, "embeddings": parse_embeddings}
 _ERRORS: dict[str, type[ApiError]] = {"messages": AnthropicError}
 """The error class (so the error shape) of each kind's own refusals: faults, throttling."""
 
@@ -331,7 +333,7 @@ class SimServer:
         """llama.cpp's timings from the engine's times: prompt = prefill, predicted = first to last token."""
         seq, stages = job.seq, job.seq.stages()
         if stages is not None:
-            job.writer.timings = llama_timings(  # type: ignore[attr-defined]  # chat/completions: a ChatWriter
+            job.writer.timings = llama_timings(  # chat/completions: a ChatWriter
                 cache_n=seq.cached_tokens, prompt_n=seq.prompt_tokens - seq.cached_tokens,
                 prompt_ms=stages.prefill_s * 1000, predicted_n=job.emitted, predicted_ms=stages.decode_s * 1000)
 

@@ -65,7 +65,8 @@ class InfluxSink:
     def _send(self, lines: list[str]) -> bool:
         t0 = time.monotonic()
         try:
-            self._write.write(bucket=self.bucket, org=self.org, record=lines, write_precision=WritePrecision.MS)
+            self._write.write(bucket=self.bucket, org=self.org, record=lines,
+                              write_precision=WritePrecision.MS)  # type: ignore[arg-type]  # the client's str constant
         except Exception as exc:  # any client or network error (a timeout too) means "not written now"
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             if not self.down:

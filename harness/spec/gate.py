@@ -152,6 +152,7 @@ def gate_from_spec(node: Any, path: str, check: Checker) -> GateSpec:
     for metric, value in node.items():
         if metric not in _WORSE:
             continue  # check.mapping named it, with "did you mean"
+        items: list[tuple[str | None, Any]]  # stat None: a metric without percentiles
         if metric in LATENCY and isinstance(value, dict):
             if check.mapping(value, f"{path}.{metric}", STATS) is None:
                 continue

@@ -130,6 +130,6 @@ def builtin(name: str, seed: int) -> Corpus:
         return Corpus(" ".join(rng.choice(_WORDS) for _ in range(_WORD_LIST_WORDS)))
     if name != "prose":
         raise ValueError(f"no built-in corpus {name!r}; there are {', '.join(CORPORA)}")
-    book = resources.files("harness.workload").joinpath("data", PROSE_FILE).read_text("ascii").strip()
+    book = resources.files("harness.workload").joinpath("data").joinpath(PROSE_FILE).read_text("ascii").strip()
     cut = book.find(" ", rng.randrange(len(book)))  # a word boundary the seed picks: the book is read from there
     return Corpus(book if cut < 0 else f"{book[cut + 1:]}\n{book[:cut]}")

@@ -32,6 +32,7 @@ import json
 import random
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from harness.workload.prompt_file import PromptSource
 
@@ -229,7 +230,8 @@ class PromptBuilder:
         if own >= self.splice_min_words:
             view = self.corpus.view(first, own)
             if self.chat:
-                messages = [{"role": "system", "content": self.shared_prefix}] if self.shared_prefix else []
+                messages: list[dict[str, Any]] = [{"role": "system", "content": self.shared_prefix}] \
+                    if self.shared_prefix else []
                 messages.append({"role": "user", "content": Spliced((nonce.encode(), view) if nonce else (view,))})
                 return Prompt(messages, None, words, target)
             return Prompt(None, Spliced((self._prefix_bytes + nonce.encode(), view)), words, target)

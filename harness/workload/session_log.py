@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -134,7 +134,7 @@ def session_column(header: Sequence[str]) -> str | None:
     return _pick(header, SESSION_NAMES)
 
 
-def _pick(header: Sequence[str], names: Sequence[str]) -> str | None:
+def _pick(header: Sequence[str], names: Iterable[str]) -> str | None:
     lower = {h.lower(): h for h in header}
     return next((lower[n.lower()] for n in names if n.lower() in lower), None)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.checker import Checker
 from harness.workload.lengths import Duration, Fixed, Length
-from harness.workload.prompts import Prompt, PromptBuilder
+from harness.workload.prompts import Prompt, PromptBuilder, Spliced
 from harness.workload.sampler import worker_rng
 from harness.workload.session_log import ScriptedTurn, load_session_log
 from harness.workload.session_sharegpt import load_sharegpt_sessions
@@ -82,7 +82,7 @@ class Call:
     """One request of a session: the prompt (``messages`` for chat, ``text`` for completions), its lengths."""
 
     messages: list[dict] | None
-    text: str | None
+    text: str | Spliced | None
     max_tokens: int
     turn: int
     call: int = 0
@@ -108,7 +108,7 @@ class Session:
         self.turn = 0
         """Turns started so far (the 1-based index of the current turn)."""
         self.history: list[dict] = []
-        self.text = ""
+        self.text: str | Spliced = ""  # completions: the transcript so far (a long first prompt stays spliced)
         self.context_tokens = 0
         """Prompt + answer tokens of the last turn, from the server's usage where given, else the targets."""
         self.first: Prompt | None = None
