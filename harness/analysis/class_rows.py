@@ -15,7 +15,7 @@ GPU-seconds, by share of requests: a policy, not a measurement); ``output_share`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -33,7 +33,7 @@ MIN_ROWS = 50
 """A class's tail and TTFT split need at least this many rows (p99 of 50 is the largest but one)."""
 
 
-def subset(cols: dict[str, list], idx: list[int]) -> dict[str, list]:
+def subset(cols: Mapping[str, Sequence[Any]], idx: list[int]) -> Mapping[str, Sequence[Any]]:
     """The columns of the rows ``idx`` only (a C-level gather per column; a ``StepColumns``' arrays by one)."""
     if isinstance(cols, StepColumns):
         return cols.take(idx)
@@ -48,8 +48,8 @@ NOT_PER_CLASS = {"stages_note": "not per class: the server's /metrics histograms
 """A class's TTFT split has the server's side only where it is per request (llama.cpp's ``timings``)."""
 
 
-def add_rows_detail(classes: Sequence[ClassStep], cols: dict[str, list], *,
-                    explain: Callable[[dict[str, list]], StepTails], cost: CostSpec | None) -> None:
+def add_rows_detail(classes: Sequence[ClassStep], cols: Mapping[str, Sequence[Any]], *,
+                    explain: Callable[[StepColumns], StepTails], cost: CostSpec | None) -> None:
     """Each class's tail (``explain``: the step's ``explain_rows`` with its queue and ITL bound), TTFT split,
     tokens and cost, into ``classes`` (in the mix's order, as ``class_steps`` made them)."""
     output_all = sum(o or 0 for o in cols["output"])
@@ -71,7 +71,7 @@ def add_cancelled(classes: Sequence[ClassStep], extra: dict[str, int]) -> None:
         cls.cancelled_share = round(n / (cls.requests + n), 6) if n else None
 
 
-def _tokens(c: dict[str, list]) -> dict[str, int]:
+def _tokens(c: Mapping[str, Sequence[Any]]) -> dict[str, int]:
     """Uncached input, cached input and output tokens of the rows (failed ones too: the server read their prompts;
     their output is what came before the failure, none counted when unknown)."""
     prompt = sum(p or 0 for p in c["prompt"])

@@ -12,8 +12,9 @@ error rate and the short-answer rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from harness.analysis.knee import StepPoint
 from harness.analysis.results import SloCheck
@@ -73,7 +74,7 @@ class ClassStep:
         return asdict(self)
 
 
-def class_steps(cols: dict[str, list], classes: Sequence[TrafficClass], rows_seen: int) -> list[ClassStep]:
+def class_steps(cols: Mapping[str, Sequence[Any]], classes: Sequence[TrafficClass], rows_seen: int) -> list[ClassStep]:
     """Every class's figures from the step's row ``columns`` (``analysis.tail_rows.columns``); ``rows_seen``: the
     measured requests the rows stand for (more than the rows past ``ROWS_CAP``)."""
     n = len(cols["flags"])
@@ -89,7 +90,7 @@ def class_steps(cols: dict[str, list], classes: Sequence[TrafficClass], rows_see
     return out
 
 
-def class_rows(cols: dict[str, list], n_classes: int) -> list[list[int]]:
+def class_rows(cols: Mapping[str, Sequence[Any]], n_classes: int) -> list[list[int]]:
     """The row indices of each class, in row order."""
     out: list[list[int]] = [[] for _ in range(n_classes)]
     for i, c in enumerate(cols["class"]):
@@ -98,7 +99,7 @@ def class_rows(cols: dict[str, list], n_classes: int) -> list[list[int]]:
     return out
 
 
-def probe_step(cols: dict[str, list]) -> ClassStep:
+def probe_step(cols: Mapping[str, Sequence[Any]]) -> ClassStep:
     """The step's probe requests (``load.probes``: all of them, tiny, none the users') as one class named "probe";
     ``share`` and ``weight_share`` do not apply (None)."""
     probe = TrafficClass(name="probe", weight=1.0, workload=Workload(input_tokens=None, output_tokens=None, joint=None))
@@ -107,7 +108,7 @@ def probe_step(cols: dict[str, list]) -> ClassStep:
     return out
 
 
-def _one(cols: dict[str, list], cls: TrafficClass, idx: list[int], total_weight: float, n: int,
+def _one(cols: Mapping[str, Sequence[Any]], cls: TrafficClass, idx: list[int], total_weight: float, n: int,
          sampled: str | None) -> ClassStep:
     flags = cols["flags"]
     failed = sum(1 for i in idx if flags[i] & FLAG_FAILED)
@@ -130,7 +131,7 @@ def _one(cols: dict[str, list], cls: TrafficClass, idx: list[int], total_weight:
     return out
 
 
-def _speed(cols: dict[str, list], i: int) -> float | None:
+def _speed(cols: Mapping[str, Sequence[Any]], i: int) -> float | None:
     out, ttft, e2e = cols["output"][i], cols["ttft"][i], cols["e2e"][i]
     if out is None or out <= 1 or ttft is None or e2e is None or e2e <= ttft:
         return None
@@ -153,7 +154,7 @@ def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: i
     elif t.metric == "short_answer_rate":
         observed = short_share
     else:
-        q = t.percentile / 100  # type: ignore[operator]
+        q = t.percentile / 100  # type: ignore[operator]  # p(...): percentile set
         ranked = speeds if t.metric == "tokens_per_s_per_user" else values.get(t.metric, [])
         n = len(ranked) + failed
         observed = None
@@ -163,13 +164,13 @@ def _check(t: Threshold, values: dict[str, list], speeds: list[float], failed: i
                 observed = 0.0 if r < failed else ranked[r - failed]
             else:
                 observed = "inf" if r >= len(ranked) else round(ranked[r] / _TENTHS_PER_MS, 3)
-    passed = observed is not None and (t.passes(math.inf) if observed == "inf" else t.passes(observed))  # type: ignore[arg-type]
+    passed = observed is not None and (t.passes(math.inf) if observed == "inf" else t.passes(observed))  # type: ignore[arg-type]  # a float here: "inf" is the only str
     return SloCheck(threshold=t.text, observed=round(observed, 6) if isinstance(observed, float) else observed,
                     passed=passed, abort_on_fail=t.abort_on_fail)
 
 
-def class_point(cols: dict[str, list], class_index: int, metric: str, *, index: int, load: float, reliable: bool,
-                duration_s: float, lag_ms: float = 0.0) -> StepPoint:
+def class_point(cols: Mapping[str, Sequence[Any]], class_index: int, metric: str, *, index: int, load: float,
+                reliable: bool, duration_s: float, lag_ms: float = 0.0) -> StepPoint:
     """The step as the knee finder sees it when the knee follows one class (``load.knee.class``): the class's p99 of
     ``metric`` (ms, failures ranked as misses) and its order-statistic CI, and its own output tokens/s."""
     flags, col, out = cols["flags"], cols[metric], cols["output"]
@@ -231,7 +232,7 @@ def probe_line(summary: Summary) -> str | None:
     at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1])
 
     def ttft(st: Step) -> str:
-        p = st.probes.latency_ms["ttft"]  # type: ignore[union-attr]
+        p = st.probes.latency_ms["ttft"]  # type: ignore[union-attr]  # steps with probes only (filtered above)
         return f"p50 {p.p50:,.1f} ms, p95 {p.p95:,.1f} ms over {p.count} probes"
 
     first = f" (step {steps[0].index}: {ttft(steps[0])})" if steps[0] is not at else ""

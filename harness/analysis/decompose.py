@@ -22,7 +22,7 @@ split is given for both, each part with its source.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +56,7 @@ def _stat(tenths: np.ndarray) -> dict | None:
     return out
 
 
-def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> dict | None:
+def ttft_split(rows: Sequence[list] | Mapping[str, Sequence[Any]], server: dict | None) -> dict | None:
     """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``, a
     ``StepColumns``' arrays shared with the tail's); ``server``: the step's server summary (its ``stages``, if any).
     None without successful requests."""
@@ -78,10 +78,11 @@ def ttft_split(rows: Sequence[list] | dict[str, list], server: dict | None) -> d
     has_headers, headers = known("headers")
     has_connect, connect = known("connect")  # a connect time is a new connection's
     has_prefill, prefill = known("server_prefill")
-    client = {"ttft": _stat(ttft[ok]), "headers": _stat(headers), "headers_to_first_token": _stat(ttft[has_headers]
-                                                                                                   - headers),
-              "connect": _stat(connect[new[has_connect]]), "new_connection_share": round(int(new.sum()) / n_ok, 4),
-              "send": _stat(known("send")[1]), "loop_lag": _stat(known("lag")[1])}
+    client: dict[str, Any] = {
+        "ttft": _stat(ttft[ok]), "headers": _stat(headers),
+        "headers_to_first_token": _stat(ttft[has_headers] - headers),
+        "connect": _stat(connect[new[has_connect]]), "new_connection_share": round(int(new.sum()) / n_ok, 4),
+        "send": _stat(known("send")[1]), "loop_lag": _stat(known("lag")[1])}
     out: dict = {"client": client}
     stages = (server or {}).get("stages") or {}
     if len(prefill):

@@ -29,8 +29,8 @@ STATIONARY_RATIO = 1.25
 def _at(s: Sketch | None, rank: int, failures: int, high: bool) -> float:
     ok = s.count if s is not None else 0
     if high:
-        return s.value_at_rank(rank) if rank < ok else math.inf  # type: ignore[union-attr]
-    return 0.0 if rank < failures else s.value_at_rank(rank - failures)  # type: ignore[union-attr]
+        return s.value_at_rank(rank) if rank < ok else math.inf  # type: ignore[union-attr]  # rank < ok: s not None
+    return 0.0 if rank < failures else s.value_at_rank(rank - failures)  # type: ignore[union-attr]  # rank >= failures: s not None
 
 
 def miss_quantile(s: Sketch | None, q: float, failures: int, *, high: bool = True) -> float:
@@ -68,9 +68,10 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloC
             asked = bucket.extra.get("length_asked", 0)
             observed = bucket.extra.get("short_answers", 0) / asked if asked else math.nan
         elif t.metric == "tokens_per_s_per_user":
+            assert t.percentile is not None  # a p(...) threshold: parse_threshold sets it for non-rate metrics
             observed = miss_quantile(bucket.sketches.get("tokens_per_s"), t.percentile / 100, fails, high=False)
         else:  # a latency, or a session metric (its misses are failed sessions)
-            v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100,  # type: ignore[operator]
+            v = miss_quantile(bucket.sketches.get(t.metric), t.percentile / 100,  # type: ignore[operator]  # p(...): percentile set
                               misses(bucket, t.metric))
             observed = v * 1000
         passed = observed == observed and t.passes(observed)

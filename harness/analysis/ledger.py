@@ -283,7 +283,7 @@ class Ledger:
     def _judge(self, st: StepState, bucket: Bucket) -> None:
         """The step's judgement; with request rows, its tail attribution and TTFT split, then the rows go."""
         info, metric = st.info, self.scenario.load.knee_metric
-        duration = info.measured_s(info.ended)  # type: ignore[arg-type]
+        duration = info.measured_s(info.ended)  # type: ignore[arg-type]  # judge() passes ended steps only
         health = step_health(st.generator or self.generator(), bucket)
         reliable, lag_ms = health.reliable, health.tail_lag_ms
         mid = info.started + info.warmup_s + duration / 2
@@ -315,7 +315,8 @@ class Ledger:
         cols = StepColumns(rows.columns())  # kept by column as the reports came; arrays made once, shared
         if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
             st.classes = class_steps(cols, sc.workload.mix, seen)
-            st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")  # type: ignore[union-attr]
+            assert st.judgement is not None  # _judge set it before the rows were handed here
+            st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")
                                     for k in st.classes for c in k.slo)
             if sc.load.knee_class is not None:  # the knee follows this class's requests alone
                 st.judgement = dataclasses.replace(st.judgement, point=class_point(
@@ -340,7 +341,7 @@ class Ledger:
         for b in (bucket, warmup or Bucket()):
             cached = b.cache.cached_tokens
             tokens += Tokens(input=max(b.input_tokens - cached, 0), cached_input=cached, output=b.output_tokens)
-        return step_cost(self.scenario.cost, index=r.index, level=r.level, tokens=tokens,  # type: ignore[arg-type]
+        return step_cost(self.scenario.cost, index=r.index, level=r.level, tokens=tokens,  # type: ignore[arg-type]  # called only with a cost
                          output_tokens_per_s=r.throughput.output_tokens_per_s,
                          floor=floor_of([t.text for t in self.scenario.slo], r.slo))
 

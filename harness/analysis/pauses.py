@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import is_not, itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,7 +163,7 @@ class StepPauses:
         if not n:
             return ""
         some = recurring is not None and len(recurring[0]) < n  # the period is the long ones', blips beside them
-        shown = recurring[0] if some else self.pauses
+        shown = recurring[0] if some and recurring is not None else self.pauses
         lengths = [p.length_ms for p in shown]
         out = f"{len(shown)} of {n} pauses" if some else f"{n} pause{'s' * (n != 1)}"
         typical = statistics.median(lengths)
@@ -225,8 +225,8 @@ def _binomial_sf(k: int, n: int, p: float) -> float:
                                  + (n - j) * lq) for j in range(k, n + 1)))
 
 
-def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequence, worker: Sequence, *,
-                min_ms: float = 5.0) -> StepPauses:
+def find_pauses(t_ms: Sequence[int] | np.ndarray, ttft: Sequence[Any] | np.ndarray, e2e: Sequence[Any] | np.ndarray,
+                gaps: Sequence[Any], worker: Sequence[Any] | np.ndarray, *, min_ms: float = 5.0) -> StepPauses:
     """The step's pauses from its rows' columns (``metrics.rows``: send ms, TTFT and E2E in tenths of a ms, gaps)."""
     import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
@@ -234,7 +234,8 @@ def find_pauses(t_ms: Sequence[int], ttft: Sequence, e2e: Sequence, gaps: Sequen
     nones = gaps.count(None) if isinstance(gaps, list) else sum(g is None for g in gaps)
     rows = None if nones == 0 else list(compress(range(n), map(is_not, gaps, repeat(None))))
 
-    def column(c: Sequence) -> Sequence:  # the rows with silences: every row, most steps (no copy then)
+    # the rows with silences: every row, most steps (no copy then)
+    def column(c: Sequence[Any] | np.ndarray) -> Sequence[Any] | np.ndarray:
         return c if rows is None else c[rows] if isinstance(c, np.ndarray) else list(map(c.__getitem__, rows))
 
     g = column(gaps)
@@ -335,8 +336,8 @@ def _merge(pauses: list[Pause]) -> list[Pause]:
     return out
 
 
-def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: Sequence,
-                pauses: Sequence[Pause]) -> list:
+def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int] | np.ndarray, e2e: Sequence[Any] | np.ndarray,
+                worker: Sequence[Any] | np.ndarray, pauses: Sequence[Pause]) -> list:
     """For rows ``idx``: ms in flight (send to end: ``e2e``, or to the first token: the TTFT column) through one of
     ``pauses`` (sorted, disjoint: a ``StepPauses``' list) seen on the row's worker or on ≥ 2 workers; None for a row
     without an end (a failure)."""
@@ -347,7 +348,7 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
     at = np.asarray(idx, dtype=np.int64)
     get = itemgetter(*idx) if len(idx) > 1 else lambda col: (col[idx[0]],)  # C-level gathers from a list
 
-    def gather(col: Sequence) -> np.ndarray:  # arrays: StepColumns' (analysis.step_columns)
+    def gather(col: Sequence[Any] | np.ndarray) -> np.ndarray:  # arrays: StepColumns' (analysis.step_columns)
         return col[at] if isinstance(col, np.ndarray) else np.array(get(col))
 
     sent, ends = gather(t_ms).astype(float), gather(e2e).astype(float)  # None: nan, and nan stays None below
@@ -361,6 +362,8 @@ def in_pause_ms(idx: Sequence[int], t_ms: Sequence[int], e2e: Sequence, worker: 
         mine = code == k
         # the time spent in pauses up to x is piecewise linear in x: a row's share is its value at the end minus at
         # the send (one interpolation for all rows)
+        edges: list[float]
+        spent: list[float]
         edges, spent, done = [], [], 0.0
         for p in seen:
             edges += (p.start_ms, p.end_ms)

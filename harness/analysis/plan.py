@@ -29,6 +29,8 @@ PLAN_ENDS = ("min", "precision", "max_duration")
 class Levels(Sequence[float]):
     """A staircase's levels as a read-only sequence computed on demand; equal to any sequence with the same items."""
 
+    count: int  # type: ignore[assignment]  # the level count, an int that hides Sequence.count (no value counting)
+
     def __init__(self, start: float, step: float, count: int) -> None:
         self.start, self.step, self.count = start, step, count
 

@@ -19,6 +19,10 @@ bisection per row tested (numpy: ~10 ms for the 20k rows a 100k-request step tes
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["LONG_FACTOR", "LongPrefills", "long_prompt_threshold"]
 
@@ -27,7 +31,7 @@ _SAMPLE = 5_000
 _TENTHS_PER_MS = 10
 
 
-def long_prompt_threshold(prompt: Sequence) -> int | None:
+def long_prompt_threshold(prompt: Sequence[Any] | np.ndarray) -> int | None:
     """The prompt length from which a prompt is long in this step, or None (too few prompts, or none long)."""
     step = max(1, len(prompt) // _SAMPLE)
     known = sorted(p for p in prompt[::step] if p is not None and p == p)  # None or NaN: unknown
@@ -42,7 +46,8 @@ class LongPrefills:
     """Usage: ``LongPrefills(t_ms, ttft, prompt, threshold).behind(indices)`` (the rows' columns, ``metrics.rows``:
     lists, or arrays with NaN for None, ``analysis.step_columns``)."""
 
-    def __init__(self, t_ms: Sequence[int], ttft: Sequence, prompt: Sequence, threshold: int) -> None:
+    def __init__(self, t_ms: Sequence[int] | np.ndarray, ttft: Sequence[Any] | np.ndarray,
+                 prompt: Sequence[Any] | np.ndarray, threshold: int) -> None:
         import numpy as np  # here: numpy only in a process that judges a step (tests/load/test_lean_imports.py)
 
         self.t_ms, self.ttft, self.prompt = (np.asarray(c, dtype=np.float64) for c in (t_ms, ttft, prompt))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 
 from harness.analysis.histogram import delta, mean, quantile
@@ -50,12 +50,12 @@ class TimeSeries(Sequence[tuple[float, float]]):
 @dataclass
 class ServerStep:
     # arrays of floats, not lists: a scrape every 0.5 s of an hour-long step (see TimeSeries)
-    waiting: Sequence[float] = field(default_factory=_floats)
-    running: Sequence[float] = field(default_factory=_floats)
-    kv: Sequence[float] = field(default_factory=_floats)
-    preemptions: Sequence[float] = field(default_factory=_floats)
-    cache_queries: Sequence[float] = field(default_factory=_floats)
-    cache_hits: Sequence[float] = field(default_factory=_floats)
+    waiting: MutableSequence[float] = field(default_factory=_floats)
+    running: MutableSequence[float] = field(default_factory=_floats)
+    kv: MutableSequence[float] = field(default_factory=_floats)
+    preemptions: MutableSequence[float] = field(default_factory=_floats)
+    cache_queries: MutableSequence[float] = field(default_factory=_floats)
+    cache_hits: MutableSequence[float] = field(default_factory=_floats)
     first: ServerSample | None = None
     last: ServerSample | None = None
     """The step's first and last measured scrapes: their histogram deltas are the step's own requests."""
@@ -125,7 +125,7 @@ class ServerStep:
             h = delta(getattr(self.first, name, None), getattr(self.last, name, None))
             if h is None or h.count <= 0:
                 continue
-            entry: dict = {"count": round(h.count), "mean_ms": round(mean(h) * 1000, 3)}  # type: ignore[operator]
+            entry: dict = {"count": round(h.count), "mean_ms": round(mean(h) * 1000, 3)}  # type: ignore[operator]  # h.count > 0 checked: mean not None
             for q in (0.5, 0.95):
                 v = quantile(h, q)
                 if v is not None:

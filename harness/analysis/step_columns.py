@@ -25,15 +25,16 @@ if TYPE_CHECKING:
 __all__ = ["StepColumns", "floats", "ints"]
 
 
-class StepColumns(Mapping):
+class StepColumns(Mapping[str, Sequence[Any]]):
     """name → the column as a list of ints and None (``gaps``: its list); ``floats(name)``, ``ints(name)``: as an
     array (read them, never write them); ``take(idx)``: the rows ``idx`` as another ``StepColumns``."""
 
     def __init__(self, columns: Mapping[str, Any]) -> None:
-        self._raw = dict(columns.items() if not isinstance(columns, StepColumns) else columns._raw.items())
+        self._raw: dict[str, Any] = dict(
+            columns.items() if not isinstance(columns, StepColumns) else columns._raw.items())
         self._made: dict[tuple[str, str], Any] = {}
 
-    def __getitem__(self, name: str) -> Sequence:
+    def __getitem__(self, name: str) -> Sequence[Any]:
         raw = self._raw[name]
         if isinstance(raw, list):
             return raw

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
@@ -99,13 +100,14 @@ class Generator:
         sent_on_time = send is None or send <= self.lag_limit_ms
         cpu = round(self.cpu_max_pct, 1)
         share = shared_stamps / ok if ok else 0.0
-        cost = dict(cpu_s=None if self.cpu_s is None else round(self.cpu_s, 3), output_tokens=output_tokens,
-                    cpu_us_per_token=round(self.cpu_s * 1e6 / output_tokens, 2)
-                    if self.cpu_s is not None and output_tokens else None,
-                    gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
-                    runqueue_wait_s=None if self.wait_s is None else round(self.wait_s, 3),
-                    shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
-                    stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps, send_lag_p99_ms=send)
+        cost: dict[str, Any] = dict(
+            cpu_s=None if self.cpu_s is None else round(self.cpu_s, 3), output_tokens=output_tokens,
+            cpu_us_per_token=round(self.cpu_s * 1e6 / output_tokens, 2)
+            if self.cpu_s is not None and output_tokens else None,
+            gc_pause_max_ms=None if self.gc_max_s is None else round(self.gc_max_s * 1000, 3),
+            runqueue_wait_s=None if self.wait_s is None else round(self.wait_s, 3),
+            shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
+            stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps, send_lag_p99_ms=send)
         if self.lag.count == 0:
             return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=sent_on_time,
                                    lag_limit_ms=self.lag_limit_ms, **cost)

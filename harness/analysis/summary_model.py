@@ -133,7 +133,7 @@ class Step(_View, frozen=True, kw_only=True):
     @property
     def level(self) -> float:
         """The step's load: users (closed loop) or requests/s (open loop)."""
-        return self.users if self.rate_rps is UNSET else self.rate_rps  # type: ignore[return-value]
+        return self.users if self.rate_rps is UNSET else self.rate_rps  # type: ignore[return-value]  # users or rate_rps is set
 
 
 class Knee(_View, frozen=True, kw_only=True):

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.pauses import StepPauses
 from harness.analysis.rank_tests import holm
@@ -190,7 +190,7 @@ class StepTails:
         return out
 
 
-def _plain(x: object) -> object:
+def _plain(x: object) -> Any:
     if isinstance(x, float):
         return x if math.isfinite(x) else None  # JSON has no inf/NaN
     if isinstance(x, dict):
@@ -210,7 +210,8 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
                params: TailParams, sampled: str | None, words: Mapping[str, str],
                medians: tuple[float, float]) -> TailAttribution:
     label, ql = METRICS.get(metric, metric), f"p{100 * q:g}"
-    head = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest), sampled=sampled)
+    head: dict[str, Any] = dict(metric=metric, quantile=q, threshold_s=thr, n=n, n_tail=len(tail), n_rest=len(rest),
+                                sampled=sampled)
     if len(tail) < params.min_tail:
         return TailAttribution(**head, verdict="too_few", causes=[], line=f"{ql} {label}: too few tail requests to "
                                f"attribute ({len(tail)} above {ql} of {n})")
@@ -252,8 +253,7 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
             parts = [f"{len(hit)} of {len(tail)} {phrase}" + (f" ({t.cause_words})" if t.cause_words else "")
                      for t, hit, phrase in mixed]
             line = f"{ql} {label}: {len(mixed)} causes — " + "; ".join(parts)
-            first = [t for t, _, _ in mixed]
-            counted = first + [t for t in counted if t not in first]
+            counted = (first := [t for t, _, _ in mixed]) + [t for t in counted if t not in first]
         line += grew
     elif timed is not None:
         line, verdict = f"{ql} {label} requests {timed.phrase}: {timed.cause_words}", "time"
@@ -267,7 +267,8 @@ def _attribute(metric: str, q: float, thr: float, n: int, tail: list[int], rest:
                 for t, hit, phrase in shares])
 
 
-def _shares(counted: list[FeatureTest], tail: list[int], cols: dict[str, list]) -> list[tuple[FeatureTest, set, str]]:
+def _shares(counted: list[FeatureTest], tail: list[int],
+            cols: Mapping[str, Sequence[Any] | np.ndarray]) -> list[tuple[FeatureTest, set, str]]:
     """Each counted feature that explains single requests, with the tail requests it explains, most first."""
     out = []
     for t in counted:
@@ -278,7 +279,7 @@ def _shares(counted: list[FeatureTest], tail: list[int], cols: dict[str, list]) 
     return sorted(out, key=lambda x: -len(x[1]))
 
 
-def _tails(col: np.ndarray, known: int, quantiles: Sequence[float]) -> list[tuple[float, np.ndarray]]:
+def _tails(col: np.ndarray, known: int, quantiles: Sequence[float]) -> list[tuple[float, float, np.ndarray]]:
     """Each quantile's exact threshold (a value of the column: in the rows' tenths of a millisecond, an integer) and
     the indices above it, ascending. ``col``: float64, missing values NaN; ``known``: how many are not. One
     partition of the known values for all the quantiles (a sort of 100k values as Python ints cost more than the
@@ -318,7 +319,7 @@ def explain_tail(rows: Sequence[TailRow] | Mapping[str, Sequence], params: TailP
                            derived={f: feature(f) for f in FEATURES}, words=words)
 
 
-def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAULT_PARAMS, *,
+def explain_columns(columns: Mapping[str, Sequence[Any] | np.ndarray], params: TailParams = DEFAULT_PARAMS, *,
                     metrics: Sequence[str] = tuple(METRICS), per_s: int = 1,
                     derived: Mapping[str, Callable[[list[int]], list]] | None = None,
                     pauses: StepPauses | None = None, words: Mapping[str, str] | None = None) -> StepTails:
@@ -372,7 +373,7 @@ def explain_columns(columns: Mapping[str, Sequence], params: TailParams = DEFAUL
     return StepTails(out, pauses)
 
 
-def _gather(col: Sequence, needed: np.ndarray, idx: list[int]) -> Sequence:
+def _gather(col: Sequence[Any] | np.ndarray, needed: np.ndarray, idx: list[int]) -> Sequence[Any] | np.ndarray:
     """A column's values at the rows tested: an array's by one gather, a list's as a list."""
     import numpy as np
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class Coded:
     """Counts of each key over the uniform sample's rows."""
 
 
-def code_column(col: Sequence, uniform: np.ndarray, floor: float = 0.0, numeric: bool = True) -> Coded:
+def code_column(col: Sequence[Any] | np.ndarray, uniform: np.ndarray, floor: float = 0.0,
+                numeric: bool = True) -> Coded:
     """``col``'s rows coded by their distinct values; ``floor``: numbers up to it count as 0 (``_Numeric.floor``);
     ``uniform``: the rows of the rest's sample (positions in ``col``). Numbers become exact int keys when every
     known value is integral (token counts, queue lengths), as the rows carry them."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -185,10 +185,12 @@ def _numeric(spec: _Numeric, coded: Coded, ct: np.ndarray, cr: np.ndarray, param
             # A minority far above the rest (3% of prompts 10× longer, half the tail): the medians hide it, the
             # share above the rest's 95th percentile does not.
             v = quantile(keys, cr, 0.95)
+            assert values is not None  # a numeric feature's: code_column(numeric=True) made them
             st, sr = share_above(values, ct, v, nt), share_above(values, cr, v, nr)
             if st - sr >= params.min_share_points:
                 material, phrase = True, spec.above.format(v=_num(v), t=_pct(st), r=_pct(sr))
     else:  # the rest is mostly zeros (an idle queue, no cache hits): compare how often it is above zero
+        assert values is not None  # a numeric feature's: code_column(numeric=True) made them
         st, sr = share_above(values, ct, 0, nt), share_above(values, cr, 0, nr)
         more = st > sr
         material = abs(st - sr) >= params.min_share_points and (u.rank_biserial > 0) == more
@@ -217,7 +219,7 @@ def explains(name: str, value: object, over: float | None) -> bool:
     """Does a tail request with this ``value`` of feature ``name`` have it (a flag) or lie above ``over``?"""
     if name in FLAGS:
         return value is True
-    return over is not None and value is not None and value > over  # type: ignore[operator]
+    return over is not None and value is not None and value > over  # type: ignore[operator]  # over: numeric features only
 
 
 def _flag(name: str, ct: dict, cr: dict, params: TailParams) -> dict | None:
@@ -287,7 +289,7 @@ def connect_cost(label: str, metric: list, flags: list) -> str:
     return f"{CAUSES['connect']}, {1000 * (statistics.median(new) - statistics.median(old)):+.0f} ms {label}"
 
 
-def code_features(cols: dict[str, list], uniform: np.ndarray) -> dict[str, Coded]:
+def code_features(cols: Mapping[str, Sequence[Any] | np.ndarray], uniform: np.ndarray) -> dict[str, Coded]:
     """Every feature but time coded once per step (``tail_counts``): ``cols`` over the rows tested, ``uniform`` the
     rest's sample among them."""
     from harness.analysis.tail_counts import code_column

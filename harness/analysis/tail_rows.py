@@ -15,6 +15,7 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain
+from typing import Any
 
 from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
 from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
@@ -65,7 +66,7 @@ def columns(rows: Sequence[list]) -> dict[str, list]:
     return {name: flat[i::k] for i, name in enumerate(ROW_FIELDS)}
 
 
-def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | None = None, *,
+def explain_rows(rows: Sequence[list] | Mapping[str, Sequence[Any]], params: TailParams | None = None, *,
                  waiting: Sequence[tuple[float, float]] = (), started: float = 0.0,
                  itl_p50_s: float | None = None) -> StepTails:
     """``explain_tail`` of ``rows`` (or their ``columns``, shared with the TTFT split). ``waiting``: the server's
@@ -101,7 +102,7 @@ def explain_rows(rows: Sequence[list] | dict[str, list], params: TailParams | No
     return explain_columns(data, params or TailParams(), per_s=_TENTHS, derived=derived, pauses=pauses, words=words)
 
 
-def _stream_features(c: dict[str, list], itl_p50_s: float | None,
+def _stream_features(c: StepColumns, itl_p50_s: float | None,
                      derived: dict[str, Callable[[list[int]], list]]) -> tuple[StepPauses | None, dict[str, str]]:
     """``in_pause`` (when the rows carry stream silences) and ``behind_long_prefill`` (when the step has long
     prompts) into ``derived``; the step's pauses and the words with this step's figures. A pause that ended as a long

@@ -40,7 +40,7 @@ def token_line(st: Step) -> str | None:
     out = []
     gap = token_gap(st)
     if gap is not None and abs(gap) > (limit := allowed_gap(st)):
-        server = st.server.generation_tokens_per_s  # type: ignore[union-attr]
+        server = st.server.generation_tokens_per_s  # type: ignore[union-attr]  # a gap implies a Server (token_gap)
         source = "counted from chunks" if st.output_tokens_counted else "from usage"
         why = ("more than this test's: another client on this server" if gap > 0 else
                "fewer than this test's: /metrics is one replica's behind a balancer, or usage is not the server's")
