@@ -94,7 +94,7 @@ def sim(host: str, port: int, preset: str, model: str | None, serve_models: tupl
         lora_count: int, eos_median: float, eos_sigma: float, early_eos_share: float,
         tokens_per_word: float, faults: tuple[str, ...], stall_s: float, long_line_bytes: int, retry_after_s: int,
         max_waiting: int | None, max_body_mb: float, trace_file: str | None, seed: int, close_after_p: float,
-        accept_delay_ms: float, **engine: int | float | None) -> None:
+        accept_delay_ms: float, **engine: Any) -> None:  # engine: EngineConfig/Behavior flags, typed per field
     """Serve a simulated OpenAI-compatible LLM (vLLM-like batching and capacity) until interrupted."""
     behavior = Behavior(**{f.name: engine.pop(f.name) for f in dataclasses.fields(Behavior)})
     overrides = {k: v for k, v in engine.items() if v is not None}
@@ -138,9 +138,12 @@ def sim(host: str, port: int, preset: str, model: str | None, serve_models: tupl
 def _served(serve_models: tuple[str, ...], loras: tuple[str, ...], count: int,
             problems: list[str]) -> tuple[tuple[ServedModel, ...], tuple[Adapter, ...]]:
     """``--serve-model``, ``--lora`` and ``--lora-count`` as the simulator's types; a bad spec joins ``problems``."""
-    served, adapters = [], []
-    for spec, parse, out in [*((s, ServedModel.parse, served) for s in serve_models),
-                             *((s, parse_lora, adapters) for s in loras)]:
+    served: list[ServedModel] = []
+    adapters: list[Adapter] = []
+    # each spec with its parser and the list that takes what it gives (Any: the pairing is not a type)
+    jobs: list[tuple[str, Callable[[str], Any], list[Any]]] = [
+        *((s, ServedModel.parse, served) for s in serve_models), *((s, parse_lora, adapters) for s in loras)]
+    for spec, parse, out in jobs:
         try:
             out.append(parse(spec))
         except ValueError as exc:
@@ -291,9 +294,9 @@ def fit(log: str, input_col: str | None, output_col: str | None, input_mode: str
             if col is None:
                 raise click.UsageError(f"cannot tell which column of {log} to use for {flag}; columns are "
                                        f"{', '.join(header) or '(none)'}. Pass {flag} COLUMN.")
-        # a session log first: its reader's messages name the session and turn
+        assert input_col is not None and output_col is not None  # the loop above raised otherwise
         sessions = load_session_log(log, input_mode=input_mode, input_col=input_col, output_col=output_col) \
-            if session_column(header) else None
+            if session_column(header) else None  # a session log first: its reader's messages name the session and turn
         cols = read_columns(log, [input_col, output_col])
     except TraceError as exc:  # the log, not the command, is wrong: exit 2 like any bad input
         raise InputError(str(exc)) from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, overload
 
 from msgspec import UNSET
 
@@ -65,6 +65,10 @@ class StepView:
         return f"{self.cell_name} @ {self.load:g} {self.unit}"
 
 
+@overload  # a level in, a level out: None only from None
+def _level(x: float) -> float: ...
+@overload
+def _level(x: float | None) -> float | None: ...
 def _level(x: float | None) -> float | int | None:
     """A load as the summary file has it: 16, not 16.0 (msgspec reads every level as a float)."""
     return int(x) if x is not None and float(x).is_integer() else x
@@ -152,7 +156,7 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def _frontier(views: list[StepView], cells: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    points = []
+    points: list[dict[str, Any]] = []
     for v in views:
         excluded = v.excluded or (None if v.per_user is not None else "no tokens/s per user measured")
         within = cells[v.cell].get("within_slo")

@@ -101,11 +101,12 @@ def _points_floor(b: Interval, requests: int, widen: float) -> float | None:
     """The smallest rise of the error rate (points) at which NEW's Wilson interval would clear BASE's top."""
     if b.hi is None or b.hi >= 1:
         return None
+    top = b.hi  # a float from here on (the nested function does not see the test above)
 
     def clears(d: float) -> bool:
         p = min(1.0, b.value + d)
         ci = wilson_interval(round(p * requests), requests)
-        return ci is not None and ci.widen(widen).lo > b.hi
+        return ci is not None and ci.widen(widen).lo > top
 
     lo, hi = 0.0, 1.0 - b.value
     if not clears(hi):
@@ -171,7 +172,8 @@ def _rate(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: floa
     bi, ni = of(bs), of(ns)
     what = f"{t.name} at {level:g} {unit}"
     if bi is None or ni is None or bi.value <= 0:
-        return Check(metric=t.metric, stat=None, level=level, base=bi and bi.value, new=ni and ni.value,
+        return Check(metric=t.metric, stat=None, level=level, base=None if bi is None else bi.value,
+                     new=None if ni is None else ni.value,
                      change=None, threshold=t, detectable=None, decision="no detectable change",
                      why=f"{what}: BASE has no {t.metric} to compare against")
     bi, ni = bi.widen(widen), ni.widen(widen)

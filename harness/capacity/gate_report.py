@@ -82,8 +82,8 @@ def junit_xml(result: GateResult, base: str, new: str) -> str:
     failures = sum(c.decision == "regressed" for c in result.checks)
     skipped = sum(c.detectable is None and c.decision == "no detectable change" for c in result.checks)
     counts = {"tests": str(len(result.checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
-    root = ET.Element("testsuites", name="kneecap gate", **counts)
-    suite = ET.SubElement(root, "testsuite", name=f"kneecap gate: {base} vs {new}", **counts)
+    root = ET.Element("testsuites", {"name": "kneecap gate", **counts})  # one attrib dict: name, then the counts
+    suite = ET.SubElement(root, "testsuite", {"name": f"kneecap gate: {base} vs {new}", **counts})
     for c in result.checks:
         case = ET.SubElement(suite, "testcase", classname=f"kneecap.gate.{c.metric}", name=_label(c, result.unit))
         if c.decision == "regressed":

@@ -12,12 +12,12 @@ one run only counts when the other run held a load past it (its highest judged l
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from msgspec import UNSET
 
 from harness.analysis.results import level_unit
-from harness.capacity.checks import Check
+from harness.capacity.checks import Check, Decision
 from harness.capacity.intervals import latency_interval, separated, wilson_interval
 from harness.metrics.vocabulary import CI_PERCENTILES
 from harness.spec.gate import Threshold
@@ -74,11 +74,11 @@ def knee_check(t: Threshold, base: Summary, new: Summary, b_steps: dict[float, S
     step = max(grids) if grids else None  # the coarser grid: the finer cannot show what the coarser hides
     b_top, n_top = max(b_steps, default=None), max(n_steps, default=None)
     detectable = None if step is None or (t.unit == "relative" and not bk) else \
-        t.worse * (1.0 if t.unit == "steps" else step / bk)  # type: ignore[operator]
+        t.worse * (1.0 if t.unit == "steps" else step / cast(float, bk))  # relative (a knee's other unit): bk set
 
-    def check(decision: str, why: str, change: float | None = None) -> Check:
+    def check(decision: Decision, why: str, change: float | None = None) -> Check:
         return Check(metric="knee", stat=None, level=None, base=bk, new=nk, change=change, threshold=t,
-                     detectable=detectable, decision=decision, why=why)  # type: ignore[arg-type]
+                     detectable=detectable, decision=decision, why=why)
 
     if t.unit == "steps" and step is None:
         return check("no detectable change", "the knee: each run ran one level, so there is no grid to count "
@@ -94,6 +94,7 @@ def knee_check(t: Threshold, base: Summary, new: Summary, b_steps: dict[float, S
                                                  f"ran past {bk:g}")
         at, moved = f"the knee {bk:g} → none up to {n_top:g} {unit} (at least)", (bk, n_top)
     else:
+        assert nk is not None  # the two tests above leave NEW's knee found, BASE's not
         if b_top is None or b_top <= nk:
             return check("no detectable change", f"the knee: NEW's at {nk:g} {unit}; BASE found none but never "
                                                  f"ran past {nk:g}")
@@ -107,7 +108,7 @@ def knee_check(t: Threshold, base: Summary, new: Summary, b_steps: dict[float, S
         return check("no detectable change", f"{at} ({t.say(change)}) is within {t.text}", change)
     past = f"past {t.text}" + ("" if x > 0 else " the good way")
     if why := _evidence(new.knee.metric, 1 if x > 0 else -1, lo, hi, b_steps, n_steps, widen):
-        decision = "regressed" if x > 0 else "improved"
+        decision: Decision = "regressed" if x > 0 else "improved"
         return check(decision, f"{at} ({t.say(change)}, {past}); {why}", change)
     return check("no detectable change", f"{at} ({t.say(change)}) is {past}, but no level both runs judged "
                                          f"in ({lo:g}, {hi:g}] shows it beyond the noise: a knee on a boundary "

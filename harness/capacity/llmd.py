@@ -32,7 +32,7 @@ from msgspec import UNSET
 from harness.analysis.counted import WHY, not_counted
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Percentiles, Step, Summary
+    from harness.analysis.summary_model import Percentiles, Sessions, Step, Summary
 
 __all__ = ["FILE_PREFIX", "SCHEMA_COMMIT", "VERSION", "LlmdExport", "StepReport", "llmd_reports"]
 
@@ -89,7 +89,7 @@ def _report(summary: Summary, step: Step, input_mean: float | None) -> dict[str,
         scenario["load"] = _load(summary, step, input_mean)
     results: dict[str, Any] = {"request_performance": {"aggregate": _aggregate(step)}}
     if step.sessions is not UNSET and step.sessions.ended:
-        results["session_performance"] = {"sessions": _sessions(step)}
+        results["session_performance"] = {"sessions": _sessions(step.sessions)}
     if (obs := _observability(step)) is not None:
         results["observability"] = obs
     return {"version": VERSION, "run": _run(summary, step), "scenario": scenario, "results": results}
@@ -200,8 +200,7 @@ def _aggregate(step: Step) -> dict[str, Any]:
     return out
 
 
-def _sessions(step: Step) -> dict[str, Any]:
-    s = step.sessions
+def _sessions(s: Sessions) -> dict[str, Any]:
     out: dict[str, Any] = {"total": s.ended, "succeeded": s.ended - s.failed, "failed": s.failed}
     if s.calls_mean is not None:
         out["events_per_session"] = _mean(s.calls_mean, "count")

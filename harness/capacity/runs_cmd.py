@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ def _knee(knee: Any) -> str:
 
 
 def _row(item: Mapping[str, Any]) -> tuple[str, ...]:
-    labels = item.get("labels") if isinstance(item.get("labels"), Mapping) else {}
+    labels = found if isinstance(found := item.get("labels"), Mapping) else {}
     ident = str(item.get("run_id") or item.get("name") or "-")
     if item["kind"] != "run":  # a sweep's line: say so, its id alone reads like a run's
         ident = f"{item['kind']} {ident}"
@@ -52,7 +52,7 @@ def _row(item: Mapping[str, Any]) -> tuple[str, ...]:
             _knee(item.get("knee")), str(item.get("exit_code", "-")), display_path(item["path"]))
 
 
-def table(entries: list[Mapping[str, Any]]) -> str:
+def table(entries: Sequence[Mapping[str, Any]]) -> str:
     """One row per entry under a header, columns aligned; the path last, unpadded, ready for ``kneecap compare``."""
     rows = [COLUMNS, *(_row(e) for e in entries)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]

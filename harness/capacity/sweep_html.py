@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import matplotlib
@@ -20,6 +20,9 @@ import matplotlib.pyplot as plt
 
 from harness.capacity.capacity_map import best_line
 from harness.report.charts import svg_text
+
+if TYPE_CHECKING:
+    from matplotlib.colors import ListedColormap
 
 __all__ = ["frontier_chart", "sweep_page"]
 
@@ -53,7 +56,8 @@ def frontier_chart(frontier: dict[str, Any], cells: list[dict[str, Any]]) -> str
     points = [p for p in frontier["points"] if p["x"] is not None]
     if not points:
         return ""
-    palette = plt.get_cmap("tab10" if len(cells) <= 10 else "tab20").colors
+    cmap = cast("ListedColormap", plt.get_cmap("tab10" if len(cells) <= 10 else "tab20"))  # both are listed
+    palette = cast("tuple[tuple[float, float, float], ...]", cmap.colors)  # theirs: RGB tuples
     colour = {c["index"]: palette[i % len(palette)] for i, c in enumerate(cells)}
     fig, ax = plt.subplots(figsize=(8.0, 4.8))
     for c in cells:

@@ -110,9 +110,9 @@ class SweepSpec:
     description: str = ""
 
 
-def parse_sweep(raw: Any, *, source: str, scenario: tuple[str, dict] | None, sim_flags: Iterable[str]) -> SweepSpec:
-    """Check a sweep's mapping; ``scenario`` is the file ``scenario:`` named and its mapping, already read (the
-    caller reads files; None: the built-in default).
+def parse_sweep(raw: Any, *, source: str, scenario: tuple[str, object] | None, sim_flags: Iterable[str]) -> SweepSpec:
+    """Check a sweep's mapping; ``scenario`` is the file ``scenario:`` named and what it holds, already read (the
+    caller reads files; a mapping, checked here; None: the built-in default).
 
     ``sim_flags``: the built-in simulator's flag names (``max_num_seqs``), which ``sim:`` may set. Raises
     ``SweepError`` with every problem, each cell's scenario problems included."""

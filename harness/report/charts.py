@@ -7,11 +7,13 @@ returns an SVG string.
 from __future__ import annotations
 
 import io
+from typing import cast
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from msgspec import UnsetType
 
 from harness.analysis.counted import not_counted
 from harness.analysis.results import level_key
@@ -84,12 +86,13 @@ def latency_vs_load(summary: Summary, metric: str) -> str:
     stats = [s.latency_ms[metric] for s in steps]
     for q, style in (("p50", ":"), ("p95", "--"), ("p99", "-")):
         ax.plot(loads, [getattr(st, q) for st in stats], style, marker="o", markersize=3, label=q)
-    ci = [st.p99_ci or [st.p99, st.p99] for st in stats]
+    # every block here has count > 0, so its p99 is set (``metrics.quantiles.summarize_sketch``)
+    ci = cast("list[tuple[float, float] | list[float]]", [st.p99_ci or [st.p99, st.p99] for st in stats])
     ax.fill_between(loads, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2, label="p99 95% CI")
     apart = [s for s in _uncounted(summary) if metric in s.latency_ms and s.latency_ms[metric].count]
     if apart:
-        ax.plot([s.level for s in apart], [s.latency_ms[metric].p99 for s in apart], "x", color="gray",
-                label="p99, step not counted")
+        ax.plot([s.level for s in apart], cast("list[float]", [s.latency_ms[metric].p99 for s in apart]), "x",
+                color="gray", label="p99, step not counted")
     for t in summary.slo.thresholds:
         name, _, rule = t.partition(": ")
         if name == metric and "<" in rule:
@@ -163,8 +166,9 @@ def throughput_vs_load(summary: Summary) -> str:
 def search_path(summary: Summary) -> str:
     """A search's levels in visiting order, good or past the knee, with the knee's bracket as it narrowed."""
     search = summary.search
+    assert not isinstance(search, UnsetType)  # html.py draws this only for a run with a search
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    path = search.path  # type: ignore[union-attr]
+    path = search.path
     colours = {"good": "tab:green", "past": "crimson", "pending": "tab:gray", "not judged": "tab:orange"}
     for verdict, colour in colours.items():
         pts = [(i, e.level) for i, e in enumerate(path) if e.verdict == verdict]
@@ -183,7 +187,7 @@ def search_path(summary: Summary) -> str:
     ax.fill_between(range(len(path)), lows, highs, color="gold", alpha=0.25, step="post", label="bracket")
     ax.set_xlabel("step (visiting order)")
     ax.set_ylabel(_level_key(summary).replace("_", " "))
-    ax.set_title(f"Search path ({search.mode}, resolution {search.resolution:g})")  # type: ignore[union-attr]
+    ax.set_title(f"Search path ({search.mode}, resolution {search.resolution:g})")
     ax.legend(fontsize=7, loc="upper left")
     return svg_text(fig)
 
@@ -226,6 +230,7 @@ def cost_vs_load(summary: Summary) -> str:
     _mark_knee(ax, summary)
     ax.set_yscale("log")  # flat at a light load costs orders of magnitude more per token than at the knee
     ax.set_xlabel(_level_key(summary).replace("_", " "))
+    assert not isinstance(summary.cost, UnsetType)  # html.py draws this only for a run with a cost: block
     ax.set_ylabel(f"{summary.cost.currency} per 1M output tokens")
     ax.set_title("Cost per 1M output tokens vs load")
     ax.legend(fontsize=7)
@@ -244,7 +249,8 @@ def server_vs_load(summary: Summary) -> str:
     ax.plot(loads, series("waiting_mean"), marker="o", markersize=3, label="waiting (mean)")
     ax.plot(loads, series("running_max"), marker="s", markersize=3, label="running (max)")
     ax2 = ax.twinx()
-    kv = [100 * (s.server.kv_cache_usage_max or 0) for s in steps]
+    kv = [100 * (s.server.kv_cache_usage_max or 0) for s in steps
+          if not isinstance(s.server, UnsetType)]  # true of each (steps have a server): tells mypy
     ax2.plot(loads, kv, "k:", label="KV cache % (max)")
     ax2.set_ylabel("KV cache %")
     _mark_knee(ax, summary)
@@ -289,8 +295,8 @@ def overlay(runs: list[tuple[str, Summary]], metric: str, what: str) -> str:
         else:
             ys = [_nan(s.latency_ms[metric].p99 if metric in s.latency_ms else None) for s in _steps(summary)]
         line = ax.plot(loads, ys, marker="o", markersize=3, label=name)[0]
-        if summary.knee.found:
-            ax.axvline(summary.knee.level, color=line.get_color(), linestyle="--", linewidth=1)
+        if summary.knee.found and (level := summary.knee.level) is not None:  # found: it has a level
+            ax.axvline(level, color=line.get_color(), linestyle="--", linewidth=1)
     ax.set_xlabel("load")
     ax.set_ylabel("output tokens/s" if what == "throughput" else f"{metric} p99 (ms)")
     ax.set_title("Throughput vs load" if what == "throughput" else f"{metric.upper()} p99 vs load (dashed: knees)")
@@ -303,8 +309,11 @@ def over_time(history: list[dict]) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     t = [h["t"] for h in history]
     for metric, color in (("ttft", "tab:blue"), ("tpot", "tab:orange")):
-        ax.plot(t, [h.get(f"{metric}_p99") for h in history], color=color, label=f"{metric} p99")
-        ax.plot(t, [h.get(f"{metric}_p50") for h in history], ":", color=color, label=f"{metric} p50")
+        # a window without data has None there: matplotlib draws a gap, its stubs take numbers only
+        ax.plot(t, [h.get(f"{metric}_p99") for h in history],  # type: ignore[arg-type]  # None: a gap
+                color=color, label=f"{metric} p99")
+        ax.plot(t, [h.get(f"{metric}_p50") for h in history],  # type: ignore[arg-type]  # None: a gap
+                ":", color=color, label=f"{metric} p50")
     ax.set_yscale("log")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("ms")
@@ -333,7 +342,7 @@ def tail_features(summary: Summary, metric: str = "ttft_s", most: int = 4) -> st
         causes = [a for a in (st.tail.attributions if st.tail else ()) if a.metric == metric and a.causes]
         a = min(causes, key=lambda a: -a.quantile, default=None)
         test = a and next((t for t in a.tests if t["feature"] == a.causes[0]), None)
-        if test:
+        if a and test:  # test is set only with a
             found.append((st.level, a.quantile, test))
     found = found[-most:]
     if not found:

@@ -34,7 +34,7 @@ def asked(c) -> str:
 
 def _class_p95(s: Summary, load: float, name: str, metric: str) -> float | None:
     st = next((st for st in s.steps if st.level == load and not st.fleet_changed and st.classes), None)
-    c = next((c for c in (st.classes if st else ()) if c.name == name), None)  # type: ignore[union-attr]
+    c = next((c for c in ((st.classes or ()) if st else ()) if c.name == name), None)  # `or ()`: for mypy
     return c.latency_ms[metric].p95 if c is not None and metric in c.latency_ms else None
 
 

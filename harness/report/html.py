@@ -16,7 +16,7 @@ from msgspec import UNSET
 from harness.analysis.counted import WHY, not_counted
 from harness.analysis.results import level_key, level_unit
 from harness.analysis.steps import LAG_LIMIT_MS
-from harness.analysis.summary_model import Percentiles, RunCost, SplitPart, Summary
+from harness.analysis.summary_model import Percentiles, RunCost, Search, SplitPart, Summary
 from harness.checker import decode_text
 from harness.metrics.vocabulary import HEADLINE
 from harness.report import charts
@@ -75,7 +75,7 @@ def _step_table(s: Summary) -> str:
             *(["TTFO p99", "reasoning p50"] if reasons else []),
             f"{metric.upper()} p99_slo", "TPOT p99", "E2E p99", *(["new conn"] if conns else []), "stationary", "SLO",
             "counted"]
-    rows = []
+    rows: list[list[object]] = []
     for st in s.steps:
         why = not_counted(st)
         if not st.requests:  # nothing measured: no figure, not a row of zeros
@@ -124,7 +124,7 @@ def _generator_table(s: Summary) -> str:
               "path: a gateway's buffer, whose TTFT and ITL these are; the server: several events a write).</p>")
 
 
-_BUNCHED = {"path": "the path (buffered)", "server_writes": "the server's writes"}
+_BUNCHED: dict[str | None, str] = {"path": "the path (buffered)", "server_writes": "the server's writes"}
 
 
 def _cost_table(s: Summary, cost: RunCost) -> str:
@@ -147,10 +147,10 @@ def _cost_table(s: Summary, cost: RunCost) -> str:
                   "capacity. Tokens from the server's usage, warm-up included.")
 
 
-def _search_table(s: Summary) -> str:
+def _search_table(s: Summary, search: Search) -> str:
     unit = level_key(s.mode).replace("_", " ")
     rows = [[e.step, f"{e.level:g}", e.why, e.verdict, e.ended or "", f"{e.warmup_s:g} s: {e.warmup}"]
-            for e in s.search.path]  # type: ignore[union-attr]
+            for e in search.path]
     return _table(["step", unit, "why this level", "verdict", "ended", "warm-up"], rows,
                   "In visiting order. Good: at or below the knee; past: beyond it (the staircase's judging, on every "
                   "level measured, sorted by load).")
@@ -253,7 +253,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
     if any(not_counted(st) is None for st in steps):  # the answer's chart, on the first screen
         parts.append(f"<div id='capacity'>{charts.capacity(s)}</div>")
     if s.search is not UNSET and s.search.path:
-        parts.append(f"<h2>Search path</h2><p>{_e(s.search.line)}</p>{charts.search_path(s)}{_search_table(s)}")
+        parts.append(f"<h2>Search path</h2><p>{_e(s.search.line)}</p>{charts.search_path(s)}"
+                     f"{_search_table(s, s.search)}")
     if steps:
         parts += ["<h2>Latency vs load</h2><div class='grid'>"
                   + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in HEADLINE)
@@ -309,8 +310,8 @@ def compare_html(runs: list[tuple[str, Summary]]) -> str:
         level = s.knee.level if s.knee.found else None
         p99 = {load: _p99_at(s, load) for load in common}
         rows.append([name, _n(level), _n(s.slo.max_load_within_slo), *(_knee_cost(s) if costs else []),
-                     *(f"{p99[load]} ({p99[load] / _p99_at(base, load) - 1:+.0%})" if p99[load] and
-                       _p99_at(base, load) else p99[load] for load in common)])
+                     *(f"{v} ({v / b - 1:+.0%})" if (v := p99[load]) and (b := _p99_at(base, load)) else v
+                       for load in common)])
     head = ["run", "knee", "max load within SLO",
             *(["flat per 1M out @ knee", "metered + input per 1M out @ knee"] if costs else []),
             *(f"TTFT p99 @ {load:g}" for load in common)]

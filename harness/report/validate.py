@@ -23,7 +23,7 @@ a found knee has its level.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import msgspec.inspect as mi
@@ -85,16 +85,16 @@ def _walk(value: object, t: mi.Type, path: str, ctx: dict[str, Any], out: list[s
     elif isinstance(t, mi.UnionType):  # descend into the alternative that fits
         _walk(value, next(s for s in t.types if _fits(value, s)), path, ctx, out)
     elif isinstance(t, mi.ListType):
-        for i, item in enumerate(value):  # type: ignore[arg-type]
+        for i, item in enumerate(cast("list[object]", value)):  # _fits: a list
             _walk(item, t.item_type, f"{path}[{i}]", ctx, out)
     elif isinstance(t, mi.TupleType):
-        for i, (item, it) in enumerate(zip(value, t.item_types, strict=True)):  # type: ignore[call-overload]
+        for i, (item, it) in enumerate(zip(cast("list[object]", value), t.item_types, strict=True)):  # _fits: a list
             _walk(item, it, f"{path}[{i}]", ctx, out)
     elif isinstance(t, mi.DictType):
-        for key, item in value.items():  # type: ignore[attr-defined]
+        for key, item in cast("dict[object, object]", value).items():  # _fits: a dict
             _walk(item, t.value_type, f"{path}.{key}" if path else str(key), ctx, out)
     elif isinstance(t, mi.StructType):
-        _struct(value, t, path, ctx, out)  # type: ignore[arg-type]
+        _struct(cast("dict[str, object]", value), t, path, ctx, out)  # _fits: a dict
 
 
 def _required(field: mi.Field, ctx: dict[str, Any]) -> bool:

@@ -10,6 +10,9 @@ otherwise appear and vanish.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from msgspec import UnsetType
 
 from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.counted import not_counted
@@ -108,11 +111,12 @@ def _sessions_panel(summary: Summary) -> dict | None:
     if step is None:
         return None
     s = step.sessions
+    assert not isinstance(s, UnsetType)  # _latest gives a step with sessions
     by_turn = step.prefix_cache.client.by_turn if step.prefix_cache else None
     turns = [{"turn": label, "calls": t.calls, "ok": t.ok,
               "ttft_p50": t.ttft_ms.p50 if t.ttft_ms else None, "ttft_p99": t.ttft_ms.p99 if t.ttft_ms else None,
               "cached": by_turn.get(label) if isinstance(by_turn, dict) else None}
-             for label, t in s.by_turn.items()]  # type: ignore[union-attr]
+             for label, t in s.by_turn.items()]
     return {"step": step.index, "level": step.level, "figures": sessions_rows(step), "turns": turns}
 
 
@@ -128,14 +132,16 @@ def _cache_panel(summary: Summary) -> dict | None:
     step = _latest(summary, "prefix_cache", "counted")
     if step is None:
         return None
-    return {"step": step.index, "level": step.level, "figures": cache_rows(step.prefix_cache)}  # type: ignore[arg-type]
+    assert not isinstance(step.prefix_cache, UnsetType)  # _latest gives a step with a prefix cache
+    return {"step": step.index, "level": step.level, "figures": cache_rows(step.prefix_cache)}
 
 
 def search_panel(summary: Summary, search: dict | None) -> dict:
     """The knee search as the plan says it (bracket, next level, the levels tried and their verdicts); without a
     search (staircase, constant), the steps as good or past the knee."""
     if search:
-        path = [{k: p.get(k) for k in PATH_KEYS} for p in search.get("path") or () if isinstance(p, dict)]
+        path: list[dict[str, Any]] = [{k: p.get(k) for k in PATH_KEYS} for p in search.get("path") or ()
+                                      if isinstance(p, dict)]
         return {"mode": search.get("mode"), "unit": search.get("unit") or level_unit(summary.mode),
                 "state": search.get("state"), "line": search.get("line") or "", "min": search.get("min"),
                 "max": search.get("max"), "resolution": search.get("resolution"), "bracket": search.get("bracket"),

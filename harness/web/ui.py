@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from flask import Blueprint, Response, redirect, request
+from msgspec import UnsetType
 
 from harness.analysis.ledger import Ledger
 from harness.analysis.results import level_unit
@@ -90,8 +91,8 @@ def why_tab_rows(view: RunView, summary: Summary, search: dict | None) -> list[d
         rows.append({"topic": f"sessions (step {sessions.index})", "text": sessions_text(sessions)})
     cache = next((s for s in reversed(summary.steps) if s.prefix_cache and (
         s.prefix_cache.client.requests or s.prefix_cache.server.queries)), None)
-    if cache is not None:
-        said = cache_rows(cache.prefix_cache)  # type: ignore[arg-type]
+    if cache is not None and not isinstance(cache.prefix_cache, UnsetType):  # set: the step was picked for it
+        said = cache_rows(cache.prefix_cache)
         rows.append({"topic": f"prefix cache (step {cache.index})", "text": "; ".join(f"{k}: {v}" for k, v in said)})
     rows.append({"topic": "dashboard", "text": "live charts, the search and these rows: ./kneecap/"})
     return rows

@@ -3,9 +3,11 @@ dashboard's why panel both show them. From the live summary, typed as summary.js
 
 from __future__ import annotations
 
+from msgspec import UnsetType
+
 from harness.analysis.decompose import UNKNOWN
 from harness.analysis.results import level_unit
-from harness.analysis.summary_model import PrefixCache, Sessions, SplitPart, Step, Summary, TtftSplit
+from harness.analysis.summary_model import PrefixCache, SplitPart, Step, Summary, TtftSplit
 
 __all__ = ["cache_rows", "knee_rows", "sessions_rows", "sessions_text", "split_text", "why_rows"]
 
@@ -40,17 +42,18 @@ def why_rows(summary: Summary) -> list[dict]:
     if summary.cost_line:
         rows.append(_row("cost", summary.cost_line))
     split = next((s for s in reversed(summary.steps) if s.ttft_split), None)
-    if split is not None:
+    if split is not None and not isinstance(split.ttft_split, UnsetType):  # set: the step was picked for it
         rows.append(_row(f"where TTFT goes (step {split.index})", split_text(split.ttft_split)))
     tail = next((s for s in reversed(summary.steps) if s.tail), None)
-    for a in tail.tail.attributions if tail is not None else ():
-        if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
-            rows.append(_row(f"tail p{a.quantile * 100:g} ttft (step {tail.index})",
-                             f"{a.line[:200]} ({a.n_tail} tail requests)"))
+    if tail is not None and not isinstance(tail.tail, UnsetType):  # set: the step was picked for it
+        for a in tail.tail.attributions:
+            if a.metric == "ttft_s" and a.verdict in ("cause", "time"):
+                rows.append(_row(f"tail p{a.quantile * 100:g} ttft (step {tail.index})",
+                                 f"{a.line[:200]} ({a.n_tail} tail requests)"))
     return rows
 
 
-def _ms(part: SplitPart | str | None) -> str:
+def _ms(part: object) -> str:
     v = part.p50 if isinstance(part, SplitPart) else None  # server histograms: the estimate
     return "n/a" if v is None else f"{v:.1f}"
 
@@ -86,7 +89,8 @@ def _p(block: object, unit: str, scale: float = 1.0) -> str:
 
 def sessions_rows(step: Step) -> list[list[str]]:
     """A step's sessions as [label, value] pairs (``analysis/sessions.session_view``)."""
-    s: Sessions = step.sessions  # type: ignore[assignment]
+    s = step.sessions
+    assert not isinstance(s, UnsetType)  # callers pick a step with sessions
     stall = "n/a" if s.agent_stall_s is None else f"{s.agent_stall_s:.3g} s a session"
     return [["ended", f"{s.ended} ({s.failed} failed, {s.ended_full} ran every turn)"],
             ["compactions", str(s.compactions)],
