@@ -19,10 +19,10 @@ from harness.web.dashboard import COLUMNS, payload
 from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows
 
-__all__ = ["RunView", "llm_rows", "register", "status_line", "why_tab_rows"]
+__all__ = ["LiveRun", "llm_rows", "register", "status_line", "why_tab_rows"]
 
 
-class RunView(Protocol):
+class LiveRun(Protocol):
     """What the pages read of a running master (``load/run_view.py`` serves it): declared here, so that web/ needs
     nothing of load/."""
 
@@ -41,7 +41,7 @@ _SKETCHES = (("ttft", "ttft (ms)", 1000.0), ("tpot", "tpot (ms)", 1000.0), ("itl
              ("session_context", "session final context (tokens)", 1.0))
 
 
-def _shown_step(view: RunView) -> StepInfo | None:
+def _shown_step(view: LiveRun) -> StepInfo | None:
     """The running step; once the run ended in a step's warm-up (a knee confirmed just after the next step began),
     the last step with a measured request, whose figures the page then keeps showing."""
     ledger = view.ledger
@@ -51,7 +51,7 @@ def _shown_step(view: RunView) -> StepInfo | None:
     return next((s for s in reversed(ledger.steps) if ledger.measured(s.index).requests), cur)
 
 
-def llm_rows(view: RunView) -> list[dict]:
+def llm_rows(view: LiveRun) -> list[dict]:
     """The running step's merged percentiles (from the fleet's sketches, not Locust's rounded ones): one row a
     metric that has data, every column after ``metric`` a number."""
     ledger = view.ledger
@@ -68,7 +68,7 @@ def llm_rows(view: RunView) -> list[dict]:
     return rows
 
 
-def status_line(view: RunView) -> str:
+def status_line(view: LiveRun) -> str:
     """The running step: its level, requests, goodput, failures, and whether its generator was reliable."""
     ledger = view.ledger
     step = _shown_step(view)
@@ -83,7 +83,7 @@ def status_line(view: RunView) -> str:
             f"{sum(b.failures.values())} failed), generator {reliable}{ended}")
 
 
-def why_tab_rows(view: RunView, summary: Summary, search: dict | None) -> list[dict]:
+def why_tab_rows(view: LiveRun, summary: Summary, search: dict | None) -> list[dict]:
     """The "LLM why" tab: the step, the knee, the why rows, the latest sessions and prefix cache, the dashboard."""
     rows = [{"topic": "step", "text": status_line(view)}, *knee_rows(summary, search), *why_rows(summary)]
     sessions = next((s for s in reversed(summary.steps) if s.sessions and s.sessions.ended), None)
@@ -102,7 +102,7 @@ def _search(data: dict) -> dict | None:
     return data.get("search") if isinstance(data.get("search"), dict) else None
 
 
-def register(environment: Any, view: RunView) -> None:
+def register(environment: Any, view: LiveRun) -> None:
     web = environment.web_ui
     if web is None:
         return
