@@ -198,6 +198,7 @@ def _hangup_lines(summary: Summary) -> list[str]:
     """Users who hung up: whether the server freed their slots, at the knee's step (else the last judged one)."""
     steps = [st for st in summary.steps if not isinstance(st.cancelled_slots, UnsetType)]
     at = next((st for st in steps if st.index == summary.knee.step_index), steps[-1] if steps else None)
+    # steps keeps only set cancelled_slots
     return [f"hang-ups (step {at.index}): {at.cancelled_slots.words}"] if at else []  # type: ignore[union-attr]
 
 

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["MMAP_THRESHOLD", "Child", "LogRelay", "free_port", "large_blocks_mapped", "start_child", "stop_child"]
 
@@ -94,7 +94,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: object) -> Child:
+def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: Any) -> Child:
     """Start ``cmd`` in its own process group, tied to this process's life. With ``log_path``, what ``kw`` does not
     redirect (stdout, stderr) goes to that file; stdin is /dev/null unless ``kw`` says."""
     log: IO[bytes] | None = None
@@ -104,7 +104,7 @@ def start_child(name: str, cmd: list[str], log_path: str | None = None, **kw: ob
         kw.setdefault("stderr", subprocess.STDOUT if kw["stdout"] is log else log)
     kw.setdefault("stdin", subprocess.DEVNULL)
     try:
-        proc = subprocess.Popen(cmd, preexec_fn=_die_with(os.getpid()), **kw)  # type: ignore[call-overload]
+        proc = subprocess.Popen(cmd, preexec_fn=_die_with(os.getpid()), **kw)
     finally:
         if log is not None:
             log.close()
@@ -163,7 +163,7 @@ class LogRelay:
 
     def _new_lines(self, c: Child) -> list[str]:
         try:
-            with open(c.log, "rb") as f:  # type: ignore[arg-type]
+            with open(c.log, "rb") as f:  # type: ignore[arg-type]  # children are those with a log (__init__)
                 f.seek(self._offsets[c.name])
                 data = f.read()
         except OSError:

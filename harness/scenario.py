@@ -196,6 +196,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
                                                 "embeddings) no token comes before the whole answer; use cancel")
     if check.problems:
         raise ScenarioError(source, check.problems)
+    # a None workload failed the check, raised above
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
                     results_dir=results_dir, influxdb=influx, description=description, source=source,
                     cost=cost, gate=gate)

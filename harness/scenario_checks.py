@@ -43,6 +43,7 @@ def check_images(workload: Workload | None, api: str, check: Checker) -> None:
 def check_knee_class(load: LoadPlan, names: tuple[str, ...], check: Checker) -> None:
     if load.knee_class not in names:
         check.fail("load.knee.class", f"no class '{load.knee_class}' in workload.mix" + (
+            # called only with a knee class
             f"{did_you_mean(load.knee_class, names)} (classes: {', '.join(names)})" if names else  # type: ignore[arg-type]
             ": a knee follows one class of a mix (workload.mix)"))
     if load.knee_metric not in CLASS_KNEE_METRICS:

@@ -148,6 +148,7 @@ class MessagesTracker(OutputTracker):
             piece = _str(block.get(key), f"content_block.{key}") if key is not None else None
             self.blocks[index] = btype
             if piece:
+                # kind is set wherever key is (one _BLOCK_OUTPUT row)
                 self.output(t, kind, piece)  # type: ignore[arg-type]
             return False
         if typ == "message_delta":

@@ -111,7 +111,7 @@ class Connection:
         self.port = u.port or (443 if self.tls else 80)
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.base_path = u.path.rstrip("/")
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self.tls_io: tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO] | None = None
         """TLS: the session and its incoming and outgoing BIOs."""
         self.kernel_ts = False
@@ -123,7 +123,7 @@ class Connection:
         self.last_failed = False
         """The last request on this connection object failed (the next one's ``after_error``)."""
 
-    def open(self, timeout: float) -> socket.socket:
+    def open(self, timeout: float) -> _socket.socket:
         """Connect (and shake hands over TLS) within ``timeout`` s. Raises ``TimeoutError``, ``OSError``,
         ``ssl.SSLError``."""
         self.close()
@@ -162,7 +162,7 @@ class Connection:
                 self.kernel_ts = True
             except OSError:
                 pass
-        self.sock = sock  # type: ignore[assignment]
+        self.sock = sock
         self.idle_until = math.inf
         if self.tls:
             try:
@@ -170,7 +170,7 @@ class Connection:
             except BaseException:
                 self.close()
                 raise
-        return sock  # type: ignore[return-value]
+        return sock
 
     def _handshake(self, until: float) -> None:
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -241,14 +241,14 @@ class Connection:
                 return True  # nothing to read: open
             except OSError:
                 data = b""
-            if data and self.tls_io is not None and self._tls_idle(data):
+            if data and self.tls_io is not None and self._tls_idle(self.tls_io, data):
                 return True
         self.close()  # EOF, a reset, an unasked answer (a 408), or the timeout about to close it
         return False
 
-    def _tls_idle(self, data: bytes) -> bool:
+    def _tls_idle(self, tls_io: tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO], data: bytes) -> bool:
         """TLS bytes on an idle connection: only records that carry no data (a session ticket) keep it usable."""
-        obj, incoming, _ = self.tls_io  # type: ignore[misc]
+        obj, incoming, _ = tls_io
         incoming.write(data)
         try:
             return not obj.read(RECV_BYTES)

@@ -31,6 +31,7 @@ size). Plain HTTP only: a TLS record's plaintext ends where the record does.
 
 from __future__ import annotations
 
+import _socket
 import socket
 import ssl
 import struct
@@ -63,11 +64,12 @@ class InFlight:
     __slots__ = ("chunk_times", "cut", "deadline", "fd", "feed", "kernel_ts", "reader", "real_minus_perf", "record",
                  "recv", "recvmsg", "reused", "sock", "stale", "tls", "waiter")
 
-    def __init__(self, sock: socket.socket, tls: tuple[ssl.SSLObject, ssl.MemoryBIO] | None, kernel_ts: bool,
+    def __init__(self, sock: _socket.socket, tls: tuple[ssl.SSLObject, ssl.MemoryBIO] | None, kernel_ts: bool,
                  reader: ResponseReader, deadline: Deadline, reused: bool, real_minus_perf: float) -> None:
         self.sock, self.tls, self.kernel_ts = sock, tls, kernel_ts
         # gevent's socket wraps the real one (``_sock``) in Python for its waiting; ours is non-blocking and read
         # only when ready, so the real one's methods do (a Python frame less per receive).
+        # gevent's socket has _sock
         raw = sock._sock if type(sock).__module__.startswith("gevent.") else sock  # type: ignore[attr-defined]
         self.recv, self.recvmsg = raw.recv, raw.recvmsg
         self.fd = sock.fileno()
@@ -103,7 +105,7 @@ class InFlight:
         deadline.last = t
         before = len(self.chunk_times)
         if self.tls is not None:
-            over = self._tls(data, t)
+            over = self._tls(self.tls, data, t)
         elif not data:
             return self._eof(t)
         else:
@@ -137,8 +139,8 @@ class InFlight:
         self.reader.fail(kind, f"{kind.replace('_', ' ')} after {now - self.reader.start:.3f} s "
                                f"({len(self.chunk_times)} content chunks)", now)
 
-    def _tls(self, data: bytes, t: float) -> bool:
-        obj, incoming = self.tls  # type: ignore[misc]
+    def _tls(self, tls: tuple[ssl.SSLObject, ssl.MemoryBIO], data: bytes, t: float) -> bool:
+        obj, incoming = tls
         if data:
             incoming.write(data)
         else:

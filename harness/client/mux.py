@@ -57,7 +57,7 @@ class Mux:
         self.hub = get_hub()
         self.epoll = _epoll()
         self.live: dict[int, InFlight] = {}
-        self._hangups: dict[int, object] = {}
+        self._hangups: dict[int, Any] = {}
         """By fd: the one-shot timer of a request's next hang-up (``_arm``)."""
         loop = self.hub.loop
         self._io = loop.io(self.epoll.fileno(), 1)
@@ -115,7 +115,7 @@ class Mux:
         del self.live[fd]
         timer = self._hangups.pop(fd, None)
         if timer is not None:
-            timer.stop()  # type: ignore[attr-defined]
+            timer.stop()
         with contextlib.suppress(OSError, ValueError):  # already closed by its owner
             self.epoll.unregister(fd)
         if not self.live:  # idle: nothing keeps the hub's loop alive on our account
@@ -171,7 +171,7 @@ class Mux:
     def _expire(self, fd: int, st: InFlight, kind: str, now: float) -> None:
         st.expire(kind, now)
         self._drop(fd)
-        st.waiter.switch(None)  # type: ignore[attr-defined]
+        st.waiter.switch(None)  # type: ignore[attr-defined]  # read() set it to a gevent Waiter
 
 
 def read(st: InFlight) -> None:

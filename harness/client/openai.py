@@ -85,7 +85,7 @@ class StreamTracker(OutputTracker):
         obj = decode_json(data)
         n = len(self.chunk_times)
         try:
-            self._take(t, obj)  # type: ignore[arg-type]
+            self._take(t, obj)  # type: ignore[arg-type]  # a non-dict fails in _take, caught below
         except (AttributeError, TypeError, KeyError, IndexError):
             raise StreamProtocolError("bad_response", f"{_shape_problem(obj)}: {data[:120]!r}") from None
         if self._learns and len(self.chunk_times) > n and self._fast_state():
@@ -110,6 +110,7 @@ class StreamTracker(OutputTracker):
             times.append(rel)
             if usage is not None:  # as _take -> output -> exact_tokens, then the usage fields
                 done = int(m.group(_COMPLETION))
+                # usage is set only while chunk_tokens counts (checked above)
                 self.chunk_tokens.append(done - (self._cum or 0))  # type: ignore[union-attr]
                 self._cum = self.completion_tokens = done
                 self.prompt_tokens = usage[0]
@@ -136,7 +137,7 @@ class StreamTracker(OutputTracker):
         if match is None:
             return
         self._match, self._usage = match, None
-        if _COMPLETION in match.__self__.groupindex:  # type: ignore[attr-defined]
+        if _COMPLETION in match.__self__.groupindex:  # type: ignore[attr-defined]  # a Matcher is a bound Pattern.match
             usage = decode_json(data)["usage"]  # type: ignore[index]  # as _take read it (the parse succeeded)
             details, out = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
             self._usage = (usage.get("prompt_tokens"), details.get("cached_tokens") if details else None,

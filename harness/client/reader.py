@@ -193,6 +193,7 @@ class ResponseReader:
             return True
         tracker = self.tracker
         if self.sse and tracker.finish_reason is not None:  # closed after the finish: complete, no [DONE]
+            # finish_t is set with finish_reason
             self.record.e2e_s = tracker.finish_t - self.start  # type: ignore[operator]
             return self._finish()
         return self._fail("truncated" if self.headers_done else "reset",
@@ -226,6 +227,7 @@ class ResponseReader:
         self.headers_done = True
         rec = self.record
         rec.headers_s = self._t - self.start
+        # its own parser calls back, so it is live
         rec.status = self._parser.get_status_code()  # type: ignore[union-attr]
         kind = self.headers.get("content-type", "")
         self.sse = rec.status == 200 and kind.startswith("text/event-stream")
@@ -238,6 +240,7 @@ class ResponseReader:
     def on_message_complete(self) -> None:
         self.complete = True
         # Ask now: once feed_data returns, httptools has reset and always answers False.
+        # its own parser calls back, so it is live
         self.keep_alive = self._parser.should_keep_alive()  # type: ignore[union-attr]
 
     # -- outcomes ------------------------------------------------------------------------------------------
@@ -252,6 +255,7 @@ class ResponseReader:
             if tracker.finish_reason is None:
                 return self._fail("truncated", f"stream ended without finish_reason or [DONE] after "
                                                f"{len(self.chunk_times)} content chunks", self._t)
+            # finish_t is set with finish_reason
             self.record.e2e_s = tracker.finish_t - self.start  # type: ignore[operator]
         return self._finish()
 
@@ -263,7 +267,7 @@ class ResponseReader:
         except (ValueError, RecursionError):
             return self._fail("bad_response", f"response body is not JSON: {data[:120]!r}", self._t)
         try:
-            self.body_parser(self.tracker, self._t, obj)  # type: ignore[misc]
+            self.body_parser(self.tracker, self._t, obj)  # type: ignore[misc]  # _json is set only with a body_parser
         except StreamProtocolError as e:
             return self._fail(e.kind, e.detail, self._t)
         self.record.e2e_s = self._t - self.start

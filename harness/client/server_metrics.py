@@ -212,7 +212,7 @@ def parse_server_metrics(text: str) -> ServerSample | None:
         found[field] = ser.histogram() if ser is not None else None
     if all(v is None for v in found.values()):
         return None
-    return ServerSample(**found)  # type: ignore[arg-type]
+    return ServerSample(**found)  # type: ignore[arg-type]  # floats by _NAMES, Histograms by _HISTOGRAMS
 
 
 def scrape(url: str, timeout_s: float = 2.0, context: ssl.SSLContext | None = None) -> ServerSample | None:

@@ -218,7 +218,7 @@ def field_str(v: object, path: str) -> str | None:
 def field_count(v: object, path: str) -> int | None:
     if not count_ok(v):
         raise FieldError(path, v, "an integer >= 0")
-    return v  # type: ignore[return-value]
+    return v  # type: ignore[return-value]  # count_ok passed: an int or None
 
 
 def server_error(where: str, err: object, code_key: str) -> StreamProtocolError:

@@ -72,6 +72,7 @@ def stream_request(conn: Connection, path: str, head: bytes, body: bytes | Splic
             deadline = Deadline(start, timeouts.ttft_s, timeouts.idle_s, timeouts.total_s,
                                 cancel_at=math.inf if cancel_after_s is None else sent + cancel_after_s,
                                 patience_at=math.inf if patience_s is None else start + patience_s)
+            # a send that went through left conn.sock open
             st = InFlight(conn.sock, conn.tls_io and conn.tls_io[:2], conn.kernel_ts, reader,  # type: ignore[arg-type]
                           deadline, reused, real_minus_perf)
             _receive(conn, st)

@@ -83,7 +83,7 @@ class StepControl:
             cur.ended_why = end
             reason = self._next_level(cur)
         elif reason is None and between:
-            reason = self.search.tick(cur, now)  # type: ignore[union-attr]
+            reason = self.search.tick(cur, now)  # type: ignore[union-attr]  # between is True only with a search
         if (current := ledger.current) is not None and current is not cur:  # a step began: steps are never removed
             cur, measured = current, 0
         if reason is not None:

@@ -26,6 +26,7 @@ from harness.endpoint import DEFAULT_HOST, header_values
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import PROBE_CLASS
 from harness.scenario import Scenario
+from harness.spec.load import ProbeSpec
 from harness.workload.prompts import PromptBuilder
 
 __all__ = ["ProbeDriver", "ProbeHost", "start_probes"]
@@ -50,11 +51,12 @@ class ProbeHost(Protocol):
 
 def start_probes(worker: ProbeHost) -> ProbeDriver | None:
     """The worker's share of ``load.probes``, started; None when the scenario has none."""
-    if worker.scenario.load.probes is None:
+    spec = worker.scenario.load.probes
+    if spec is None:
         return None
     ep = worker.scenario.endpoint
     tls = {"ca_file": ep.tls.ca_file, "verify": ep.tls.verify and not worker.source.option("insecure")}
-    driver = ProbeDriver(worker, worker.env.host or ep.host or DEFAULT_HOST, tls)
+    driver = ProbeDriver(worker, spec, worker.env.host or ep.host or DEFAULT_HOST, tls)
     driver.start()
     return driver
 
@@ -62,9 +64,9 @@ def start_probes(worker: ProbeHost) -> ProbeDriver | None:
 class ProbeDriver:
     """One worker's share of the probes, from the first step message to ``stop()``."""
 
-    def __init__(self, worker: ProbeHost, host: str, tls: dict[str, Any]) -> None:
+    def __init__(self, worker: ProbeHost, spec: ProbeSpec, host: str, tls: dict[str, Any]) -> None:
         self.worker, self.host, self.tls = worker, host, tls
-        self.spec = worker.scenario.load.probes
+        self.spec = spec
         ep = worker.scenario.endpoint
         # a builder of their own: probes never move the users' prompt calibration
         self.prompts = PromptBuilder(api=ep.api, seed=worker.scenario.workload.seed)
@@ -93,7 +95,7 @@ class ProbeDriver:
         t0 = time.perf_counter()
         while True:
             stride = max(1, w.fleet_size)
-            due = t0 + (k * stride + w.worker_index % stride) / self.spec.rate  # type: ignore[union-attr]
+            due = t0 + (k * stride + w.worker_index % stride) / self.spec.rate
             if (wait := due - time.perf_counter()) > 0:
                 gevent.sleep(wait)
             k += 1
@@ -109,16 +111,16 @@ class ProbeDriver:
             rec = RequestRecord(start=start, error="client_error", error_detail=f"{type(exc).__name__}: {exc}")
         finally:
             self.idle.append(conn)
-        rec.class_index, rec.max_tokens = PROBE_CLASS, self.spec.max_tokens  # type: ignore[union-attr]
+        rec.class_index, rec.max_tokens = PROBE_CLASS, self.spec.max_tokens
         self.worker.record_probe(rec, time.perf_counter())
 
     def _send(self, conn: Connection) -> RequestRecord:
         spec, ep = self.spec, self.ep
-        prompt = self.prompts.build(spec.input_tokens, self.rng)  # type: ignore[union-attr]
-        ex = exchange(ep, [prompt], spec.max_tokens, continuous_usage=False, keep_text=False,  # type: ignore[union-attr]
+        prompt = self.prompts.build(spec.input_tokens, self.rng)
+        ex = exchange(ep, [prompt], spec.max_tokens, continuous_usage=False, keep_text=False,
                       api_key=self.api_key)
         path = f"{conn.base_path}{ep.path}"
         head = request_head("POST", path, conn.host_header, len(ex.body), self.api_key, {**ex.headers, **self.headers},
                             bearer=ex.bearer)
-        limits = ep.timeouts.for_prompt(spec.input_tokens)  # type: ignore[union-attr]
+        limits = ep.timeouts.for_prompt(spec.input_tokens)
         return stream_request(conn, path, head, ex.body, limits, tracker=ex.tracker, body_parser=ex.parser)

@@ -65,7 +65,7 @@ class Scraper:
 
     def _loop(self) -> None:
         while True:
-            sample = scrape(self.url, context=self._tls)  # type: ignore[arg-type]
+            sample = scrape(self.url, context=self._tls)  # type: ignore[arg-type]  # spawned only with a url
             if sample is not None and self.ledger.current is not None:
                 self.last_sample = sample
                 self.ledger.server_sample(sample, time.perf_counter(), measuring=self.measuring())

@@ -182,6 +182,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         rec.in_flight, rec.warmup_shape = in_flight, shape is not None
         if call is not None:
             rec.session, rec.turn, rec.call = session, call.turn, call.call
+            # a session's call comes with its task
             rec.turn_bucket = task.sessions.bucket(call.turn)  # type: ignore[union-attr]
         self._report(ep.api, rec)
         k.record(rec, time.perf_counter())
@@ -192,12 +193,15 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         hangups: dict[str, Any] = {}
         headers, images = self.headers, None
         if call is None:
+            # no call: a request of a user with a sampler
             plan = shape or (self.sampler.next() if cls is None else self.sampler.next_of(cls))  # type: ignore[union-attr]
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
+                # no call: a request of a user with a sampler
                 extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
+                # no call: a request of a user with a sampler
                 prompts += [self.sampler.next().prompt for _ in range(extra)]  # type: ignore[union-attr]
         else:
             prompts, max_tokens = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens
@@ -232,5 +236,6 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
             rec.inputs = len(prompts)
         if rec.prompt_tokens and call is None and not rec.images:  # image tokens would skew the text's fit
             words = sum(p.words for p in prompts)
+            # no call: a request of a user with a sampler
             self.sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
         return rec

@@ -164,6 +164,7 @@ class Bucket:
             # a failed record's error is set
             self.failures[rec.error] = self.failures.get(rec.error, 0) + 1  # type: ignore[index,arg-type]
             if rec.error_detail and rec.error not in self.failure_samples:
+                # a failed record's error is set
                 self.failure_samples[rec.error] = rec.error_detail[:300]  # type: ignore[index]
             return
         self.ok += 1

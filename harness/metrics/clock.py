@@ -124,8 +124,10 @@ def drift(first: ClockOffset, last: ClockOffset) -> float | None:
 def drift_warning(worker: str, first: ClockOffset, last: ClockOffset) -> str | None:
     """What to tell the user when ``worker``'s clock moved against the master's during the run, or None."""
     moved = drift(first, last)
+    # moved is set: both measured, with their bounds
     if moved is None or abs(moved) <= WARN_DRIFT_S + first.bound_s + last.bound_s:  # type: ignore[operator]
         return None
     return (f"worker {worker}: clock moved {moved * 1000:+.1f} ms against the master's during the run "
+            # moved is set: both offsets measured
             f"({first.offset_s * 1000:+.1f} -> {last.offset_s * 1000:+.1f} ms): it drifts or is being stepped; run "  # type: ignore[operator]
             f"NTP on every host; its wall times follow the latest measurement")

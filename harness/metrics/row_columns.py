@@ -346,7 +346,7 @@ class RowColumns:
         if other._pending:
             if not self._pending:
                 self._pending = []
-            self._pending.extend(other._pending)  # type: ignore[union-attr]
+            self._pending.extend(other._pending)  # type: ignore[union-attr]  # only the empty _pending is a tuple
             self._waiting += other._waiting
 
     def rows(self) -> list[list]:

@@ -134,12 +134,12 @@ def decode_row(row: list) -> dict:
             "loop_lag_s": _seconds(lag), "class_index": cls}
 
 
-def check_rows(rows: object) -> None:
+def check_rows(rows: list) -> None:
     """ValueError unless ``rows`` is a list of rows of ``ROW_FIELDS``' length whose flags, send times and workers
     are integers (what the master needs before it reads them by column). A row of an older kneecap (``_OLDER_LENGTHS``)
     gets the fields it lacks as None, in place: unknown, the rest is the same."""
     n = len(ROW_FIELDS)
-    for row in rows:  # type: ignore[attr-defined]
+    for row in rows:
         if isinstance(row, list) and len(row) in _OLDER_LENGTHS:
             row.extend([None] * (n - len(row)))
         if not isinstance(row, list) or len(row) != n or not all(isinstance(row[i], int) for i in (7, 9, 11)):

@@ -282,7 +282,7 @@ class Sketch:
         kept, told apart from another reader's by ``tag``; the caller copies it before changing it."""
         memo = self._memo
         if memo is not None and memo[0] == self._count and memo[1] == tag:
-            return memo[2]  # type: ignore[return-value]
+            return memo[2]  # type: ignore[return-value]  # made by this tag's make: a _T
         value = make(self)
         self._memo = (self._count, tag, value)
         return value

@@ -23,6 +23,7 @@ import json
 import math
 import random
 import struct
+from typing import TypeGuard
 
 from harness.sim.openai import ApiError, GenRequest, OutputPolicy, load_body, opt_int
 from harness.sim.plan import Behavior, Plan
@@ -32,14 +33,14 @@ __all__ = ["MAX_INPUTS", "EmbeddingsWriter", "parse_embeddings", "vector"]
 MAX_INPUTS = 2048
 
 
-def _is_ids(value: object) -> bool:
+def _is_ids(value: object) -> TypeGuard[list[int]]:
     return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool)
                                                            for t in value)
 
 
 def _inputs(given: object) -> list[str | list[int]]:
     if isinstance(given, str) or _is_ids(given):
-        return [given]  # type: ignore[list-item]
+        return [given]
     if isinstance(given, list) and given and all(isinstance(x, str) or _is_ids(x) for x in given):
         return given
     raise ApiError(400, "'input' is required: a string, a list of strings, a list of token ids, or a list of "

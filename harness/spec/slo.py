@@ -89,6 +89,7 @@ def request_meets(thresholds: tuple[Threshold, ...] | list[Threshold]) -> Callab
     for t in thresholds:
         m = METRIC[t.metric]
         if m.of == "ok" and m.kind != "rate":  # rates and the session metrics judge the step and sessions
+            # an ok-request metric names its source
             limits.append((m.limit or m.source, m.scale, _OPS[t.op], t.value))  # type: ignore[arg-type]
     if not limits:
         return None

@@ -2,7 +2,7 @@
 page's script only draws and tests read the decisions without a browser.
 
 From the live summary as a dict (its optional ``search`` block, the knee search's bracket and path, is read
-raw: a staircase or constant run has none), the live windows (``load.run_view.RunView.history``) and the percentile rows.
+raw: a staircase or constant run has none), the live windows (``LiveRun.history``) and the percentile rows.
 The knee is shown only once it is confirmed or the run has ended: a candidate the next step refutes would
 otherwise appear and vanish.
 """

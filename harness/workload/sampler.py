@@ -79,6 +79,7 @@ class RequestSampler:
         if self._joint is not None:
             return self._joint.sample(self._lengths)
         n_in = None if self._input is None else self._input.sample(self._lengths)
+        # no joint: __init__ required output_tokens
         return n_in, self._output.sample(self._lengths)  # type: ignore[union-attr]
 
     def batch(self, size: Length) -> int:
@@ -148,6 +149,7 @@ class MixSampler:
         self.has_sessions = any(s is not None for s in self.sessions)
 
     def builder(self, class_index: int | None) -> PromptBuilder:
+        # asked only for a class of requests, which has one
         return self._samplers[class_index or 0].prompts  # type: ignore[union-attr]
 
     def next(self) -> PlannedRequest:
@@ -155,6 +157,6 @@ class MixSampler:
 
     def next_of(self, i: int) -> PlannedRequest:
         """The next request of class ``i`` (a class of requests)."""
-        plan = self._samplers[i].next()  # type: ignore[union-attr]
+        plan = self._samplers[i].next()  # type: ignore[union-attr]  # asked only for a class of requests, which has one
         plan.class_index = i
         return plan

@@ -156,7 +156,7 @@ def _number(value: object, where: str, col: str, expected: str, maximum: float =
     try:
         if isinstance(value, bool):
             raise TypeError
-        x = float(value)  # type: ignore[arg-type]
+        x = float(value)  # type: ignore[arg-type]  # a non-number raises TypeError, caught below
     except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer of 400 digits
         raise TraceError(f"{where}: column {col!r} is {value!r}, expected {expected}") from None
     if x != x or x in (float("inf"), float("-inf")) or x < 0:
@@ -169,7 +169,7 @@ def _number(value: object, where: str, col: str, expected: str, maximum: float =
 def _start_seconds(value: object, where: str, col: str) -> float:
     """A start time in seconds: a number (epoch ms above 1e11), or ISO 8601 with any fraction and offset."""
     try:
-        x = float(value)  # type: ignore[arg-type]
+        x = float(value)  # type: ignore[arg-type]  # a non-number raises TypeError, caught below
     except (TypeError, ValueError):
         x = None  # ISO text
     if x is not None and not isinstance(value, bool):
@@ -278,7 +278,7 @@ def _think(path: str, sid: str, prev: _Row, row: _Row, cols: dict[str, str], cou
             if r.start is None:
                 raise TraceError(f"{path}:{r.line}: no {cols['start']!r} on this line; every turn needs its "
                                  "start time to give the think time")
-        gap = row.start - prev.start  # type: ignore[operator]
+        gap = row.start - prev.start  # type: ignore[operator]  # the loop above raised on a None start
         if gap < 0:
             raise TraceError(f"{path}:{row.line}: session {sid!r} turn {row.turn} starts {-gap:g} s before the "
                              f"turn before it (line {prev.line}); fix the turn numbers or the times")

@@ -111,7 +111,7 @@ def read_columns(path: str, columns: Sequence[str]) -> dict[str, list[int]]:
         for c in columns:
             value = row.get(c)
             try:
-                number = float(value)  # type: ignore[arg-type]
+                number = float(value)  # type: ignore[arg-type]  # a non-number raises TypeError, caught below
             except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer of 400 digits
                 raise TraceError(f"{path}:{n}: column {c!r} is {value!r}, expected a token count") from None
             if not 0 <= number <= MAX_TOKENS:  # NaN fails too
