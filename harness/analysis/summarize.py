@@ -91,7 +91,10 @@ def _tail_why(after: StepResult | None, metric: str, knee_class: str | None) -> 
     tail = after.tail if after else None
     if after is not None and knee_class is not None:
         tail = next((c.get("tail") for c in after.classes or () if c["name"] == knee_class), None)
-    for a in (tail or {}).get("attributions", ()):
-        if a["metric"] == f"{metric}_s" and a["quantile"] == 0.99 and a["verdict"] in ("cause", "time"):
-            return f"past it, {a['line']}" + (f" (class {knee_class})" if knee_class else "")
+    found = {a["quantile"]: a for a in (tail or {}).get("attributions", ()) if a["metric"] == f"{metric}_s"}
+    p99 = found.get(0.99)
+    # p95's words when p99 had too few requests to attribute (a short step); the line names its quantile
+    pick = found.get(0.95) if p99 is not None and p99["verdict"] == "too_few" else p99
+    if pick is not None and pick["verdict"] in ("cause", "time"):
+        return f"past it, {pick['line']}" + (f" (class {knee_class})" if knee_class else "")
     return ""

@@ -183,15 +183,24 @@ def _split_table(s: Summary) -> str:
                   "llama.cpp's per-request timings (prefill only: network + client then includes its queue).")
 
 
+def _tail_line(attributions: list, metric: str) -> str:
+    """The p99 tail's words, or the p95's when p99 had too few requests to attribute (each line says its quantile)."""
+    at = {a.quantile: a for a in attributions if a.metric == metric}
+    p99, p95 = at.get(0.99), at.get(0.95)
+    if p99 is not None and p99.verdict == "too_few" and p95 is not None:
+        return f"{p95.line} ({p99.line.split(': ', 1)[-1]} at p99)"
+    return p99.line if p99 is not None else ""
+
+
 def _tail_table(s: Summary) -> str:
-    """Per step: why the p99 requests are slow, in words, per latency metric (``analysis.tail``)."""
+    """Per step: why its tail requests are slow, in words, per latency metric (``analysis.tail``): p99's, else p95's."""
     key = level_key(s.mode)
     rows = []
     for st in s.steps:
-        found = {a.metric: a for a in (st.tail.attributions if st.tail else ()) if a.quantile == 0.99}
-        if found:
-            rows.append([_n(st.level), *(found[m].line if m in found else "" for m in ("ttft_s", "tpot_s", "e2e_s"))])
-    return _table([key, "TTFT p99", "TPOT p99", "E2E p99"], rows,
+        attributions = list(st.tail.attributions) if st.tail else []
+        if attributions:
+            rows.append([_n(st.level), *(_tail_line(attributions, f"{m}_s") for m in HEADLINE)])
+    return _table([key, *(f"{m.upper()} tail" for m in HEADLINE)], rows,
                   "Each step's requests above its p99, against the rest, over every recorded feature (prompt, output "
                   "and cached tokens, new connection, worker, time in the step, requests in flight at send, session "
                   "turn, after a failure): a feature is named when it separates them significantly (Holm-corrected) "

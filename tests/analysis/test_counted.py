@@ -85,3 +85,17 @@ def test_a_step_cut_short_is_not_counted_and_a_run_of_only_such_steps_has_no_val
     assert (s.slo.passed, s.slo.max_load_within_slo, s.exit_code) == (True, 4, 0)
     only = _run([(4, 0.5, 0.001)], last_done=False)
     assert (only.slo.passed, only.exit_code) == (None, 4)
+
+
+def test_the_knee_s_reason_says_what_p95_says_when_p99_had_too_few_tail_requests():
+    from types import SimpleNamespace
+
+    from harness.analysis.summarize import _tail_why
+
+    tail = {"attributions": [
+        {"metric": "ttft_s", "quantile": 0.99, "verdict": "too_few", "line": "p99 TTFT: too few tail requests"},
+        {"metric": "ttft_s", "quantile": 0.95, "verdict": "cause", "line": "p95 TTFT requests had longer prompts"}]}
+    after = SimpleNamespace(classes=None, tail=tail)
+    assert _tail_why(after, "ttft", None) == "past it, p95 TTFT requests had longer prompts"  # type: ignore[arg-type]
+    tail["attributions"][0]["verdict"] = "cause"
+    assert _tail_why(after, "ttft", None) == "past it, p99 TTFT: too few tail requests"  # type: ignore[arg-type]

@@ -102,3 +102,16 @@ def test_a_step_that_was_not_measured_is_never_drawn_or_tabulated_as_zeros():
     assert page.index("id='capacity'") < page.index("Latency vs load")
     assert "fleet changed during it" in steps  # step 2's row says why it does not count
     assert not re.search(r"<td>-\d", page)  # no negative figure in any table
+
+
+def test_when_p99_has_too_few_tail_requests_the_report_says_what_p95_says(tmp_path):
+    s = hand_made_v2(16)
+    p95 = "p95 E2E requests were in flight through a server-wide pause (36 of 36, vs 6% of the rest)"
+    s["steps"][2]["tail"] = {"attributions": [
+        {"metric": "e2e_s", "quantile": 0.99, "verdict": "too_few", "causes": [], "tests": [],
+         "line": "p99 E2E: too few tail requests to attribute (3 above p99 of 300)"},
+        {"metric": "e2e_s", "quantile": 0.95, "verdict": "cause", "line": p95, "causes": ["in_pause"], "tests": []}]}
+    (tmp_path / "summary.json").write_text(json.dumps(s))
+    page = (tmp_path / write_report(str(tmp_path))).read_text()
+    assert f"{p95} (too few tail requests to attribute (3 above p99 of 300) at p99)" in page
+    assert "<th>E2E tail</th>" in page
