@@ -70,6 +70,7 @@ def test_a_server_writing_4_frames_a_write_is_its_cadence_not_a_late_reader(tmp_
     no_false_blame(r)
 
 
+@pytest.mark.timing  # the reader on time: beside the suite's other lanes a flush read 1 ms late hides its stall
 def test_a_front_end_that_stalls_and_flushes_is_a_periodic_server_pause_not_a_late_reader(tmp_path):
     # 16 users of 16-token answers: ~100 requests/s, enough above p99 to attribute on a quiet machine; 4 stalls in
     # the 8 s measured (every 3 s left 2 in it when a busy machine delayed the start: no period, 3 of 4 runs beside a
@@ -80,8 +81,9 @@ def test_a_front_end_that_stalls_and_flushes_is_a_periodic_server_pause_not_a_la
     tail, gen = step["tail"], step["generator"]
     pauses = tail["pauses"]
     if pauses.get("period_s") is None:
-        # Seen once in a full suite beside a type check (2 of 4 stalls found, the shortest 42 ms): a worker that read
-        # late cannot date a stall's silence. It may miss the pauses then, but only while saying its reader was late.
+        # 2 of 6 full suites found 2-3 of the 5 stalls when the test ran beside other lanes: the flush after a stall,
+        # read more than 1 ms after its stamp, makes the stall's silence unknown for those streams (rows.long_gaps).
+        # Alone, the reader is on time; if it was not, kneecap must say so.
         assert gen["stamps_flagged"] or not gen["reliable"], (pauses, gen)
         return
     assert pauses["period_s"] == pytest.approx(2.0, abs=0.2), pauses
