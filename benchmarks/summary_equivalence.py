@@ -50,7 +50,8 @@ STAIRS = SCENARIO.split("\nload:")[0] + textwrap.dedent("""
 TIMING = {"started_at", "ended_at", "run_id", "latency_ms", "throughput", "tokens_per_s_per_user", "requests", "ok",
           "warmup_requests", "duration_s", "generator", "server", "ttft_split", "tail", "output_tokens_counted",
           "prompt_length_error", "new_connections", "new_connection_share", "stationary", "complete", "knee",
-          "processes", "clocks", "prefix_cache", "cost", "at", "observed", "exact_chunk_counts", "count"}
+          "processes", "clocks", "prefix_cache", "cost", "at", "observed", "exact_chunk_counts", "count",
+          "length_asked", "streams", "receives"}
 """Fields whose values depend on timing (counts of requests or samples, latencies, ports, worker ids)."""
 
 
