@@ -69,7 +69,6 @@ class InFlight:
         self.sock, self.tls, self.kernel_ts = sock, tls, kernel_ts
         # gevent's socket wraps the real one (``_sock``) in Python for its waiting; ours is non-blocking and read
         # only when ready, so the real one's methods do (a Python frame less per receive).
-        # gevent's socket has _sock
         raw = sock._sock if type(sock).__module__.startswith("gevent.") else sock  # type: ignore[attr-defined]
         self.recv, self.recvmsg = raw.recv, raw.recvmsg
         self.fd = sock.fileno()

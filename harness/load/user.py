@@ -191,18 +191,16 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
                   task: SessionTask | None, cls: int | None, shape: PlannedRequest | None) -> RequestRecord:
         hangups: dict[str, Any] = {}
-        headers, images = self.headers, None
+        headers, images, sampler = self.headers, None, self.sampler
         if call is None:
-            # no call: a request of a user with a sampler
-            plan = shape or (self.sampler.next() if cls is None else self.sampler.next_of(cls))  # type: ignore[union-attr]
+            assert sampler is not None  # no call: a user with a sampler (not sessions)
+            plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
-                # no call: a request of a user with a sampler
-                extra = self.sampler.batch(batch) - 1  # type: ignore[union-attr]
-                # no call: a request of a user with a sampler
-                prompts += [self.sampler.next().prompt for _ in range(extra)]  # type: ignore[union-attr]
+                extra = sampler.batch(batch) - 1
+                prompts += [sampler.next().prompt for _ in range(extra)]
         else:
             prompts, max_tokens = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens
             cls = task.cls if task is not None else None
@@ -234,8 +232,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         rec.exact_length = ex.exact_length
         if len(prompts) > 1 or ep.api == "embeddings":
             rec.inputs = len(prompts)
-        if rec.prompt_tokens and call is None and not rec.images:  # image tokens would skew the text's fit
+        if rec.prompt_tokens and sampler is not None and call is None and not rec.images:  # image tokens skew the fit
             words = sum(p.words for p in prompts)
-            # no call: a request of a user with a sampler
-            self.sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)  # type: ignore[union-attr]
+            sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)
         return rec
