@@ -212,13 +212,15 @@ def _given(x: object) -> bool:
 
 
 def _sessions_table(s: Summary) -> str:
-    """Per step: sessions and the prefix cache (client and server side, each with its source)."""
+    """Per measured step: sessions (when the run had any) and the prefix cache (client and server side, each with
+    its source)."""
     key = level_key(s.mode)
-    steps = s.steps
+    steps = [st for st in s.steps if st.requests]  # a step without requests has nothing to say here
+    sessions = any(st.sessions for st in steps)
     labels = sorted({lb for st in steps if st.sessions for lb in st.sessions.by_turn},
                     key=lambda lb: int(lb.split("-")[0].rstrip("+")))
-    head = [key, "sessions", "failed", "turns", "session TTFT p99", "duration p50", "agent stall s",
-            "cached (client)", "hit rate (server)", *(f"TTFT p50 turn {lb}" for lb in labels)]
+    head = [key, *(["sessions", "failed", "turns", "session TTFT p99", "duration p50", "agent stall s"] if sessions
+                   else []), "cached (client)", "hit rate (server)", *(f"TTFT p50 turn {lb}" for lb in labels)]
     rows = []
     for st in steps:
         v = st.sessions or None
@@ -226,14 +228,14 @@ def _sessions_table(s: Summary) -> str:
         by_turn = v.by_turn if v else {}
         figures = (v.ended, v.failed, v.turns_mean, (v.session_ttft_ms or _NO_DATA).p99,
                    (v.duration_ms or _NO_DATA).p50, v.agent_stall_s) if v else (None,) * 6
-        rows.append([_n(st.level), *figures, _share(cache.client.cached_share if cache else None),
+        rows.append([_n(st.level), *(figures if sessions else ()), _share(cache.client.cached_share if cache else None),
                      _share(cache.server.hit_rate if cache else None),
                      *((by_turn[lb].ttft_ms or _NO_DATA).p50 if lb in by_turn else None for lb in labels)])
-    return _table(head, rows, "Sessions counted in the step they ended in; session TTFT p99 = each session's own "
+    return _table(head, rows, ("Sessions counted in the step they ended in; session TTFT p99 = each session's own "
                   "TTFT p99 (its worst below 100 turns), its p99 over sessions; duration includes think time; agent "
-                  "stall = mean wait per session beyond the first step's speed. Cached (client): "
-                  "usage.prompt_tokens_details.cached_tokens / prompt tokens; hit rate (server): /metrics prefix-cache "
-                  "hits / queries.")
+                  "stall = mean wait per session beyond the first step's speed. " if sessions else "")
+                  + "Cached (client): usage.prompt_tokens_details.cached_tokens / prompt tokens; hit rate (server): "
+                  "/metrics prefix-cache hits / queries.")
 
 
 def _counts(records: list[dict], key: str) -> list[int | float]:
@@ -273,7 +275,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
                   "<h2>Steps</h2>" + _step_table(s)]
         if any(st.sessions for st in steps) or any(
                 st.prefix_cache and _given(st.prefix_cache.client.cached_share) for st in steps):
-            parts.append("<h2>Sessions and prefix cache</h2>" + _sessions_table(s))
+            title = "Sessions and prefix cache" if any(st.sessions for st in steps) else "Prefix cache"
+            parts.append(f"<h2>{title}</h2>" + _sessions_table(s))
         if any(st.classes for st in steps):
             parts.append("<h2>Classes</h2>" + class_table(s))
         if any(st.ttft_split for st in steps):

@@ -115,3 +115,17 @@ def test_when_p99_has_too_few_tail_requests_the_report_says_what_p95_says(tmp_pa
     page = (tmp_path / write_report(str(tmp_path))).read_text()
     assert f"{p95} (too few tail requests to attribute (3 above p99 of 300) at p99)" in page
     assert "<th>E2E tail</th>" in page
+
+
+def test_a_run_without_sessions_shows_its_prefix_cache_without_empty_session_columns(tmp_path):
+    s = hand_made_v2(16)
+    for st in s["steps"]:
+        st["prefix_cache"] = {"client": {"source": "usage", "cached_share": 0.25}, "server": {"source": "/metrics",
+                                                                                              "hit_rate": 0.5}}
+    (tmp_path / "summary.json").write_text(json.dumps(s))
+    page = (tmp_path / write_report(str(tmp_path))).read_text()
+    section = page[page.index("<h2>Prefix cache</h2>"):]
+    table = section[:section.index("</table>")]
+    assert "session TTFT p99" not in table and "Sessions and prefix cache" not in page
+    measured = [st for st in s["steps"] if st["requests"]]
+    assert table.count("<td>25.0%</td>") == len(measured) and table.count("<tr>") == len(measured) + 1
