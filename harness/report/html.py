@@ -108,8 +108,8 @@ def _generator_table(s: Summary) -> str:
     key = level_key(s.mode)
     head = ["step", key, "loop lag p99", "loop lag max", "GC pause max", "CPU max %", "worker CPU s", "tokens",
             "CPU µs/token", "late stamps %", "chunks a receive", "bunched by"]
-    rows = [[st.index, _n(st.level), g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct, g.cpu_s,
-             g.output_tokens, g.cpu_us_per_token,
+    rows = [[st.index, _n(st.level), *map(_fig, (g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct,
+                                                  g.cpu_s, g.output_tokens, g.cpu_us_per_token)),
              g.shared_stamp_share if g.shared_stamp_share is UNSET else round(g.shared_stamp_share * 100, 2),
              "" if d is UNSET else d.chunks_per_receive,
              "" if d is UNSET else _BUNCHED.get(d.cause, "")]
@@ -156,10 +156,10 @@ def _search_table(s: Summary, search: Search) -> str:
                   "level measured, sorted by load).")
 
 
-def _mean(part: object) -> float | None:
+def _mean(part: object) -> object:
     """A TTFT part's mean; None for a part the server does not report (``decompose.UNKNOWN``), no part, or a
     difference that is not a part (its ``note``: the server counted other requests)."""
-    return part.mean_ms if isinstance(part, SplitPart) and part.note is None else None
+    return _fig(part.mean_ms) if isinstance(part, SplitPart) and part.note is None else None
 
 
 def _split_table(s: Summary) -> str:
@@ -173,7 +173,7 @@ def _split_table(s: Summary) -> str:
             continue
         c, v = st.ttft_split.client, st.ttft_split.server
         rows.append([_n(st.level), _mean(c.ttft), _mean(c.headers), _mean(c.headers_to_first_token), _mean(c.send),
-                     _mean(c.loop_lag), _share(c.new_connection_share), c.connect.p50_ms if c.connect else None,
+                     _mean(c.loop_lag), _share(c.new_connection_share), _fig(c.connect.p50_ms) if c.connect else None,
                      _mean(v.ttft), _mean(v.queue), _mean(v.prefill), _mean(v.network_client or v.network_client_queue),
                      v.source])
     return _table(head, rows, "Means in ms: client TTFT = network + client + server TTFT; the server's TTFT holds its "

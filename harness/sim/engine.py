@@ -114,9 +114,13 @@ class Sequence:
         """Its stage times once it has a first token (None before, and for a prefill-only sequence)."""
         if self.admitted_at is None or self.first_token_at is None or self.last_token_at is None:
             return None
-        return StageTimes(queue_s=self.admitted_at - self.arrival, prefill_s=self.first_token_at - self.admitted_at,
-                          decode_s=self.last_token_at - self.first_token_at,
-                          inference_s=self.last_token_at - self.admitted_at)
+        # The engine plans on a clock that may run behind the real one (the loop catches up), so a request that
+        # arrived after an iteration's planned start can read as admitted before it arrived: no stage is negative.
+        admitted = max(self.admitted_at, self.arrival)
+        first = max(self.first_token_at, admitted)
+        last = max(self.last_token_at, first)
+        return StageTimes(queue_s=admitted - self.arrival, prefill_s=first - admitted, decode_s=last - first,
+                          inference_s=last - admitted)
 
 
 @dataclass(frozen=True, slots=True)
