@@ -43,6 +43,7 @@ from harness.analysis.step_columns import StepColumns
 from harness.analysis.steps import Generator, StepInfo, step_health, step_result
 from harness.analysis.tail import StepTails, TailParams
 from harness.analysis.tail_rows import explain_rows, gc_paused
+from harness.analysis.timeline import timeline
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import BUSY_KEY, Bucket
 from harness.metrics.by_step import Fleet
@@ -93,6 +94,8 @@ class StepState:
     """Tail attribution of the step's request rows, worked out once when it is judged."""
     ttft_split: dict | None = None
     """Where the step's TTFT went (``analysis/decompose.py``), worked out once when it is judged."""
+    timeline: dict | None = None
+    """Its requests over time (``analysis/timeline.py``), for the report."""
     classes: list[ClassStep] | None = None
     """``workload.mix``: each class's figures (``analysis/classes.py``), worked out once when it is judged."""
     probes: ClassStep | None = None
@@ -329,7 +332,7 @@ class Ledger:
         server = st.server.summary() if st.server is not None else None
         params = TailParams(kernel_stamps=st.generator is not None and st.generator.kernel_stamps)
         st.tails = explain_rows(cols, params, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50)
-        st.ttft_split = ttft_split(cols, server)
+        st.ttft_split, st.timeline = ttft_split(cols, server), timeline(cols)
         if st.classes:  # each class's tail among its own requests, its split, tokens, cost and hang-ups
             add_rows_detail(st.classes, cols, cost=sc.cost, explain=lambda c: explain_rows(
                 c, params, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
@@ -387,7 +390,7 @@ class Ledger:
             r.sessions = session_view(bucket, baseline)
             r.tail = st.tails.to_dict() if st.tails is not None else None
             if j is not None:
-                r.ttft_split = st.ttft_split
+                r.ttft_split, r.timeline = st.ttft_split, st.timeline
                 r.classes = [c.to_json() for c in st.classes] if st.classes is not None else None
                 r.probes = st.probes.to_json() if st.probes is not None else None
             out.append(r)

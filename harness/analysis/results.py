@@ -167,6 +167,8 @@ class StepResult:
     ttft_split: dict | None = None
     """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
     where it says, each with its source (``analysis.decompose``); judged steps only."""
+    timeline: dict | None = None
+    """Its requests over time, sampled (``analysis.timeline``); judged steps with request rows only."""
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
     rest, in words (``analysis.tail``); judged steps with request rows only."""
@@ -239,6 +241,8 @@ class StepResult:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:
             out["tail"] = self.tail
+        if self.timeline is not None:
+            out["timeline"] = self.timeline
         if self.classes is not None:
             out["classes"] = self.classes
         if self.probes is not None:
@@ -290,6 +294,8 @@ class RunSummary:
     knee_metric: str
     knee_reason: str
     """The knee finder's reason, plus the server's side when its /metrics were scraped."""
+    knee_why: str = ""
+    """That side alone: the server's queue, the prefix cache, the tail past the knee (``summarize.knee_why``)."""
     slo: SloVerdict
     exit_code: int
     fleet_events: list[FleetEvent] = field(default_factory=list)
@@ -312,7 +318,7 @@ class RunSummary:
     def to_json(self) -> dict[str, Any]:
         knee = dict(vars(self.knee))
         knee[level_key(self.mode)] = knee.pop("load")
-        knee.update(reason=self.knee_reason, metric=self.knee_metric, tail="p99_slo")
+        knee.update(reason=self.knee_reason, metric=self.knee_metric, tail="p99_slo", why=self.knee_why)
         out = {"schema": SCHEMA, "run_id": self.run_id, "scenario": self.scenario, "host": self.host,
                "model": self.model, "started_at": self.started_at, "ended_at": self.ended_at, "mode": self.mode,
                "stop_reason": self.stop_reason, "workers": self.workers, "steps": [s.to_json() for s in self.steps],

@@ -45,10 +45,8 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
     """The run's summary from its ledger and its steps' results as they stand (``Ledger.results``)."""
     sc, knee = ledger.scenario, ledger.knee
     knee_index = knee.step_index if knee.found else None
-    reason = knee.reason
-    if knee_index is not None:
-        why = knee_why(steps, knee_index, sc.load.knee_metric, sc.load.knee_class)
-        reason = f"{reason}; {why}" if why else reason
+    why = "" if knee_index is None else knee_why(steps, knee_index, sc.load.knee_metric, sc.load.knee_class)
+    reason = f"{knee.reason}; {why}" if why else knee.reason
     slo = slo_verdict(steps, sc.slo, knee.load if knee.found else None, sc.workload.mix)
     cost = None if sc.cost is None else run_cost(
         sc.cost, [s.cost for s in steps if s.cost is not None], knee_index=knee_index,
@@ -59,7 +57,7 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
     return RunSummary(run_id=facts.run_id, scenario=sc.name, host=facts.host, model=sc.endpoint.model,
                       started_at=facts.started_at, ended_at=facts.ended_at, mode=ledger.mode,
                       stop_reason=facts.stop_reason, workers=len(ledger.fleet.worker_step), steps=steps, knee=knee,
-                      knee_metric=sc.load.knee_metric, knee_reason=reason, slo=slo, exit_code=code,
+                      knee_metric=sc.load.knee_metric, knee_reason=reason, knee_why=why, slo=slo, exit_code=code,
                       fleet_events=list(ledger.fleet_events), merge_errors=facts.merge_errors, cost=cost,
                       clocks=facts.clocks, clock_warnings=facts.clock_warnings,
                       search=_search(ledger, stopped=facts.stop_reason is not None))

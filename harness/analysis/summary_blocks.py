@@ -12,7 +12,7 @@ from harness.analysis.results import level_unit
 
 __all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Delivery", "Generator", "PauseSeen", "Pauses",
            "Percentiles", "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost", "Stream",
-           "Tail", "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
+           "Tail", "Throughput", "Timeline", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "View"]
 
 
 class View(Struct, kw_only=True, frozen=True):
@@ -315,6 +315,18 @@ class TtftSplit(View, frozen=True, kw_only=True):
 
     client: TtftClient
     server: TtftServer
+
+
+class Timeline(View, frozen=True, kw_only=True):
+    """A step's requests over time (``analysis.timeline``): ``rows`` [send_s, ttft_ms, e2e_ms, class, failed], every
+    k-th by send when ``drawn`` < ``requests``; ``in_flight`` every ``bin_s`` from the step's start."""
+
+    requests: int
+    drawn: int
+    end_s: float
+    rows: list[tuple[float, float | None, float | None, int | None, int]]
+    bin_s: float
+    in_flight: list[int]
 
 
 class CancelSlots(View, frozen=True, kw_only=True):

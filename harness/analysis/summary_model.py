@@ -43,6 +43,7 @@ from harness.analysis.summary_blocks import (
     Stream,
     Tail,
     Throughput,
+    Timeline,
     Tokens,
     TrafficClassStep,
     TtftClient,
@@ -53,8 +54,8 @@ from harness.analysis.summary_blocks import (
 
 __all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "Delivery", "FleetEvent", "Generator",
            "Influx", "Knee", "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions",
-           "Slo", "SloCheck", "SplitPart", "Step",
-           "StepCost", "Stream", "Summary", "Tail", "Throughput", "Tokens", "TtftClient", "TtftServer", "TtftSplit",
+           "Slo", "SloCheck", "SplitPart", "Step", "StepCost", "Stream", "Summary", "Tail", "Throughput", "Timeline",
+           "Tokens", "TtftClient", "TtftServer", "TtftSplit",
            "TurnBucket"]
 
 _CLOSED = Meta(extra={"level": "closed"})
@@ -118,6 +119,8 @@ class Step(_View, frozen=True, kw_only=True):
     """With hang-ups and the server's running gauge: did it free their slots; absent otherwise."""
     tail: Tail | UnsetType = UNSET
     ttft_split: TtftSplit | UnsetType = UNSET
+    timeline: Timeline | UnsetType = UNSET
+    """Its requests over time; absent for a step not judged from request rows (and from older files)."""
     adapters: dict[str, int] | UnsetType = UNSET
     """``endpoint.adapters``: measured requests per LoRA adapter; absent without adapters."""
     probes: TrafficClassStep | UnsetType | None = UNSET
@@ -152,6 +155,8 @@ class Knee(_View, frozen=True, kw_only=True):
     confidence: str | None
     reason: str
     """The knee finder's reason and why (server, prefix cache, tail): prose, as the run said it."""
+    why: str | UnsetType = UNSET
+    """The why alone: the server's queue, the prefix cache, the tail past the knee; absent from older files."""
 
     @property
     def level(self) -> float | None:

@@ -6,6 +6,8 @@ import html
 
 from msgspec import UNSET
 
+from harness.analysis.plain import figure
+
 __all__ = ["e", "fig", "n", "share", "table"]
 
 
@@ -23,10 +25,7 @@ def fig(x: object) -> object:
     and None as they are."""
     if not isinstance(x, int | float) or isinstance(x, bool):
         return x
-    if isinstance(x, int):
-        return f"{x:,}"
-    digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
-    return f"{x:,.{digits}f}"
+    return f"{x:,}" if isinstance(x, int) else figure(x)
 
 
 def share(v: object, missing: str = "not reported") -> str:

@@ -14,7 +14,7 @@ import time
 from msgspec import UNSET
 
 from harness.analysis.counted import WHY, not_counted
-from harness.analysis.results import level_key, level_unit
+from harness.analysis.results import level_key
 from harness.analysis.steps import LAG_LIMIT_MS
 from harness.analysis.summary_model import Percentiles, RunCost, Search, SplitPart, Summary
 from harness.checker import decode_text
@@ -26,7 +26,9 @@ from harness.report.cells import n as _n
 from harness.report.cells import share as _share
 from harness.report.cells import table as _table
 from harness.report.class_tables import class_table, compare_classes
+from harness.report.timeline import timeline_section
 from harness.report.validate import load_summary
+from harness.report.verdict import verdict_html
 
 __all__ = ["compare_html", "read_records", "read_summary", "report_html", "write_report"]
 
@@ -45,25 +47,6 @@ def _page(title: str, body: str) -> str:
 
 _NO_DATA = Percentiles(count=0)
 """A metric the step has no block for: every figure None."""
-
-
-def _verdict(s: Summary) -> str:
-    knee, unit = s.knee, level_unit(s.mode)
-    if knee.found:
-        k = (f"<b id='knee'>Knee: {knee.level:g} {unit}</b> ({_e(knee.confidence)} confidence, "
-             f"metric {_e(knee.metric)}) — {_e(knee.reason)}")
-    else:
-        k = f"<b id='knee'>No knee found</b> — {_e(knee.reason)}"
-    slo = s.slo
-    if slo.thresholds:
-        cls, word = ("pass", "PASSED") if slo.passed else ("fail", "FAILED")
-        k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({_e(', '.join(slo.thresholds))}); "
-              f"largest load within SLO: {_e(_n(slo.max_load_within_slo))}")
-    if s.cost_line:  # from the cost's figures, not its stored prose
-        k += f"<br><span id='cost'>{_e(s.cost_line)}</span>"
-    if s.incomplete is not UNSET:
-        k += f"<br><span class='fail' id='incomplete'>INCOMPLETE: {_e(s.incomplete)}</span>"
-    return f"<div class='verdict'>{k}<br>Exit code {_e(s.exit_code)}; stop: {_e(s.stop_reason)}</div>"
 
 
 def _step_table(s: Summary) -> str:
@@ -260,7 +243,7 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
             f"{_e(s.model)} at {_e(s.host)} · {_e(s.mode)} loop · {_e(s.workers)} "
             f"workers · started {started}</p>")
     steps = s.steps
-    parts = [f"<h1>kneecap report: {_e(s.scenario)}</h1>", meta, _verdict(s)]
+    parts = [f"<h1>kneecap report: {_e(s.scenario)}</h1>", meta, verdict_html(s)]
     if any(not_counted(st) is None for st in steps):  # the answer's chart, on the first screen
         parts.append(f"<div id='capacity'>{charts.capacity(s)}</div>")
     if s.search is not UNSET and s.search.path:
@@ -271,7 +254,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
                   + "".join(f"<div>{charts.latency_vs_load(s, m)}</div>" for m in HEADLINE)
                   + "</div>",
                   f"<h2>Throughput</h2>{charts.throughput_vs_load(s)}",
-                  f"<h2>Errors</h2>{charts.errors_vs_load(s)}",
+                  "<h2>Errors</h2>" + (charts.errors_vs_load(s) if any(sum(st.failures.values()) for st in steps)
+                                       else "<p>No request failed.</p>"),
                   "<h2>Steps</h2>" + _step_table(s)]
         if any(st.sessions for st in steps) or any(
                 st.prefix_cache and _given(st.prefix_cache.client.cached_share) for st in steps):
@@ -283,6 +267,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.tail for st in steps):
             parts.append("<h2>Why the tail</h2>" + _tail_table(s) + charts.tail_features(s))
+        if any(st.timeline for st in steps):
+            parts.append("<h2>Timeline</h2>" + timeline_section(s))
         if s.cost:
             parts.append(f"<h2>Cost</h2>{charts.cost_vs_load(s)}{_cost_table(s, s.cost)}")
         if any(st.server for st in steps):

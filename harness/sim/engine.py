@@ -1,46 +1,43 @@
 """A continuous-batching engine model: the capacity that makes the simulator's knee real.
 
-No I/O, no clock: the caller passes ``now`` in and waits ``Iteration.duration_s`` itself, so the
-model runs as fast on a fake clock in tests as it does in real time behind HTTP.
+No I/O, no clock: the caller passes ``now`` in and waits ``Iteration.duration_s`` itself, so the model runs as fast
+on a fake clock in tests as it does in real time behind HTTP.
 
 One iteration (vLLM's scheduler step, simplified):
 
-1. Every running sequence that has finished its prefill decodes ``tokens_per_chunk`` tokens (one by
-   default; more imitates speculative decoding). Growing past the KV budget preempts the most
-   recently admitted sequence (recompute, as vLLM does): its blocks are freed and it returns to the
-   head of the queue, to redo prefill over prompt + tokens generated so far.
-2. Sequences still in prefill take chunks of at most ``max_num_batched_tokens`` per iteration in
-   total (chunked prefill). A sequence whose prefill completes emits its first token.
-3. Waiting sequences are admitted FCFS while a slot (``max_num_seqs``) is free and the KV cache can
-   hold their whole prompt; the head of the queue blocks the rest (no skipping). With the prefix
-   cache on, the prompt's leading blocks found in the cache are hits: ``cached_tokens`` = hit blocks
-   × ``block_size`` (at most ``prompt_tokens - 1``, in whole blocks), and only the rest is prefilled,
-   so hits cost no prefill time. A preempted sequence's recompute looks up the cache the same way.
+1. Every running sequence that has finished its prefill decodes ``tokens_per_chunk`` tokens (one by default; more
+   imitates speculative decoding). Growing past the KV budget preempts the most recently admitted sequence (recompute,
+   as vLLM does): its blocks are freed and it returns to the head of the queue, to redo prefill over prompt + tokens
+   generated so far.
+2. Sequences still in prefill take chunks of at most ``max_num_batched_tokens`` per iteration in total (chunked
+   prefill). A sequence whose prefill completes emits its first token.
+3. Waiting sequences are admitted FCFS while a slot (``max_num_seqs``) is free and the KV cache can hold their whole
+   prompt; the head of the queue blocks the rest (no skipping). With the prefix cache on, the prompt's leading blocks
+   found in the cache are hits: ``cached_tokens`` = hit blocks × ``block_size`` (at most ``prompt_tokens - 1``, in whole
+   blocks), and only the rest is prefilled, so hits cost no prefill time. A preempted sequence's recompute looks up the
+   cache the same way.
 
-Prefix cache (``prefix_cache="on"``, the default; ``kv.py`` has the block accounting): a sequence
-carries ``block_hashes``, one key per full block of prompt + planned output (the API layer computes
-them, ``prefix.py``); a sequence without keys caches nothing. Blocks are cached once computed
-(prompt blocks when prefill completes, the rest when the sequence leaves the batch); blocks of
-finished requests stay cached but count as free, and are evicted least recently used when an
-allocation needs the room. Blocks shared by running sequences are counted once. Counters, in
+Prefix cache (``prefix_cache="on"``, the default; ``kv.py`` has the block accounting): a sequence carries
+``block_hashes``, one key per full block of prompt + planned output (the API layer computes them, ``prefix.py``); a
+sequence without keys caches nothing. Blocks are cached once computed (prompt blocks when prefill completes, the rest
+when the sequence leaves the batch); blocks of finished requests stay cached but count as free, and are evicted least
+recently used when an allocation needs the room. Blocks shared by running sequences are counted once. Counters, in
 tokens as vLLM v1: ``prefix_cache_queries_total`` (prompt tokens looked up at first admission) and
-``prefix_cache_hits_total`` (the sum of ``cached_tokens``). With ``prefix_cache="off"`` nothing is
-looked up or cached and the engine behaves exactly as it did without one.
+``prefix_cache_hits_total`` (the sum of ``cached_tokens``). With ``prefix_cache="off"`` nothing is looked up or cached
+and the engine behaves exactly as it did without one.
 
-Prefill-only sequences (``output_tokens == 0``: an embedding input) go through the same admission
-and prefill budget, then finish with an emission of 0 tokens, never decoding. With prompts of P
-tokens they saturate the budget at ``min(max_num_seqs, max_num_batched_tokens / P)`` in flight:
-a closed-loop knee, since each iteration then lasts ``iter_base_ms + prefill_per_ktoken_ms ×
-max_num_batched_tokens / 1000`` and serves ``max_num_batched_tokens / P`` inputs.
+Prefill-only sequences (``output_tokens == 0``: an embedding input) go through the same admission and prefill
+budget, then finish with an emission of 0 tokens, never decoding. With prompts of P tokens they saturate the budget
+at ``min(max_num_seqs, max_num_batched_tokens / P)`` in flight: a closed-loop knee, since each iteration then lasts
+``iter_base_ms + prefill_per_ktoken_ms × max_num_batched_tokens / 1000`` and serves ``max_num_batched_tokens / P``.
 
-Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences
-+ ``iter_per_kv_ktoken_ms`` × (context tokens of decoding sequences / 1000)
-+ ``prefill_per_ktoken_ms`` × (prefill tokens this iteration / 1000), times an optional jitter.
+Iteration time = ``iter_base_ms`` + ``iter_per_seq_ms`` × decoding sequences + ``iter_per_kv_ktoken_ms`` × (context
+tokens of decoding sequences / 1000) + ``prefill_per_ktoken_ms`` × (prefill tokens this iteration / 1000), times an
+optional jitter.
 
-Engine stalls (``engine_stall_every_s`` S > 0, ``engine_stall_s`` D): the whole engine stops for D seconds
-at ``epoch + k × S`` (k ≥ 1), whatever it is serving (a GC pause, a noisy neighbour). An iteration due to start
-inside a stall starts when it ends; one a stall begins during ends D later. Requests see it as queue, prefill
-or decode time, wherever it falls.
+Engine stalls (``engine_stall_every_s`` S > 0, ``engine_stall_s`` D): the whole engine stops for D seconds at
+``epoch + k × S`` (k ≥ 1), whatever it is serving (a GC pause, a noisy neighbour). An iteration due to start inside a
+stall starts when it ends; one a stall begins during ends D later. Requests see it as queue, prefill or decode time.
 
 LoRA (``lora.py``): a sequence with an ``adapter`` joins the batch only while the batch mixes fewer than
 ``max_loras`` adapters or already has its own (else it is skipped and keeps its place, as vLLM v1); admitting it
@@ -50,7 +47,8 @@ prompt-length bucket with ``shape_compile_ms`` (an engine that compiles or captu
 
 Stage times (vLLM v1's ``FinishedRequestStats``, ``vllm/v1/metrics/stats.py``): each sequence records ``admitted_at``
 (first scheduled; a preemption does not move it), ``first_token_at`` and ``last_token_at`` (the end of the iteration
-that emitted them); ``Sequence.stages()`` turns them into queue, prefill, decode and inference times.
+that emitted them); ``Sequence.stages()`` turns them into queue, prefill, decode and inference times, none negative
+(the server's loop plans on a clock that may run behind the real one: a request can arrive after an iteration's start).
 
 Why there is a knee: with closed-loop users and fixed lengths, each of up to ``max_num_seqs`` users owns a slot and
 TTFT stays at about one prefill; the next waits a whole request's service time for a slot: TTFT jumps, throughput not.
@@ -114,8 +112,6 @@ class Sequence:
         """Its stage times once it has a first token (None before, and for a prefill-only sequence)."""
         if self.admitted_at is None or self.first_token_at is None or self.last_token_at is None:
             return None
-        # The engine plans on a clock that may run behind the real one (the loop catches up), so a request that
-        # arrived after an iteration's planned start can read as admitted before it arrived: no stage is negative.
         admitted = max(self.admitted_at, self.arrival)
         first = max(self.first_token_at, admitted)
         last = max(self.last_token_at, first)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from harness.analysis.decompose import UNKNOWN
+from harness.analysis.plain import knee_sentence
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import PrefixCache, SplitPart, Step, Summary, TtftSplit
 
@@ -21,7 +22,8 @@ def knee_rows(summary: Summary, search: dict | None = None) -> list[dict]:
     knee, unit = summary.knee, level_unit(summary.mode)
     if knee.found and knee.level is not None:
         state = "confirmed" if knee.confirmed else "candidate, not confirmed"
-        text = f"{knee.level:g} {unit} ({state}, {knee.confidence or 'no'} confidence): {knee.reason[:400]}"
+        said = knee_sentence(summary) or knee.reason
+        text = f"{knee.level:g} {unit} ({state}, {knee.confidence or 'no'} confidence): {said[:400]}"
     else:
         text = f"not found yet: {knee.reason[:400]}" if knee.reason else "not found yet"
     rows = [_row("knee", text)]

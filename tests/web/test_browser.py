@@ -166,7 +166,7 @@ def check_report(browser, out, summary: dict) -> None:
     no negative figure in any table, a step without measured requests no row of zeros."""
     page, errors = open_page(browser, f"file://{out}/report.html")
     page.set_viewport_size({"width": 1366, "height": 768})
-    for what in ("#knee", "#capacity svg"):
+    for what in ("#knee", "#knee-why", "#capacity svg"):
         box = page.locator(what).bounding_box()
         assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 768, (what, box)
     cells = page.locator("td").all_inner_texts()
@@ -174,6 +174,29 @@ def check_report(browser, out, summary: dict) -> None:
     rows = rows_of(page, "#steps tr")[1:]
     for st, row in zip(summary["steps"], rows, strict=True):
         assert row[0] == str(st["index"]) and (st["requests"] or row[4:-1] == [""] * len(row[4:-1])), row
+    page.close()
+    assert not errors, errors
+
+
+def check_timeline(browser, out, summary: dict) -> None:
+    """A run against an engine that stalls 300 ms every 2 s: a step with pauses gets a timeline, each pause a stripe
+    as wide as its length on the time axis, over the requests' lines."""
+    page, errors = open_page(browser, f"file://{out}/report.html")
+    paused = [st for st in summary["steps"]
+              if st.get("timeline") and st.get("tail", {}).get("pauses", {}).get("listed")]
+    assert paused, [(st["index"], st.get("tail", {}).get("pauses")) for st in summary["steps"]]
+    st = paused[0]
+    chart = page.locator(f"#timeline-{st['index']}")
+    assert chart.count() == 1, f"no timeline for step {st['index']}, whose pauses are {st['tail']['pauses']}"
+    stripes = chart.locator("g[id^='pause-']")
+    assert stripes.count() == len(st["tail"]["pauses"]["listed"])
+    axis = chart.locator("svg").bounding_box()
+    widths = [stripes.nth(k).bounding_box()["width"] for k in range(stripes.count())]
+    per_s = axis["width"] / st["timeline"]["end_s"]  # an upper bound: the axes are narrower than the svg
+    for w, p in zip(widths, st["tail"]["pauses"]["listed"], strict=True):
+        assert 0.3 * per_s * p["length_ms"] / 1000 < w <= per_s * p["length_ms"] / 1000 + 2, (w, p, per_s)
+    assert "server-wide pauses" in chart.inner_text()
+    page.screenshot(path=os.path.join(ARTIFACTS, "report-timeline.png"), full_page=True)
     page.close()
     assert not errors, errors
 
@@ -234,7 +257,10 @@ def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
 
     # A run against a simulator with half the slots: compare shows two different knees.
     other = tmp_path / "half"
-    kneecap_run(scenario(tmp_path), "--sim-arg=--max-num-seqs=4", out=other)
+    # It stalls too (300 ms every 2 s): its report's timelines show the pauses.
+    kneecap_run(scenario(tmp_path), "--sim-arg=--max-num-seqs=4", "--sim-arg=--engine-stall-every-s=2",
+                "--sim-arg=--engine-stall-s=0.3", out=other, report=True)
+    check_timeline(browser, other, json.loads((other / "summary.json").read_text()))
     cmp_file = tmp_path / "compare.html"
     subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(out), str(other), "--out", str(cmp_file)],
                    check=True, capture_output=True)

@@ -85,11 +85,13 @@ def test_tail_rows_only_where_the_tail_has_a_finding():
 
 def test_the_knee_is_said_with_its_state_and_the_search_with_its_line():
     summary = live([step(0)])  # written(): the knee at 8 users, confirmed, "high", reason "why"
-    assert knee_rows(summary) == [{"topic": "knee", "text": "8 users (confirmed, high confidence): why"}]
+    said = ("Past 8 users, TTFT p99 rose 11.2× (80.0 → 900 ms) while output throughput grew 1% (100 → 101 tokens/s): "
+            "past it, more load adds latency, not throughput.")  # the knee's figures in a sentence
+    assert knee_rows(summary) == [{"topic": "knee", "text": f"8 users (confirmed, high confidence): {said}"}]
     pending = live([step(0)], knee={**written()["knee"], "confirmed": False, "confidence": "low"})
     line = "knee between 24 and 32 users; next: 28"
     assert knee_rows(pending, {"line": line}) == [
-        {"topic": "knee", "text": "8 users (candidate, not confirmed, low confidence): why"},
+        {"topic": "knee", "text": f"8 users (candidate, not confirmed, low confidence): {said}"},
         {"topic": "search", "text": line}]
     none = live([step(0)], knee={**written()["knee"], "found": False, "users": None, "reason": "no break up to 4"})
     assert knee_rows(none) == [{"topic": "knee", "text": "not found yet: no break up to 4"}]

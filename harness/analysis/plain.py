@@ -1,0 +1,44 @@
+"""Plain words for people: figures at the precision a reader uses, the knee in one sentence from the summary's
+figures, what each knee confidence means. The report's first screen, the console and the web UI say them alike. Pure."""
+
+from __future__ import annotations
+
+from harness.analysis.counted import not_counted
+from harness.analysis.results import level_unit
+from harness.analysis.summary_model import Summary
+
+__all__ = ["SURE", "figure", "knee_sentence"]
+
+SURE = {"high": "the steps after it confirm it, and it is where throughput per unit of latency peaks",
+        "medium": "the steps after it confirm it",
+        "low": "no step after it confirms it yet (the run ended or the steps after it disagree)"}
+"""What each knee confidence means (``analysis.knee``)."""
+
+
+def knee_sentence(s: Summary) -> str:
+    """"Past 8 users, TTFT p99 rose 3.2× (14 → 45 ms at 10 users, +25% load) while output throughput grew 1% (1,818 →
+    1,845 tokens/s): past it, more load adds latency, not throughput." from the knee's figures; "" without them."""
+    k, unit = s.knee, level_unit(s.mode)
+    before, after = k.p99_before_ms, k.p99_after_ms
+    level = k.level
+    if not k.found or level is None or not before or after is None:
+        return ""
+    heavier = [st.level for st in s.steps if st.level > level and not_counted(st) is None]
+    at = f" at {min(heavier):g} {unit}, {100 * (min(heavier) / level - 1):+.0f}% load" if heavier and level else ""
+    metric = f"{k.metric.upper()} p99"
+    out = f"Past {level:g} {unit}, {metric} rose {after / before:.1f}× ({figure(before)} → {figure(after)} ms{at})"
+    t0, t1 = k.throughput_before, k.throughput_after
+    if t0 and t1 is not None:
+        grew = round(100 * (t1 / t0 - 1))
+        out += (f" while output throughput {_grew(grew)} ({figure(t0)} → {figure(t1)} tokens/s): past it, more load "
+                + ("adds latency, not throughput" if grew < 5 else "adds latency faster than throughput"))
+    return out + "."
+
+
+def _grew(pct: int) -> str:
+    return f"grew {pct}%" if pct > 0 else "did not grow" if pct == 0 else f"fell {-pct}%"
+
+
+def figure(x: float) -> str:
+    """4,807 and 1,051 (not 4806.659, 1051.22), 36.5, 8.94: the precision a reader uses."""
+    return f"{x:,.{0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2}f}"

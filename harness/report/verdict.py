@@ -1,0 +1,41 @@
+"""The report's first lines: the capacity, how sure, why in one plain sentence, the SLO and the cost; the knee
+finder's own words (elasticities, the server's queue, the tail past it) one click below. Pure."""
+
+from __future__ import annotations
+
+from msgspec import UNSET
+
+from harness.analysis.plain import SURE, knee_sentence
+from harness.analysis.results import level_unit
+from harness.analysis.summary_model import Knee, Summary
+from harness.report.cells import e, n
+
+__all__ = ["verdict_html"]
+
+def verdict_html(s: Summary) -> str:
+    """The verdict box: knee (or none), how sure and why, SLO, cost, incomplete, exit code."""
+    knee, unit = s.knee, level_unit(s.mode)
+    if knee.found:
+        k = f"<b id='knee'>Knee: {knee.level:g} {unit}</b>" + _why(s, knee)
+    else:
+        k = f"<b id='knee'>No knee found</b> — {e(knee.reason)}"
+    slo = s.slo
+    if slo.thresholds:
+        cls, word = ("pass", "PASSED") if slo.passed else ("fail", "FAILED")
+        k += (f"<br>SLO <span class='{cls}'>{word}</span> up to the knee ({e(', '.join(slo.thresholds))}); "
+              f"largest load within SLO: {e(n(slo.max_load_within_slo))}")
+    if s.cost_line:  # from the cost's figures, not its stored prose
+        k += f"<br><span id='cost'>{e(s.cost_line)}</span>"
+    if s.incomplete is not UNSET:
+        k += f"<br><span class='fail' id='incomplete'>INCOMPLETE: {e(s.incomplete)}</span>"
+    words = (f"<details><summary>How the knee was found</summary>{e(knee.reason)}</details>"
+             if knee.found and knee_sentence(s) else "")  # the finder's own words, when the sentence stands for them
+    return f"<div class='verdict'>{k}<br>Exit code {e(s.exit_code)}; stop: {e(s.stop_reason)}{words}</div>"
+
+
+def _why(s: Summary, knee: Knee) -> str:
+    sentence = knee_sentence(s)
+    sure = SURE.get(knee.confidence or "", "")
+    why = f" Why: {knee.why}." if sentence and knee.why is not UNSET and knee.why else ""
+    return ((f"<br><span id='knee-why'>{e(sentence + why)}</span>" if sentence else f" — {e(knee.reason)}")
+            + (f"<br>Confidence {e(knee.confidence)}: {e(sure)}." if sure else ""))
