@@ -223,10 +223,11 @@ function drawTables(d) {
   fill($("why"), d.why.map(r => [[r.topic, "topic"], [r.text]]), "nothing to say yet");
 }
 
-function figures(el, caption, panel, unit, empty, extra) {
+function figures(el, caption, panel, unit, extra) {  // a section only while it has data
   el.replaceChildren();
+  el.closest("section").hidden = !panel;
   $(caption).textContent = panel ? `step ${panel.step}, ${fmt(panel.level)} ${unit}` : "";
-  if (!panel) { el.append(h("p", {class: "muted"}, empty)); return; }
+  if (!panel) return;
   const t = h("table", {}), b = h("tbody");
   t.append(b);
   for (const [k, v] of panel.figures) {
@@ -309,10 +310,9 @@ function render(d) {
   drawCharts(d);
   drawSearch(d.search, d.knee);
   drawTables(d);
-  figures($("sessions"), "sessions-step", d.sessions, d.unit,
-          "no sessions in this run (a scenario with sessions: has them)", turnsTable(d.sessions));
-  figures($("cache"), "cache-step", d.prefix_cache, d.unit, "no prefix-cache figures yet");
-  figures($("classes"), "classes-step", d.classes, d.unit, "one class of requests (workload.mix lists several)");
+  figures($("sessions"), "sessions-step", d.sessions, d.unit, turnsTable(d.sessions));
+  figures($("cache"), "cache-step", d.prefix_cache, d.unit);
+  figures($("classes"), "classes-step", d.classes, d.unit);
 }
 
 let polls = 0;

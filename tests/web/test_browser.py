@@ -130,8 +130,9 @@ def check_dashboard(dash, live: dict) -> None:
     assert (knee["users"], "good") in verdicts and all(
         v == "not judged" or (v == "good") == (level <= knee["users"]) for level, v in verdicts), verdicts
     assert [r[0] for r in rows_of(dash, "#cache tr")] == ["client", "server"]
-    assert "no sessions in this run" in dash.locator("#sessions").inner_text()
-    assert "one class of requests" in dash.locator("#classes").inner_text()  # drawn: the panel's empty state
+    # sections only with data: no sessions, one class of requests
+    assert not dash.locator("#sessions").is_visible() and not dash.locator("#classes").is_visible()
+    assert dash.locator("#cache").is_visible()
 
 
 def check_llm_tabs(page, live: dict) -> None:
