@@ -124,6 +124,32 @@ def short_answers(summary: Summary) -> list[str]:
             "these output lengths are not the scenario's; slo.short_answer_rate fails such a run"]
 
 
+def answers_lines(summary: Summary) -> list[str]:
+    """``verify:``: the load where greedy answers began to differ from the start's (``ANSWERS CHANGED``, with the
+    share by step and one example), or that they did not."""
+    seen = sorted(((st, st.verify) for st in summary.steps if not isinstance(st.verify, UnsetType)),
+                  key=lambda sv: sv[0].level)
+    if not seen:
+        return []
+    unit = level_unit(summary.mode)
+    first = next(((st, v) for st, v in seen if v.changed), None)
+    if first is None:
+        return [f"answers: the same at every step ({sum(v.verified for _, v in seen):,} re-asked answers compared "
+                "with the start's)"]
+    st, v = first
+    by_step = ", ".join(f"{s.level:g}: {w.changed_share:.0%} of {w.verified}" for s, w in seen)
+    e = v.examples[0] if v.examples else None
+    said = f"; e.g. prompt {e.prompt}: {_words(e.reference)!r} became {_words(e.answer)!r}" if e else ""
+    return [f"ANSWERS CHANGED: from {st.level:g} {unit} on (step {st.index}): {v.changed_share:.1%} of {v.verified} "
+            f"re-asked greedy answers differ from the start's, first at word {v.first_difference_median} (median)"
+            f"{said}. By load: {by_step}"]
+
+
+def _words(text: str, most: int = 6) -> str:
+    words = text.split()
+    return " ".join(words[:most]) + (" ..." if len(words) > most else "")
+
+
 def _held_off(g: Generator) -> str:
     """Who made the loop late, when the kernel says: other processes, if it waited for a CPU longer than it ran."""
     wait, cpu = g.runqueue_wait_s, g.cpu_s
@@ -230,7 +256,8 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
-    for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary) + token_lines(summary):
+    for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary) + answers_lines(summary) \
+            + token_lines(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

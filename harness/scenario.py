@@ -41,6 +41,7 @@ from harness.spec.load import (
 )
 from harness.spec.slo import Threshold, slo_from_spec
 from harness.spec.timeouts import Timeouts
+from harness.spec.verify import VerifySpec, verify_from_spec
 from harness.workload.arrivals import PROCESSES, trace_gaps
 from harness.workload.mix import TrafficClass, Workload, workload_from_spec
 from harness.workload.traces import TraceError, read_timestamps
@@ -76,6 +77,8 @@ class Scenario:
     """The ``cost:`` block (``spec.cost``; the figures: ``analysis.pricing``); None: no cost view."""
     gate: GateSpec | None = None
     """The ``gate:`` block over the defaults (``spec.gate``, ``kneecap compare --gate``); None: not given."""
+    verify: VerifySpec | None = None
+    """The ``verify:`` block (``spec.verify``): answers compared across load; None: not asked."""
 
     def class_endpoint(self, cls: TrafficClass) -> Endpoint:
         """The endpoint as ``cls`` sends to it: its model (and adapters), ignore_eos, and extra_body and headers merged
@@ -147,7 +150,7 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> Scenari
 def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".") -> Scenario:
     check = Checker(base_dir)
     top = check.mapping(raw, "", ("name", "description", "endpoint", "workload", "load", "slo", "sinks",
-                                   "cost", "gate"),
+                                   "cost", "gate", "verify"),
                         required=("name", "workload"))
     if top is None:
         raise ScenarioError(source, check.problems)
@@ -162,6 +165,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     results_dir, influx = _sinks(top.get("sinks", {}), check)
     cost = cost_from_spec(top["cost"], "cost", check) if "cost" in top else None
     gate = gate_from_spec(top["gate"], "gate", check) if "gate" in top else None
+    verify = _verify(top, endpoint, workload, slo, check)
     streams = endpoint.stream and endpoint.api != "embeddings"
     knee_given = isinstance(top.get("load"), dict) and isinstance(top["load"].get("knee"), dict) \
         and "metric" in top["load"]["knee"]
@@ -199,7 +203,19 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     # a None workload failed the check, raised above
     return Scenario(name=name, endpoint=endpoint, workload=workload, load=load, slo=slo,  # type: ignore[arg-type]
                     results_dir=results_dir, influxdb=influx, description=description, source=source,
-                    cost=cost, gate=gate)
+                    cost=cost, gate=gate, verify=verify)
+
+
+def _verify(top: dict, endpoint: Endpoint, workload: Workload | None, slo: tuple[Threshold, ...],
+            check: Checker) -> VerifySpec | None:
+    """The ``verify:`` block, and what it needs: an answer to single prompts; ``slo.answers_changed_rate`` needs it."""
+    verify = verify_from_spec(top["verify"] or {}, "verify", check) if "verify" in top else None
+    if verify is None and any(t.metric == "answers_changed_rate" for t in slo):
+        check.fail("slo.answers_changed_rate", "needs answers to compare: add verify: {} (docs/verify.md)")
+    if verify is not None and (endpoint.api == "embeddings" or (workload is not None and workload.sessions)):
+        check.fail("verify", "compares answers to single prompts: not for api: embeddings (no answer) nor "
+                             "workload.sessions (each turn's history differs); remove verify:")
+    return verify
 
 
 def _check_length_slos(endpoint: Endpoint, workload: Workload | None, slo: tuple[Threshold, ...],

@@ -67,6 +67,12 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloC
         elif t.metric == "short_answer_rate":
             asked = bucket.extra.get("length_asked", 0)
             observed = bucket.extra.get("short_answers", 0) / asked if asked else math.nan
+        elif t.metric == "answers_changed_rate":  # a step that compared no answer has nothing to fail: None, passed
+            verified = bucket.extra.get("answers_verified", 0)
+            observed = bucket.extra.get("answers_changed", 0) / verified if verified else math.nan
+            if not verified:
+                out.append(SloCheck(threshold=t.text, observed=None, passed=True, abort_on_fail=t.abort_on_fail))
+                continue
         elif t.metric == "tokens_per_s_per_user":
             assert t.percentile is not None  # a p(...) threshold: parse_threshold sets it for non-rate metrics
             observed = miss_quantile(bucket.sketches.get("tokens_per_s"), t.percentile / 100, fails, high=False)

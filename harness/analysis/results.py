@@ -161,6 +161,9 @@ class StepResult:
     answers: dict | None = None
     """Whether answers were as long as asked (``analysis.steps.answer_lengths``); None when none asked for an
     exact length."""
+    verify: dict | None = None
+    """``verify:``: answers compared with their references, how many changed (``analysis.answers``); None when none
+    was compared."""
     delivery: dict | None = None
     """How the chunks came: one a receive, several a write (the server's), or held on the path
     (``analysis.delivery``); None without streams."""
@@ -237,6 +240,8 @@ class StepResult:
             out["answers"] = self.answers
         if self.delivery is not None:
             out["delivery"] = self.delivery
+        if self.verify is not None:
+            out["verify"] = self.verify
         if self.ttft_split is not None:
             out["ttft_split"] = self.ttft_split
         if self.tail is not None:

@@ -50,13 +50,13 @@ from harness.analysis.summary_blocks import (
     TtftServer,
     TtftSplit,
     TurnBucket,
+    Verify,
 )
 
 __all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "Delivery", "FleetEvent", "Generator",
            "Influx", "Knee", "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions",
            "Slo", "SloCheck", "SplitPart", "Step", "StepCost", "Stream", "Summary", "Tail", "Throughput", "Timeline",
-           "Tokens", "TtftClient", "TtftServer", "TtftSplit",
-           "TurnBucket"]
+           "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "Verify"]
 
 _CLOSED = Meta(extra={"level": "closed"})
 _OPEN = Meta(extra={"level": "open"})
@@ -105,6 +105,8 @@ class Step(_View, frozen=True, kw_only=True):
     answers: Answers | UnsetType = UNSET
     """Answers that asked for an exact length, and how many ended short; absent when none asked (and from older
     files)."""
+    verify: Verify | UnsetType = UNSET
+    """``verify:``: how many answers changed; absent when none was compared (and from older files)."""
     delivery: Delivery | UnsetType = UNSET
     """How the chunks came; absent without streams (and from older files)."""
     new_connections: int | UnsetType = UNSET

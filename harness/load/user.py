@@ -191,12 +191,16 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
                   task: SessionTask | None, cls: int | None, shape: PlannedRequest | None) -> RequestRecord:
         hangups: dict[str, Any] = {}
-        headers, images, sampler = self.headers, None, self.sampler
+        headers, images, sampler, ask = self.headers, None, self.sampler, None
         if call is None:
             assert sampler is not None  # no call: a user with a sampler (not sessions)
+            ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(lambda: sampler.next().prompt)
             plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
+            if ask is not None:  # verify: a reference prompt, asked greedily, compared once answered
+                prompts, max_tokens, cls, images, hangups, ep = [ask.prompt], ask.max_tokens, None, None, {}, \
+                    ask.endpoint(ep)
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
                 extra = sampler.batch(batch) - 1
@@ -214,7 +218,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         k = self.kneecap
         while True:
             asked = k.continuous_usage
-            ex = exchange(ep, prompts, max_tokens, continuous_usage=asked, keep_text=call is not None,
+            ex = exchange(ep, prompts, max_tokens, continuous_usage=asked, keep_text=bool(call or ask),
                           api_key=self.api_key)
             head = request_head("POST", self.path, conn.host_header, len(ex.body), self.api_key,
                                 {**ex.headers, **headers}, bearer=ex.bearer)
@@ -232,7 +236,9 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         rec.exact_length = ex.exact_length
         if len(prompts) > 1 or ep.api == "embeddings":
             rec.inputs = len(prompts)
-        if rec.prompt_tokens and sampler is not None and call is None and not rec.images:  # image tokens skew the fit
+        if ask is not None:
+            k.verify.judge(ask, rec)
+        elif rec.prompt_tokens and sampler is not None and call is None and not rec.images:  # images skew the fit
             words = sum(p.words for p in prompts)
             sampler.builder(cls).observe(Prompt(None, None, words, 0), rec.prompt_tokens)
         return rec

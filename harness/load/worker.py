@@ -22,6 +22,7 @@ from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
 from harness.load.probes import ProbeDriver, start_probes
 from harness.load.samplers import Samplers
+from harness.load.verify import Verifier
 from harness.load.warm_shapes import ShapeWarmup
 from harness.metrics.aggregate import ADAPTER_KEY, BUSY_KEY, CLASS_CANCEL_KEY, SHAPE_KEY
 from harness.metrics.by_step import Recorder
@@ -75,6 +76,8 @@ class WorkerSide:
         self._usage_ok = False  # a request asking for per-chunk usage succeeded: the endpoint takes the option
         self._told_warned = False
         self.shapes = ShapeWarmup([])
+        self.verify: Verifier | None = None
+        """``verify:``: this worker's reference answers and re-asks (``load/verify.py``)."""
         self._hangups = False
         """The workload has users who hang up (cancel, patience): requests' durations are summed (``BUSY_KEY``)."""
         self.wall = worker_clock()
@@ -98,6 +101,8 @@ class WorkerSide:
         self.samplers = Samplers(self)
         self.samplers.warm()  # the prompt corpus (~50 ms) now, not in a step's time
         self.shapes = ShapeWarmup(self.samplers.shapes())
+        sc = self.scenario
+        self.verify = None if sc.verify is None else Verifier(sc.verify, sc.workload.seed, self.worker_index)
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index

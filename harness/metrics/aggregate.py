@@ -26,8 +26,9 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket",
-           "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_EXAMPLES", "ANSWER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY",
+           "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket", "Delta", "PrefixCache", "ci_min_samples", "ci_ranks",
+           "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
@@ -41,6 +42,12 @@ SHORT_KEY = "short:"
 (``RequestRecord.short_answer``): why they ended before their asked length."""
 SHAPE_KEY = "warmup_shapes"
 """``Bucket.extra``'s count of shape warm-up requests (``load.warmup_shapes``), in the first step's warm-up."""
+ANSWER_AT_KEY = "answer_at:"
+"""``Bucket.extra``'s key prefix, with the word index, for changed answers (``verify:``) first differing there."""
+ANSWER_KEY = "answer:"
+"""``Bucket.failure_samples``' key prefix of a changed answer's example (``workload.verify.example``): samples of the
+step, not of a failure class; ``analysis.steps`` reads them apart."""
+ANSWER_EXAMPLES = 3
 HELD_KEY = "held_kb:"
 """``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
 (``RequestRecord.held_bytes``): how much the path holds at a time."""
@@ -180,6 +187,8 @@ class Bucket:
         if rec.held:
             key = HELD_KEY + str(round(rec.held_bytes / 1024))
             extra[key] = extra.get(key, 0) + 1
+        if rec.answer_changed_at is not None:
+            self._changed(rec.answer_changed_at, rec.answer_example)
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted
@@ -192,6 +201,13 @@ class Bucket:
             if target:
                 self.prompt_error_sum += abs(prompt - target) / target
                 self.prompt_error_n += 1
+
+    def _changed(self, at: int, example: str | None) -> None:
+        """A changed answer (``verify:``): where it first differs, and the first ``ANSWER_EXAMPLES`` of them."""
+        self._count(ANSWER_AT_KEY + str(at))
+        shown = sum(1 for k in self.failure_samples if k.startswith(ANSWER_KEY))
+        if example and shown < ANSWER_EXAMPLES:
+            self.failure_samples[f"{ANSWER_KEY}{shown}"] = example
 
     def _count(self, key: str, n: int = 1) -> None:
         self.extra[key] = self.extra.get(key, 0) + n

@@ -144,6 +144,22 @@ class RequestRecord:
     """Their pixels (width × height), summed."""
     content: str | None = None
     """Sessions: the answer's text as streamed (it becomes the next turn's history); not saved to files."""
+    answer_check: str | None = None
+    """``verify:``: "reference" (its answer became one), "same" or "changed" (a re-ask compared with its reference);
+    None: an ordinary request, or a re-ask that failed (``load/verify.py``)."""
+    answer_changed_at: int | None = None
+    """A changed answer: the first word that differs (``workload.verify.first_difference``)."""
+    answer_example: str | None = None
+    """A changed answer: both texts from near the difference (``workload.verify.example``), for the summary."""
+
+    @property
+    def verified(self) -> bool:
+        """A re-asked reference prompt whose answer was compared (``verify:``)."""
+        return self.answer_check in ("same", "changed")
+
+    @property
+    def answer_changed(self) -> bool:
+        return self.answer_check == "changed"
 
     @property
     def ok(self) -> bool:

@@ -174,6 +174,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("short_answer_rate", "fraction", "rate", "short answers / answers that asked for an exact length: the "
            "share of the workload's output lengths the endpoint did not honour", "short_answer", slo=True,
            per_class=True, whole=True),
+    Metric("answers_verified", "requests", "counter", "re-asked reference prompts whose greedy answer was compared "
+           "with the reference (``verify:``)", "verified"),
+    Metric("answers_changed", "requests", "counter", "of those, answers that differ from the reference",
+           "answer_changed"),
+    Metric("answers_changed_rate", "fraction", "rate", "answers changed / answers verified: the share of greedy "
+           "answers that are not the ones the endpoint gave at the start", "answer_changed", slo=True, whole=True),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
     Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
            "sent again without, and not asked again", of="worker"),

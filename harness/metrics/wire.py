@@ -154,8 +154,11 @@ def _well_formed_bins(keys: list, counts: list) -> dict[int, int] | None:
 @functools.lru_cache(maxsize=16)
 def _key_range(alpha: float) -> tuple[int, int]:
     # the keys a value in [ZERO_CUTOFF, the largest float] can have: a key past them is garbage (and would make the
-    # master's batch span them)
-    inv = 1.0 / math.log((1.0 + alpha) / (1.0 - alpha))
+    # master's batch span them). An alpha too small for its gamma to differ from 1 (a corrupted one) has none.
+    log_gamma = math.log((1.0 + alpha) / (1.0 - alpha))
+    if log_gamma <= 0:
+        return 0, -1
+    inv = 1.0 / log_gamma
     return math.ceil(math.log(ZERO_CUTOFF) * inv) - 1, math.ceil(math.log(sys.float_info.max) * inv) + 1
 
 

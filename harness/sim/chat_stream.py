@@ -148,6 +148,8 @@ class ChatWriter:
         self._field = json.dumps(gen.reasoning_field).encode()
         self._running = gen.continuous_usage
         self._fast = self.plan.plain and not self._running
+        self.changed_from: int | None = None
+        """The answer changes from this token on (``Behavior.changed_answers_share``); None: it does not."""
         self.timings: dict | None = None
         """llama.cpp's ``timings`` (``llama_timings``), which the server sets before the last emission (or
         the body) with ``--timings on``; None: left out."""
@@ -166,7 +168,7 @@ class ChatWriter:
         (``cached`` matters only then)."""
         plan, fmt = self.plan, self.fmt
         if self._fast:
-            out = [fmt.token_chunk(token_text(index, count), plan.finish if finished else None)]
+            out = [fmt.token_chunk(token_text(index, count, self.changed_from), plan.finish if finished else None)]
         else:
             out = []
             done = index
@@ -189,7 +191,7 @@ class ChatWriter:
     def _chunk(self, seg: Segment, finish: str | None, usage: bytes | None) -> bytes:
         fmt = self.fmt
         if seg.phase == "content":
-            return fmt.token_chunk(token_text(seg.first, seg.count), finish, usage)
+            return fmt.token_chunk(token_text(seg.first, seg.count, self.changed_from), finish, usage)
         if seg.phase == "reasoning":
             if self.gen.kind != "chat":
                 text = json.dumps(think_text(seg.first, seg.count, self.plan.reasoning_tokens)).encode()
@@ -229,9 +231,9 @@ class ChatWriter:
         reasoning = None
         tool_calls = None
         if g.kind != "chat":
-            text: str | None = think_text(0, r, r) + plain_text(a)
+            text: str | None = think_text(0, r, r) + plain_text(a, 0, self.changed_from)
         else:
-            text = plain_text(a)
+            text = plain_text(a, 0, self.changed_from)
             if r:
                 reasoning = plain_text(r)
             if plan.tool is not None:

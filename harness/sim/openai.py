@@ -384,5 +384,9 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
                      prompt_tokens=parsed.tokens, output_tokens=0, finish_reason="", messages=parsed.messages,
                      plan=plan, continuous_usage=include_usage and continuous,
                      reasoning_field=behavior.reasoning_field, reasoning_usage=behavior.reasoning_usage == "on",
-                     images=parsed.images)
+                     images=parsed.images, greedy=_greedy(body.get("temperature")))
     return finish_request(gen, parsed, block_size)
+
+
+def _greedy(temperature: object) -> bool:
+    return isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature == 0

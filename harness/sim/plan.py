@@ -107,6 +107,13 @@ class Behavior:
         "help": "Every this many seconds the front end stops writing (a garbage-collection pause of an API server) "
                 "while the engine decodes on; then it writes each stream's overdue chunks at once. 0 = never."})
     front_stall_s: float = field(default=0.15, metadata={"help": "How long each front-end stall lasts."})
+    changed_answers_share: float = field(default=0.0, metadata={
+        "help": "Share of greedy answers (temperature 0; chat and completions) that change from their 5th token on "
+                "while more than --changed-answers-above requests are in the engine, as a serving stack whose output "
+                "depends on its batch: exactly every 1/share-th such request. 0 = answers never change."})
+    changed_answers_above: int = field(default=0, metadata={
+        "help": "Requests in the engine (running and waiting, the new one included) above which greedy answers "
+                "change (--changed-answers-share)."})
     image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
         "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
                 "(Qwen2-VL-like)."})
@@ -124,6 +131,8 @@ class Behavior:
         elif self.front_stall_every_s and self.front_stall_s >= self.front_stall_every_s:
             out.append(f"--front-stall-s ({self.front_stall_s}) must be shorter than --front-stall-every-s "
                        f"({self.front_stall_every_s}), or the front end would never write")
+        if not 0.0 <= self.changed_answers_share <= 1.0 or self.changed_answers_above < 0:
+            out.append("--changed-answers-share must be within [0, 1] and --changed-answers-above >= 0")
         if not 0.0 <= self.tool_call_p <= 1.0:
             out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:
@@ -238,6 +247,8 @@ class GenRequest:
     """Usage carries ``completion_tokens_details.reasoning_tokens``."""
     options: dict = field(default_factory=dict)
     """Framing-specific request fields a writer echoes or obeys (Responses, Messages)."""
+    greedy: bool = False
+    """``temperature`` 0: the answer a deterministic model gives (``--changed-answers-share`` changes some)."""
     images: list[ImageInfo] = field(default_factory=list)
     """The prompt's images (chat image_url parts, Messages image blocks), in order; their tokens are in
     ``prompt_tokens``."""

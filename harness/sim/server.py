@@ -56,6 +56,8 @@ __all__ = ["BODY_BYTES_PER_TOKEN", "SimConfig", "SimServer", "body_limit"]
 
 _RESYNC_S = 0.05
 """A loop this far behind its schedule gives up catching up (the server is overloaded, not jittery)."""
+CHANGED_FROM = 4
+"""A changed answer (``Behavior.changed_answers_share``) differs from its 5th token (index 4) on."""
 
 
 @dataclass
@@ -122,6 +124,7 @@ class SimServer:
         self.loop_stats = LoopStats()
         self._rng = random.Random(config.seed)
         self._asked = 0  # chat/completions requests parsed: ``--early-eos-share`` ends every 1/share-th early
+        self._greedy_above = 0  # greedy ones above --changed-answers-above: every 1/share-th changes
         self._close_rng = random.Random(f"{config.seed}/close-after")
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
@@ -219,6 +222,8 @@ class SimServer:
             seqs.append(Sequence(self._next_id, tokens, gen.output_tokens, now, block_hashes=keys,
                                  adapter=route.adapter))
         job = _Job(gen, conn, seqs[0], now, fault, engine=engine, metrics=self.metrics.model(route.base))
+        if self._changes(gen, len(engine.running) + len(engine.waiting) + 1):
+            job.writer.changed_from = CHANGED_FROM
         job.seqs, job.pending = seqs, len(seqs)
         for seq in seqs:
             self._jobs[seq.id] = job
@@ -262,6 +267,16 @@ class SimServer:
             job.status = "client_gone"
         if self._trace is not None:
             self._trace.write(trace_line(job, now, self._wall_offset, self._cached_tokens(job)))
+
+    def _changes(self, gen: GenRequest, in_engine: int) -> bool:
+        """Whether this greedy answer changes (``Behavior.changed_answers_share``): every 1/share-th greedy chat or
+        completions request that arrives with more than ``changed_answers_above`` in the engine."""
+        b = self.config.behavior
+        if not (b.changed_answers_share and gen.greedy and gen.kind in ("chat", "completions")
+                and in_engine > b.changed_answers_above):
+            return False
+        n, self._greedy_above = self._greedy_above, self._greedy_above + 1
+        return math.floor((n + 1) * b.changed_answers_share) > math.floor(n * b.changed_answers_share)
 
     async def _engine_loop(self, model: str) -> None:
         engine, wake, stats = self.engines[model], self._wakes[model], self.loop_stats

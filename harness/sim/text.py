@@ -34,16 +34,22 @@ _ARGS_OPEN = '{"input":"'
 _ARGS_CLOSE = '"}'
 
 
-def token_text(index: int, count: int = 1) -> bytes:
-    """JSON string (quoted) of ``count`` output tokens starting at ``index``: one word per token."""
+def token_text(index: int, count: int = 1, changed_from: int | None = None) -> bytes:
+    """JSON string (quoted) of ``count`` output tokens starting at ``index``: one word per token. ``changed_from``:
+    the answer changes from that token on (each word the next one of the vocabulary: ``--changed-answers-share``)."""
+    if changed_from is not None and index + count > changed_from:
+        return json.dumps(plain_text(count, index, changed_from)).encode()
     if count == 1:
         return _VOCAB_JSON[index % len(_VOCAB_JSON)]
     return json.dumps("".join(" " + VOCAB[(index + i) % len(VOCAB)] for i in range(count))).encode()
 
 
-def plain_text(count: int, start: int = 0) -> str:
-    """The text of ``count`` output tokens from ``start`` (``plain_text(n)``: a non-streaming answer)."""
-    return "".join(" " + VOCAB[i % len(VOCAB)] for i in range(start, start + count))
+def plain_text(count: int, start: int = 0, changed_from: int | None = None) -> str:
+    """The text of ``count`` output tokens from ``start`` (``plain_text(n)``: a non-streaming answer), changed from
+    token ``changed_from`` on as ``token_text``'s."""
+    if changed_from is None:
+        return "".join(" " + VOCAB[i % len(VOCAB)] for i in range(start, start + count))
+    return "".join(" " + VOCAB[(i + (i >= changed_from)) % len(VOCAB)] for i in range(start, start + count))
 
 
 def output_words(count: int) -> list[str]:

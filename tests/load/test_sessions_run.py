@@ -160,7 +160,7 @@ def test_a_kv_bound_endpoint_breaks_when_its_prefix_cache_stops_holding_the_sess
     shares = {s["users"]: s["prefix_cache"]["client"].get("cached_share") for s in summary["steps"]}
     past = [share for users, share in shares.items() if users > knee["users"] and share is not None]
     assert shares[4] > 0.8 and past and min(past) < shares[4] - 0.2, shares
-    assert knee["reason"] in r.stdout  # the console says it too
+    assert knee["why"] and knee["why"] in r.stdout and "prefix cache hit" in knee["why"]  # the console says why too
 
 
 def test_open_loop_rate_is_new_sessions_per_second(tmp_path):
