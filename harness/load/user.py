@@ -194,7 +194,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         headers, images, sampler, ask = self.headers, None, self.sampler, None
         if call is None:
             assert sampler is not None  # no call: a user with a sampler (not sessions)
-            ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(lambda: sampler.next().prompt)
+            ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(sampler.next)
             plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
             prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
             hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}

@@ -16,6 +16,7 @@ from harness.metrics.record import RequestRecord
 from harness.scenario import Endpoint
 from harness.spec.verify import VerifySpec
 from harness.workload.prompts import Prompt
+from harness.workload.sampler import PlannedRequest
 from harness.workload.verify import example, first_difference
 
 __all__ = ["Ask", "Verifier"]
@@ -39,26 +40,28 @@ class Ask:
 class Verifier:
     def __init__(self, spec: VerifySpec, seed: int, worker: int) -> None:
         self.spec = spec
-        self.prompts: list[Prompt] = []
+        self.prompts: list[tuple[Prompt, int]] = []
+        """Each reference prompt with its answer length (``spec.max_tokens``, else the one drawn with it)."""
         self.references: dict[int, str] = {}
         self.asking: set[int] = set()
         self.rng = random.Random(f"{seed}/verify/{worker}")
         self.extra = {"temperature": 0, "seed": spec.seed}
 
-    def pick(self, draw: Callable[[], Prompt]) -> Ask | None:
+    def pick(self, draw: Callable[[], PlannedRequest]) -> Ask | None:
         """What the next request asks: a reference still missing, else (with probability ``share``, once every
-        reference is in) a re-ask; None: an ordinary request. ``draw``: a prompt of the workload's."""
+        reference is in) a re-ask; None: an ordinary request. ``draw``: a prompt of the workload's and its output
+        length."""
         spec = self.spec
         if not self.prompts:
-            self.prompts = [draw() for _ in range(spec.prompts)]
+            self.prompts = [(p.prompt, spec.max_tokens or p.max_tokens) for p in (draw() for _ in range(spec.prompts))]
         missing = next((i for i in range(spec.prompts) if i not in self.references and i not in self.asking), None)
         if missing is not None:
             self.asking.add(missing)
-            return Ask(missing, self.prompts[missing], spec.max_tokens, True, self.extra)
+            return Ask(missing, *self.prompts[missing], True, self.extra)
         if len(self.references) < spec.prompts or self.rng.random() >= spec.share:
             return None
         i = self.rng.randrange(spec.prompts)
-        return Ask(i, self.prompts[i], spec.max_tokens, False, self.extra)
+        return Ask(i, *self.prompts[i], False, self.extra)
 
     def judge(self, ask: Ask, rec: RequestRecord) -> None:
         """Takes ``rec``'s answer as the reference, or compares it with it (a failed request compares nothing)."""

@@ -20,6 +20,7 @@ from harness.analysis.summary_model import Percentiles, RunCost, Search, SplitPa
 from harness.checker import decode_text
 from harness.metrics.vocabulary import HEADLINE
 from harness.report import charts
+from harness.report.answers import answers_section
 from harness.report.cells import e as _e
 from harness.report.cells import fig as _fig
 from harness.report.cells import n as _n
@@ -267,6 +268,8 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
             parts.append("<h2>Where TTFT goes</h2>" + _split_table(s))
         if any(st.tail for st in steps):
             parts.append("<h2>Why the tail</h2>" + _tail_table(s) + charts.tail_features(s))
+        if any(st.verify for st in steps):
+            parts.append("<h2>Answers under load</h2>" + answers_section(s))
         if any(st.timeline for st in steps):
             parts.append("<h2>Timeline</h2>" + timeline_section(s))
         if s.cost:

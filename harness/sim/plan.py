@@ -109,11 +109,11 @@ class Behavior:
     front_stall_s: float = field(default=0.15, metadata={"help": "How long each front-end stall lasts."})
     changed_answers_share: float = field(default=0.0, metadata={
         "help": "Share of greedy answers (temperature 0; chat and completions) that change from their 5th token on "
-                "while more than --changed-answers-above requests are in the engine, as a serving stack whose output "
-                "depends on its batch: exactly every 1/share-th such request. 0 = answers never change."})
+                "when their first token is made in a batch of more than --changed-answers-above sequences, as a "
+                "serving stack whose output depends on its batch: exactly every 1/share-th such request. 0 = never."})
     changed_answers_above: int = field(default=0, metadata={
-        "help": "Requests in the engine (running and waiting, the new one included) above which greedy answers "
-                "change (--changed-answers-share)."})
+        "help": "Batch size (sequences running in the engine) above which greedy answers change "
+                "(--changed-answers-share)."})
     image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
         "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
                 "(Qwen2-VL-like)."})

@@ -222,8 +222,6 @@ class SimServer:
             seqs.append(Sequence(self._next_id, tokens, gen.output_tokens, now, block_hashes=keys,
                                  adapter=route.adapter))
         job = _Job(gen, conn, seqs[0], now, fault, engine=engine, metrics=self.metrics.model(route.base))
-        if self._changes(gen, len(engine.running) + len(engine.waiting) + 1):
-            job.writer.changed_from = CHANGED_FROM
         job.seqs, job.pending = seqs, len(seqs)
         for seq in seqs:
             self._jobs[seq.id] = job
@@ -268,12 +266,12 @@ class SimServer:
         if self._trace is not None:
             self._trace.write(trace_line(job, now, self._wall_offset, self._cached_tokens(job)))
 
-    def _changes(self, gen: GenRequest, in_engine: int) -> bool:
+    def _changes(self, gen: GenRequest, batch: int) -> bool:
         """Whether this greedy answer changes (``Behavior.changed_answers_share``): every 1/share-th greedy chat or
-        completions request that arrives with more than ``changed_answers_above`` in the engine."""
+        completions request whose first token was made in a batch of more than ``changed_answers_above``."""
         b = self.config.behavior
         if not (b.changed_answers_share and gen.greedy and gen.kind in ("chat", "completions")
-                and in_engine > b.changed_answers_above):
+                and batch > b.changed_answers_above):
             return False
         n, self._greedy_above = self._greedy_above, self._greedy_above + 1
         return math.floor((n + 1) * b.changed_answers_share) > math.floor(n * b.changed_answers_share)
@@ -312,6 +310,8 @@ class SimServer:
                 continue
             index = job.emitted
             writer = job.writer
+            if index == 0 and self._changes(job.gen, len(job.engine.running)):  # the batch that made its first token
+                writer.changed_from = CHANGED_FROM
             stream = job.gen.stream
             out = []
             if stream:

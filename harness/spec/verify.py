@@ -24,8 +24,9 @@ class VerifySpec:
     request's)."""
     prompts: int = 8
     """Distinct reference prompts, drawn from the workload's lengths."""
-    max_tokens: int = 32
-    """The answer length compared (asked with ``ignore_eos`` where the endpoint asks for exact lengths)."""
+    max_tokens: int | None = None
+    """The answer length asked and compared; None: the one the workload drew with each prompt, so the re-asks have
+    the workload's shape (exact where the endpoint asks for exact lengths: ``ignore_eos``)."""
     seed: int = 1234
     """The API's ``seed`` field, beside ``temperature: 0``."""
 
@@ -37,7 +38,7 @@ def verify_from_spec(node: Any, path: str, check: Checker) -> VerifySpec | None:
         return None
     share = check.number(node, "share", path, VerifySpec.share, above=0, maximum=1)
     prompts = check.number(node, "prompts", path, VerifySpec.prompts, integer=True, minimum=1, maximum=1000)
-    max_tokens = check.number(node, "max_tokens", path, VerifySpec.max_tokens, integer=True, minimum=1)
+    max_tokens = check.number(node, "max_tokens", path, None, integer=True, minimum=1)
     seed = check.number(node, "seed", path, VerifySpec.seed, integer=True)
     if len(check.problems) > before:
         return None

@@ -103,3 +103,21 @@ def _explained(knee: dict, steps: list[dict], slots: int) -> None:
     assert above and all(v["running_max"] == slots and v["waiting_max"] >= 1 for v in above), above
     assert all(s["server"]["kv_cache_usage_max"] is not None for s in measured)
     assert "server: waiting requests" in knee["reason"], knee
+
+
+def test_greedy_answers_across_batch_sizes(tmp_path, vllm: VllmServer) -> None:
+    """``verify:`` on vLLM CPU: the references at 1 user (batch 1), re-asked at 1, 4, 7 and 10 users (10 > the 8
+    slots: full batches and a queue). At 1 user the batch is the references' own: the answers must be theirs (the A/A);
+    above, whether they change is the engine's answer, written down in docs/verify.md (the test prints it)."""
+    path = _scenario(tmp_path, vllm, """load:
+          mode: staircase
+          users: {start: 1, step: 3, max: 10}
+          step: {warmup_s: 3, min_duration_s: 15, min_requests: 60, max_duration_s: 40}
+        verify: {share: 0.3}""")
+    r = kneecap_run(path, out=tmp_path / "out", workers=None, lag_limit_ms=None, timeout=600)
+    assert r.code in (0, 3), r.output
+    seen = {s["users"]: s.get("verify") for s in r.summary["steps"]}
+    print({users: (v or {}).get("changed_share") for users, v in seen.items()})
+    print("\n".join(line for line in r.output.splitlines() if line.startswith(("ANSWERS", "answers:"))))
+    assert all(v and v["verified"] >= 10 for v in seen.values()), seen
+    assert seen[1]["changed"] == 0, seen[1]

@@ -12,6 +12,7 @@ from harness.metrics.record import RequestRecord
 from harness.sim.text import plain_text, token_text
 from harness.spec.verify import VerifySpec
 from harness.workload.prompts import Prompt
+from harness.workload.sampler import PlannedRequest
 from harness.workload.verify import example, first_difference
 
 
@@ -41,8 +42,8 @@ def test_the_simulators_changed_answer_differs_from_its_5th_word_on_and_streams_
     assert streamed == changed and "".join(json.loads(token_text(i, 1)) for i in range(12)) == same
 
 
-def prompt(i: int) -> Prompt:
-    return Prompt(None, f"prompt {i}", 2, 0)
+def prompt(i: int) -> PlannedRequest:
+    return PlannedRequest(Prompt(None, f"prompt {i}", 2, 0), 10 + i)
 
 
 def answered(content: str | None, ok: bool = True) -> RequestRecord:
@@ -54,6 +55,7 @@ def test_references_first_then_a_share_of_re_asks_compared():
     drawn = iter(range(100))
     asks = [v.pick(lambda: prompt(next(drawn))) for _ in range(4)]
     assert [a.index for a in asks[:3]] == [0, 1, 2] and all(a.reference for a in asks[:3])
+    assert [a.max_tokens for a in asks[:3]] == [10, 11, 12]  # the lengths the workload drew with them
     assert asks[3] is None  # the references are in flight: an ordinary request meanwhile
     v.judge(asks[0], answered(" a b c"))
     v.judge(asks[1], answered(None, ok=False))  # failed: asked again
