@@ -22,6 +22,14 @@ load:
 """
 
 
+def exit_code(step: dict, judged: int) -> int:
+    """The run's exit code when its one step is judged; 4 when kneecap rightly did not count it: a loaded machine's
+    other processes held the cores, so its loop lag broke the limit (loop lag p99 61 and 78 ms, the loops waiting
+    0.8-0.9 s for a CPU, beside other lanes' runs in two fresh-clone CIs of 2026-12-07). The answers' figures are
+    the same either way."""
+    return judged if step["counted"] else 4
+
+
 def test_answers_ended_early_are_named_and_fail_the_run_when_asked(tmp_path):
     r = kneecap_run(scenario(tmp_path, CONSTANT, slo='slo: {short_answer_rate: "rate<0.05"}\n'),
                     "--sim-arg=--early-eos-share=0.3", out=tmp_path / "out")
@@ -30,17 +38,19 @@ def test_answers_ended_early_are_named_and_fail_the_run_when_asked(tmp_path):
     assert answers["length_asked"] == step["ok"] > 100, answers
     assert 0.27 <= answers["short_share"] <= 0.33, answers  # every 10th in 3, over the worker's requests in the step
     assert set(answers["short_by_finish_reason"]) == {"stop"} and answers["tokens_got_over_asked"] < 0.9, answers
-    assert r.code == 3 and "SHORT ANSWERS: " in r.output and "did not honour ignore_eos/min_tokens" in r.output, \
-        r.output
-    check = next(c for c in step["slo"] if c["threshold"].startswith("short_answer_rate"))
-    assert not check["passed"] and check["observed"] == pytest.approx(answers["short_share"], abs=1e-3)
+    assert r.code == exit_code(step, 3), r.output
+    assert "SHORT ANSWERS: " in r.output and "did not honour ignore_eos/min_tokens" in r.output, r.output
+    if step["counted"]:  # an uncounted step neither passes nor fails an SLO (slo_passed null)
+        check = next(c for c in step["slo"] if c["threshold"].startswith("short_answer_rate"))
+        assert not check["passed"] and check["observed"] == pytest.approx(answers["short_share"], abs=1e-3)
 
 
 def test_answers_as_long_as_asked_say_nothing(tmp_path):
     r = kneecap_run(scenario(tmp_path, CONSTANT, slo='slo: {short_answer_rate: "rate<0.05"}\n'), out=tmp_path / "out")
-    answers = r.summary["steps"][0]["answers"]
+    step = r.summary["steps"][0]
+    answers = step["answers"]
     assert answers["short"] == 0 and answers["tokens_got_over_asked"] == 1.0, answers
-    assert r.code == 0 and "SHORT ANSWERS" not in r.output, r.output
+    assert r.code == exit_code(step, 0) and "SHORT ANSWERS" not in r.output, r.output
 
 
 def test_each_class_of_a_mix_says_how_many_of_its_answers_were_short(tmp_path):
@@ -66,4 +76,4 @@ def test_each_class_of_a_mix_says_how_many_of_its_answers_were_short(tmp_path):
     assert 0.1 <= exact["short_answer_share"] <= 0.5 and exact["short_answers"] == step["answers"]["short"], exact
     assert not exact["slo_passed"] and exact["slo"][0]["observed"] == exact["short_answer_share"], exact
     assert natural["short_answers"] == 0 and natural["short_answer_share"] is None, natural
-    assert r.code == 3, r.output
+    assert r.code == exit_code(step, 3), r.output
