@@ -195,12 +195,12 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         if call is None:
             assert sampler is not None  # no call: a user with a sampler (not sessions)
             ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(sampler.next)
-            plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
-            prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
-            hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             if ask is not None:  # verify: a reference prompt, asked greedily, compared once answered
-                prompts, max_tokens, cls, images, hangups, ep = [ask.prompt], ask.max_tokens, None, None, {}, \
-                    ask.endpoint(ep)
+                prompts, max_tokens, cls, ep = [ask.prompt], ask.max_tokens, None, ask.endpoint(ep)
+            else:
+                plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
+                prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
+                hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
                 extra = sampler.batch(batch) - 1

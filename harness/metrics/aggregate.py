@@ -46,7 +46,7 @@ ANSWER_AT_KEY = "answer_at:"
 """``Bucket.extra``'s key prefix, with the word index, for changed answers (``verify:``) first differing there."""
 ANSWER_KEY = "answer:"
 """``Bucket.failure_samples``' key prefix of a changed answer's example (``workload.verify.example``): samples of the
-step, not of a failure class; ``analysis.steps`` reads them apart."""
+step, not of a failure class; ``analysis.answers`` reads them apart."""
 ANSWER_EXAMPLES = 3
 HELD_KEY = "held_kb:"
 """``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
