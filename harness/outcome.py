@@ -21,7 +21,7 @@ from harness import exitcodes
 from harness.analysis.classes import class_figures, class_tail_lines, mix_step, probe_line
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.counted import WHY, not_counted
-from harness.analysis.plain import knee_sentence
+from harness.analysis.plain import knee_words
 from harness.analysis.results import level_unit
 from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
 from harness.analysis.summary_blocks import Generator
@@ -244,10 +244,8 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         return exitcodes.NO_VALID_RESULT
     knee, unit = summary.knee, level_unit(summary.mode)
     if knee.found:
-        sentence = knee_sentence(summary)  # the finder's own words (elasticities) stay in summary.json and the report
-        say(f"knee: {knee.level:g} {unit} ({knee.confidence} confidence) - "
-            + (f"{sentence}{f' Why: {knee.why}.' if isinstance(knee.why, str) and knee.why else ''}" if sentence
-               else knee.reason))
+        # the finder's own words (elasticities) stay in summary.json and the report
+        say(f"knee: {knee.level:g} {unit} ({knee.confidence} confidence) - {knee_words(summary) or knee.reason}")
     else:
         say(f"knee: not found ({knee.reason})")
     events = summary.fleet_events

@@ -7,7 +7,7 @@ from harness.analysis.counted import not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Summary
 
-__all__ = ["SURE", "figure", "knee_sentence"]
+__all__ = ["SURE", "figure", "knee_sentence", "knee_words"]
 
 SURE = {"high": "the steps after it confirm it, and it is where throughput per unit of latency peaks",
         "medium": "the steps after it confirm it",
@@ -33,6 +33,13 @@ def knee_sentence(s: Summary) -> str:
         out += (f" while output throughput {_grew(grew)} ({figure(t0)} → {figure(t1)} tokens/s): past it, more load "
                 + ("adds latency, not throughput" if grew < 5 else "adds latency faster than throughput"))
     return out + "."
+
+
+def knee_words(s: Summary) -> str:
+    """The knee's sentence and its why (``knee.why``: the server's queue, the prefix cache, the tail past it): what the
+    console's ``knee:`` line and the report's first screen say; "" without a sentence."""
+    sentence, why = knee_sentence(s), s.knee.why
+    return sentence + (f" Why: {why}." if sentence and isinstance(why, str) and why else "")
 
 
 def _grew(pct: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from harness.analysis.plain import SURE, knee_sentence
+from harness.analysis.plain import SURE, knee_words
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Knee, Summary
 from harness.report.cells import e, n
@@ -29,13 +29,12 @@ def verdict_html(s: Summary) -> str:
     if s.incomplete is not UNSET:
         k += f"<br><span class='fail' id='incomplete'>INCOMPLETE: {e(s.incomplete)}</span>"
     words = (f"<details><summary>How the knee was found</summary>{e(knee.reason)}</details>"
-             if knee.found and knee_sentence(s) else "")  # the finder's own words, when the sentence stands for them
+             if knee.found and knee_words(s) else "")  # the finder's own words, when the sentence stands for them
     return f"<div class='verdict'>{k}<br>Exit code {e(s.exit_code)}; stop: {e(s.stop_reason)}{words}</div>"
 
 
 def _why(s: Summary, knee: Knee) -> str:
-    sentence = knee_sentence(s)
+    said = knee_words(s)
     sure = SURE.get(knee.confidence or "", "")
-    why = f" Why: {knee.why}." if sentence and knee.why is not UNSET and knee.why else ""
-    return ((f"<br><span id='knee-why'>{e(sentence + why)}</span>" if sentence else f" — {e(knee.reason)}")
+    return ((f"<br><span id='knee-why'>{e(said)}</span>" if said else f" — {e(knee.reason)}")
             + (f"<br>Confidence {e(knee.confidence)}: {e(sure)}." if sure else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.plain import figure, knee_sentence
+from harness.analysis.plain import figure, knee_sentence, knee_words
 from harness.report.validate import as_summary
 from tests.kit.summaries import written
 
@@ -42,3 +42,10 @@ def test_no_sentence_without_a_knee_or_its_figures(knee):
 
 def test_figures_at_a_readers_precision():
     assert [figure(x) for x in (4806.659, 1051.22, 36.54, 8.944, -0.211)] == ["4,807", "1,051", "36.5", "8.94", "-0.21"]
+
+
+def test_the_words_add_the_why_when_the_run_had_one():
+    said = knee_words(summary(why="server: waiting requests 0 -> 37"))
+    assert said.endswith("not throughput. Why: server: waiting requests 0 -> 37.") and said.startswith("Past 8 users")
+    assert knee_words(summary()) == knee_sentence(summary())  # no why: the sentence alone
+    assert knee_words(summary(found=False, why="x")) == ""
