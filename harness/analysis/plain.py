@@ -7,7 +7,7 @@ from harness.analysis.counted import not_counted
 from harness.analysis.results import level_unit
 from harness.analysis.summary_model import Summary
 
-__all__ = ["SURE", "figure", "knee_sentence", "knee_words"]
+__all__ = ["SURE", "figure", "knee_sentence", "knee_words", "rounded"]
 
 SURE = {"high": "the steps after it confirm it, and it is where throughput per unit of latency peaks",
         "medium": "the steps after it confirm it",
@@ -44,6 +44,13 @@ def knee_words(s: Summary) -> str:
 
 def _grew(pct: int) -> str:
     return f"grew {pct}%" if pct > 0 else "did not grow" if pct == 0 else f"fell {-pct}%"
+
+
+def rounded(x: float) -> float:
+    """``figure``'s precision as a number (a table that sorts its cells as numbers): 4807, 36.5, 8.94; ints kept."""
+    if isinstance(x, int):
+        return x
+    return round(x) if abs(x) >= 100 else round(x, 1 if abs(x) >= 10 else 2)
 
 
 def figure(x: float) -> str:

@@ -10,6 +10,7 @@ from flask import Blueprint, Response, redirect, request
 from msgspec import UnsetType
 
 from harness.analysis.ledger import Ledger
+from harness.analysis.plain import rounded
 from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo, step_health
 from harness.analysis.summary_model import Summary
@@ -64,7 +65,7 @@ def llm_rows(view: LiveRun) -> list[dict]:
         s = b.sketches.get(name)
         if s is not None and s.count:
             figures = summarize_sketch(s, scale)
-            rows.append({"metric": label, **{c: figures[c] for c in COLUMNS}})
+            rows.append({"metric": label, **{c: rounded(figures[c]) for c in COLUMNS}})  # a reader's precision
     return rows
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.plain import figure, knee_sentence, knee_words
+from harness.analysis.plain import figure, knee_sentence, knee_words, rounded
 from harness.report.validate import as_summary
 from tests.kit.summaries import written
 
@@ -49,3 +49,7 @@ def test_the_words_add_the_why_when_the_run_had_one():
     assert said.endswith("not throughput. Why: server: waiting requests 0 -> 37.") and said.startswith("Past 8 users")
     assert knee_words(summary()) == knee_sentence(summary())  # no why: the sentence alone
     assert knee_words(summary(found=False, why="x")) == ""
+
+
+def test_rounded_is_figure_as_a_number():
+    assert [rounded(x) for x in (4806.659, 36.54, 8.944, 0.0049, 7)] == [4807, 36.5, 8.94, 0.0, 7]
