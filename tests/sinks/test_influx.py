@@ -130,7 +130,9 @@ def test_an_outage_loses_no_point(tmp_path):
 
 
 def test_database_never_up_spools_everything_and_replay_loads_it(tmp_path):
-    port = free_port()
+    # a port no other test is handed while this run finds nothing on it: with free_port(), another lane's simulator
+    # once took it (its /health answered for victoria-metrics, its 404 for the replay: a fresh-clone CI, 2026-12-07)
+    port = port_below_ephemeral()
     out, _ = start_kneecap_run(scenario(tmp_path, CONSTANT.replace("12", "4"), f"http://127.0.0.1:{port}"),
                                out=tmp_path / "out").communicate(timeout=120)
     s = summary_of(tmp_path)
