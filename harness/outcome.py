@@ -126,23 +126,45 @@ def short_answers(summary: Summary) -> list[str]:
 
 def answers_lines(summary: Summary) -> list[str]:
     """``verify:``: the load where greedy answers began to differ from the start's (``ANSWERS CHANGED``, with the
-    share by step and one example), or that they did not."""
+    share by step and one example), or that they did not; with checks, the same for answers that failed them."""
     seen = sorted(((st, st.verify) for st in summary.steps if not isinstance(st.verify, UnsetType)),
                   key=lambda sv: sv[0].level)
     if not seen:
         return []
-    unit = level_unit(summary.mode)
-    first = next(((st, v) for st, v in seen if v.changed), None)
+    return _changed_lines(summary, seen) + _check_lines(summary, seen)
+
+
+def _changed_lines(summary: Summary, seen: list) -> list[str]:
+    compared = [(st, v) for st, v in seen if v.verified]
+    if not compared:
+        return []
+    first = next(((st, v) for st, v in compared if v.changed), None)
     if first is None:
-        return [f"answers: the same at every step ({sum(v.verified for _, v in seen):,} re-asked answers compared "
-                "with the start's)"]
+        return [f"answers: the same at every step ({sum(v.verified for _, v in compared):,} re-asked answers "
+                "compared with the start's)"]
     st, v = first
-    by_step = ", ".join(f"{s.level:g}: {w.changed_share:.0%} of {w.verified}" for s, w in seen)
+    by_step = ", ".join(f"{s.level:g}: {w.changed_share:.0%} of {w.verified}" for s, w in compared)
     e = v.examples[0] if v.examples else None
     said = f"; e.g. prompt {e.prompt}: {_words(e.reference)!r} became {_words(e.answer)!r}" if e else ""
-    return [f"ANSWERS CHANGED: from {st.level:g} {unit} on (step {st.index}): {v.changed_share:.1%} of {v.verified} "
-            f"re-asked greedy answers differ from the start's, first at word {v.first_difference_median} (median)"
-            f"{said}. By load: {by_step}"]
+    return [f"ANSWERS CHANGED: from {st.level:g} {level_unit(summary.mode)} on (step {st.index}): "
+            f"{v.changed_share:.1%} of {v.verified} re-asked greedy answers differ from the start's, first at word "
+            f"{v.first_difference_median} (median){said}. By load: {by_step}"]
+
+
+def _check_lines(summary: Summary, seen: list) -> list[str]:
+    checked = [(st, v) for st, v in seen if v.checked]
+    if not checked:
+        return []
+    first = next(((st, v) for st, v in checked if v.failed), None)
+    if first is None:
+        return [f"answers: every checked answer passed ({sum(v.checked for _, v in checked):,} answers checked)"]
+    st, v = first
+    by_step = ", ".join(f"{s.level:g}: {w.failed_share:.0%} of {w.checked}" for s, w in checked)
+    reasons = ", ".join(f"{k} {n}" for k, n in v.failed_by.items())
+    e = v.check_examples[0] if v.check_examples else None
+    said = f"; e.g. prompt {e.prompt} ({e.failed}): ...{e.answer[-60:]!r}" if e else ""
+    return [f"ANSWERS FAILED CHECKS: from {st.level:g} {level_unit(summary.mode)} on (step {st.index}): "
+            f"{v.failed_share:.1%} of {v.checked} checked answers failed ({reasons}){said}. By load: {by_step}"]
 
 
 def _words(text: str, most: int = 6) -> str:

@@ -208,10 +208,14 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
 
 def _verify(top: dict, endpoint: Endpoint, workload: Workload | None, slo: tuple[Threshold, ...],
             check: Checker) -> VerifySpec | None:
-    """The ``verify:`` block, and what it needs: an answer to single prompts; ``slo.answers_changed_rate`` needs it."""
+    """The ``verify:`` block, and what it needs: an answer to single prompts; ``slo.answers_changed_rate`` needs it,
+    ``slo.answers_failed_rate`` its checks."""
     verify = verify_from_spec(top["verify"] or {}, "verify", check) if "verify" in top else None
     if verify is None and any(t.metric == "answers_changed_rate" for t in slo):
         check.fail("slo.answers_changed_rate", "needs answers to compare: add verify: {} (docs/verify.md)")
+    if any(t.metric == "answers_failed_rate" for t in slo) and (verify is None or not verify.checks):
+        check.fail("slo.answers_failed_rate", "needs answers to check: add verify: {check: {json: true}} (or a regex, "
+                   "a schema, a prompt file's contains; docs/verify.md)")
     if verify is not None and (endpoint.api == "embeddings" or (workload is not None and workload.sessions)):
         check.fail("verify", "compares answers to single prompts: not for api: embeddings (no answer) nor "
                              "workload.sessions (each turn's history differs); remove verify:")

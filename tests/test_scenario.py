@@ -105,6 +105,11 @@ MALFORMED = [
                                                                 "'input_per_mtok'?"),
     (GOOD + "cost: {output_per_mtok: 1.5}", "cost: metered prices need both input_per_mtok and output_per_mtok"),
     (GOOD + "cost: {per_month: [4999]}", "cost.per_month: expected a number, got a list"),
+    (GOOD + "verify: {check: {regex: '(a'}}", "verify.check.regex: not a regular expression: missing ), unterminated"),
+    (GOOD + "verify: {check: {schema: {type: 7}}}", "verify.check.schema: not a valid JSON Schema: 7 is not valid"),
+    (GOOD + "verify: {check: {jsn: true}}", "verify.check: unknown key 'jsn'; did you mean 'json'?"),
+    (GOOD + "verify: {file: log.csv}", "verify.file: line 1: not JSON (Expecting value"),
+    (GOOD + "verify: {}\nslo: {answers_failed_rate: 'rate<0.01'}", "slo.answers_failed_rate: needs answers to check"),
 ]
 
 
@@ -201,3 +206,22 @@ def test_a_short_answer_slo_needs_requests_that_ask_for_an_exact_length():
         parse_scenario(mix, source="t.yaml")
     assert "workload.mix.a.slo.short_answer_rate" in str(err.value) and "mix.b" not in str(err.value)
     parse_scenario({**base, "endpoint": {**base["endpoint"], "ignore_eos": True}}, source="t.yaml")  # asks: fine
+
+
+def test_verify_reads_its_prompt_file_and_schema_file_with_the_scenario(tmp_path):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "capital of France?", "max_tokens": 8, "answer": " Paris"}\n\n'
+                                            '{"prompt": "two plus two?", "contains": "4"}\n')
+    (tmp_path / "schema.json").write_text('{"type": "object", "required": ["answer"]}')
+    s = load_scenario(write(tmp_path, GOOD + "verify: {file: prompts.jsonl, check: {schema: schema.json}}\n"
+                                             "slo: {answers_failed_rate: 'rate<0.01'}"))
+    v = s.verify
+    assert v is not None and v.prompts == 2 and v.checks
+    assert v.check.schema == {"type": "object", "required": ["answer"]}
+    assert [(p.prompt, p.max_tokens, p.answer, p.contains) for p in v.file] == [
+        ("capital of France?", 8, " Paris", None), ("two plus two?", None, None, "4")]
+    (tmp_path / "bad.jsonl").write_text('{"prompt": ""}\n["x"]\n{"prompt": "p", "max_tokens": 0}\n'
+                                        '{"prompt": "p", "q": 1}\n')
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, GOOD + "verify: {file: bad.jsonl}"))
+    assert 'line 1: "prompt" must be a non-empty string; line 2: expected an object, got list; line 3: "max_tokens" ' \
+           "must be an integer >= 1, got 0; line 4: unknown key 'q'" in str(err.value), err.value

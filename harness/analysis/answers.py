@@ -1,37 +1,83 @@
 """Answers under load (``verify:``): per step, how many re-asked reference prompts got another answer than at the
-start, where they first differed, and a few examples. Pure."""
+start, where they first differed, how many answers failed the scenario's checks and which, with a few examples of
+each; written as a dict (``answers``), read as ``Verify`` (summary.json's ``steps[].verify``). Pure."""
 
 from __future__ import annotations
 
 import json
 
-from harness.metrics.aggregate import ANSWER_AT_KEY, ANSWER_KEY, Bucket
+from msgspec import field
 
-__all__ = ["changed_answers", "failure_samples"]
+from harness.analysis.summary_blocks import View
+from harness.metrics.aggregate import ANSWER_AT_KEY, ANSWER_CHECK_KEY, ANSWER_FAILED_KEY, ANSWER_KEY, Bucket
+
+__all__ = ["ChangedAnswer", "FailedAnswer", "Verify", "answers", "failure_samples"]
 
 
-def changed_answers(bucket: Bucket) -> dict | None:
-    """``{"verified", "changed", "changed_share", "first_difference_median", "examples"}``; None when no answer was
-    compared in the step (no ``verify:``, or only the references were asked)."""
+class ChangedAnswer(View, frozen=True, kw_only=True):
+    prompt: int
+    at: int
+    reference: str
+    answer: str
+
+
+class FailedAnswer(View, frozen=True, kw_only=True):
+    prompt: int
+    failed: str
+    answer: str
+
+
+class Verify(View, frozen=True, kw_only=True):
+    """Answers compared with their references and checked (``analysis.answers``): ``first_difference_median`` a
+    word's index; ``changed_share`` None when only checked answers (the references) came in the step."""
+
+    verified: int
+    changed: int
+    changed_share: float | None = None
+    first_difference_median: int | None = None
+    examples: list[ChangedAnswer] = field(default_factory=list)
+    checked: int = 0
+    failed: int = 0
+    failed_share: float | None = None
+    failed_by: dict[str, int] = field(default_factory=dict)
+    check_examples: list[FailedAnswer] = field(default_factory=list)
+
+
+def answers(bucket: Bucket) -> dict | None:
+    """``{"verified", "changed", "changed_share", "first_difference_median", "examples"}``, and with checks
+    ``{"checked", "failed", "failed_share", "failed_by", "check_examples"}``; None when no answer was compared nor
+    checked in the step (no ``verify:``, or only the references were asked, unchecked)."""
     x = bucket.extra
-    verified = x.get("answers_verified", 0)
-    if not verified:
+    verified, checked = x.get("answers_verified", 0), x.get("answers_checked", 0)
+    if not verified and not checked:
         return None
     changed = x.get("answers_changed", 0)
     at = sorted((int(k[len(ANSWER_AT_KEY):]), n) for k, n in x.items() if k.startswith(ANSWER_AT_KEY))
-    examples = []
+    out: dict = {"verified": verified, "changed": changed,
+                 "changed_share": round(changed / verified, 4) if verified else None,
+                 "first_difference_median": _lower_median(at), "examples": _examples(bucket, ANSWER_KEY)}
+    if checked:
+        failed = x.get("answers_failed", 0)
+        out |= {"checked": checked, "failed": failed, "failed_share": round(failed / checked, 4),
+                "failed_by": {k[len(ANSWER_FAILED_KEY):]: n for k, n in sorted(x.items())
+                              if k.startswith(ANSWER_FAILED_KEY)},
+                "check_examples": _examples(bucket, ANSWER_CHECK_KEY)}
+    return out
+
+
+def _examples(bucket: Bucket, prefix: str) -> list[dict]:
+    out = []
     for k, v in sorted(bucket.failure_samples.items()):
-        if k.startswith(ANSWER_KEY):
+        if k.startswith(prefix) and k[len(prefix):].isdigit():
             try:
-                examples.append(json.loads(v))
+                out.append(json.loads(v))
             except ValueError:  # a worker of another kneecap: its example is left out, its counts are not
                 continue
-    return {"verified": verified, "changed": changed, "changed_share": round(changed / verified, 4),
-            "first_difference_median": _lower_median(at), "examples": examples}
+    return out
 
 
 def failure_samples(bucket: Bucket) -> dict[str, str]:
-    """The bucket's failure details by class, without the changed answers' examples kept beside them."""
+    """The bucket's failure details by class, without the answers' examples kept beside them."""
     return {k: v for k, v in sorted(bucket.failure_samples.items()) if not k.startswith(ANSWER_KEY)}
 
 

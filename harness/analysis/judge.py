@@ -67,9 +67,11 @@ def evaluate_slo(thresholds: tuple[Threshold, ...], bucket: Bucket) -> list[SloC
         elif t.metric == "short_answer_rate":
             asked = bucket.extra.get("length_asked", 0)
             observed = bucket.extra.get("short_answers", 0) / asked if asked else math.nan
-        elif t.metric == "answers_changed_rate":  # a step that compared no answer has nothing to fail: None, passed
-            verified = bucket.extra.get("answers_verified", 0)
-            observed = bucket.extra.get("answers_changed", 0) / verified if verified else math.nan
+        elif t.metric.startswith("answers_"):  # changed of those compared, failed of those checked (verify:)
+            # a step that compared (checked) no answer has nothing to fail: None, passed
+            whole = "answers_verified" if t.metric == "answers_changed_rate" else "answers_checked"
+            verified = bucket.extra.get(whole, 0)
+            observed = bucket.extra.get(t.metric.removesuffix("_rate"), 0) / verified if verified else math.nan
             if not verified:
                 out.append(SloCheck(threshold=t.text, observed=None, passed=True, abort_on_fail=t.abort_on_fail))
                 continue

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.analysis.answers import changed_answers, failure_samples
+from harness.analysis.answers import answers, failure_samples
 from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
 from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
@@ -149,7 +149,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
     return StepResult(
         index=info.index, mode=mode, level=info.level, duration_s=round(duration, 3), warmup_s=info.warmup_s,
         requests=bucket.requests, ok=bucket.ok, failures=dict(sorted(bucket.failures.items())),
-        failure_samples=failure_samples(bucket), verify=changed_answers(bucket),
+        failure_samples=failure_samples(bucket), verify=answers(bucket),
         warmup_requests=warmup.requests if warmup else 0,
         warmup_shapes=warmup.extra.get(SHAPE_KEY, 0) if warmup else 0,
         arrivals_per_s=round(bucket.arrivals / duration, 3) if mode == "open" else None,

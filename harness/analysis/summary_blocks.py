@@ -13,7 +13,7 @@ from harness.analysis.results import level_unit
 __all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Delivery", "Generator", "PauseSeen", "Pauses",
            "Percentiles", "PrefixCache", "RunCost", "Server", "Sessions", "SloCheck", "SplitPart", "StepCost",
            "Stream", "Tail", "Throughput", "Timeline", "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket",
-           "Verify", "View"]
+           "View"]
 
 
 class View(Struct, kw_only=True, frozen=True):
@@ -316,23 +316,6 @@ class TtftSplit(View, frozen=True, kw_only=True):
 
     client: TtftClient
     server: TtftServer
-
-
-class ChangedAnswer(View, frozen=True, kw_only=True):
-    prompt: int
-    at: int
-    reference: str
-    answer: str
-
-
-class Verify(View, frozen=True, kw_only=True):
-    """Answers compared with their references (``analysis.answers``): ``first_difference_median`` a word's index."""
-
-    verified: int
-    changed: int
-    changed_share: float
-    first_difference_median: int | None = None
-    examples: list[ChangedAnswer] = []
 
 
 class Timeline(View, frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from harness.analysis.answers import Verify
 from harness.analysis.summary_blocks import (
     Answers,
     Attribution,
@@ -50,7 +51,6 @@ from harness.analysis.summary_blocks import (
     TtftServer,
     TtftSplit,
     TurnBucket,
-    Verify,
 )
 
 __all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "Delivery", "FleetEvent", "Generator",

@@ -102,7 +102,8 @@ class WorkerSide:
         self.samplers.warm()  # the prompt corpus (~50 ms) now, not in a step's time
         self.shapes = ShapeWarmup(self.samplers.shapes())
         sc = self.scenario
-        self.verify = None if sc.verify is None else Verifier(sc.verify, sc.workload.seed, self.worker_index)
+        self.verify = None if sc.verify is None else \
+            Verifier(sc.verify, sc.workload.seed, self.worker_index, sc.endpoint.api)
         self.recorder.warmup_s = self.scenario.load.step.warmup_s  # keep the step the master already announced
         self.recorder.good = request_meets(self.scenario.slo)
         self.recorder.worker = self.worker_index

@@ -26,9 +26,9 @@ from harness.metrics.sketch import Sketch
 from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
-__all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_EXAMPLES", "ANSWER_KEY", "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY",
-           "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket", "Delta", "PrefixCache", "ci_min_samples", "ci_ranks",
-           "quantile_ci", "summarize_sketch"]
+__all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_CHECK_KEY", "ANSWER_EXAMPLES", "ANSWER_FAILED_KEY", "ANSWER_KEY",
+           "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket", "Delta",
+           "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
@@ -47,6 +47,10 @@ ANSWER_AT_KEY = "answer_at:"
 ANSWER_KEY = "answer:"
 """``Bucket.failure_samples``' key prefix of a changed answer's example (``workload.verify.example``): samples of the
 step, not of a failure class; ``analysis.answers`` reads them apart."""
+ANSWER_CHECK_KEY = "answer:check:"
+"""Of those, the key prefix of an answer that failed a check (``workload.verify.check_example``)."""
+ANSWER_FAILED_KEY = "answer_failed:"
+"""``Bucket.extra``'s key prefix, with the check's name (``workload.verify.CHECK_REASONS``), for failed checks."""
 ANSWER_EXAMPLES = 3
 HELD_KEY = "held_kb:"
 """``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
@@ -189,6 +193,8 @@ class Bucket:
             extra[key] = extra.get(key, 0) + 1
         if rec.answer_changed_at is not None:
             self._changed(rec.answer_changed_at, rec.answer_example)
+        if rec.answer_failed is not None:
+            self._failed(rec.answer_failed, rec.answer_failed_example)
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted
@@ -205,9 +211,17 @@ class Bucket:
     def _changed(self, at: int, example: str | None) -> None:
         """A changed answer (``verify:``): where it first differs, and the first ``ANSWER_EXAMPLES`` of them."""
         self._count(ANSWER_AT_KEY + str(at))
-        shown = sum(1 for k in self.failure_samples if k.startswith(ANSWER_KEY))
+        self._example(ANSWER_KEY, example)
+
+    def _failed(self, reason: str, example: str | None) -> None:
+        """An answer that failed a check (``verify.check``): which, and the first ``ANSWER_EXAMPLES`` of them."""
+        self._count(ANSWER_FAILED_KEY + reason)
+        self._example(ANSWER_CHECK_KEY, example)
+
+    def _example(self, prefix: str, example: str | None) -> None:
+        shown = sum(1 for k in self.failure_samples if k.startswith(prefix) and k[len(prefix):].isdigit())
         if example and shown < ANSWER_EXAMPLES:
-            self.failure_samples[f"{ANSWER_KEY}{shown}"] = example
+            self.failure_samples[f"{prefix}{shown}"] = example
 
     def _count(self, key: str, n: int = 1) -> None:
         self.extra[key] = self.extra.get(key, 0) + n

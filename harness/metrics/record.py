@@ -151,6 +151,12 @@ class RequestRecord:
     """A changed answer: the first word that differs (``workload.verify.first_difference``)."""
     answer_example: str | None = None
     """A changed answer: both texts from near the difference (``workload.verify.example``), for the summary."""
+    answer_checked: bool = False
+    """``verify.check`` (or a prompt file's ``contains``) judged this answer."""
+    answer_failed: str | None = None
+    """Of a checked answer, the check it failed (``workload.verify.CHECK_REASONS``); None: it passed."""
+    answer_failed_example: str | None = None
+    """A failed check: the answer's end (``workload.verify.check_example``), for the summary."""
 
     @property
     def verified(self) -> bool:
@@ -160,6 +166,10 @@ class RequestRecord:
     @property
     def answer_changed(self) -> bool:
         return self.answer_check == "changed"
+
+    @property
+    def check_failed(self) -> bool:
+        return self.answer_failed is not None
 
     @property
     def ok(self) -> bool:

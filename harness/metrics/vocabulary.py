@@ -180,6 +180,11 @@ METRICS: tuple[Metric, ...] = (
            "answer_changed"),
     Metric("answers_changed_rate", "fraction", "rate", "answers changed / answers verified: the share of greedy "
            "answers that are not the ones the endpoint gave at the start", "answer_changed", slo=True, whole=True),
+    Metric("answers_checked", "requests", "counter", "answers ``verify:`` asked that were checked (``verify.check``, "
+           "a prompt file's ``contains``)", "answer_checked"),
+    Metric("answers_failed", "requests", "counter", "of those, answers that failed a check", "check_failed"),
+    Metric("answers_failed_rate", "fraction", "rate", "answers failed / answers checked: the share of answers that "
+           "did not pass the scenario's checks (quality under load)", "check_failed", slo=True, whole=True),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
     Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
            "sent again without, and not asked again", of="worker"),

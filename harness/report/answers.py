@@ -1,5 +1,6 @@
-"""The report's "Answers under load" (``verify:``): the share of greedy answers that changed against load beside the
-knee metric's p99, and per step the counts, where they first differed and one example (``analysis.answers``)."""
+"""The report's "Answers under load" (``verify:``): the share of greedy answers that changed (and that failed the
+scenario's checks) against load beside the knee metric's p99, and per step the counts, where they first differed and
+one example of each (``analysis.answers``)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,32 @@ def answers_section(summary: Summary) -> str:
         v = s.verify
         assert not isinstance(v, UnsetType)
         x = v.examples[0] if v.examples else None
-        rows.append([n(s.level), v.verified, v.changed, f"{100 * v.changed_share:.1f}%",
+        rows.append([n(s.level), v.verified, v.changed, _share(v.changed_share),
                      "" if v.first_difference_median is None else v.first_difference_median,
                      f"prompt {x.prompt}: “{x.reference[:60]}” → “{x.answer[:60]}”" if x else ""])
-    return _chart(summary, steps) + table(
+    out = _chart(summary, steps) + table(
         [key, "compared", "changed", "share", "first difference (word, median)", "example"], rows,
         "Greedy answers (temperature 0) to the reference prompts, re-asked at every load and compared word by word "
         f"with the answers given at the start (docs/verify.md). {e(_first(summary, steps))}")
+    checked = [s for s in steps if not isinstance(s.verify, UnsetType) and s.verify.checked]
+    if checked:
+        out += table([key, "checked", "failed", "share", "failed by", "example"], [_check_row(s) for s in checked],
+                     "Every answer the verify requests got, checked against the scenario's verify.check (a regex, "
+                     "JSON, a JSON Schema) and a prompt file's contains.")
+    return out
+
+
+def _check_row(s: Step) -> list:
+    v = s.verify
+    assert not isinstance(v, UnsetType)
+    x = v.check_examples[0] if v.check_examples else None
+    return [n(s.level), v.checked, v.failed, _share(v.failed_share),
+            ", ".join(f"{k}: {c}" for k, c in v.failed_by.items()),
+            f"prompt {x.prompt} ({x.failed}): “…{x.answer[-60:]}”" if x else ""]
+
+
+def _share(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:.1f}%"
 
 
 def _first(summary: Summary, steps: list[Step]) -> str:
@@ -53,9 +73,13 @@ def _chart(summary: Summary, steps: list[Step]) -> str:
     metric = summary.knee.metric or "ttft"
     fig, ax = plt.subplots(figsize=(8.4, 3.0))
     loads = [s.level for s in steps]
-    ax.plot(loads, [100 * s.verify.changed_share for s in steps if not isinstance(s.verify, UnsetType)], "-",
-            color="tab:purple", marker="o", markersize=4, label="answers changed (%)")
-    ax.set_ylabel("answers changed (%)")
+    views = [s.verify for s in steps if not isinstance(s.verify, UnsetType)]
+    ax.plot(loads, [100 * _nan(v.changed_share) for v in views], "-", color="tab:purple", marker="o", markersize=4,
+            label="answers changed (%)")
+    if any(v.checked for v in views):
+        ax.plot(loads, [100 * _nan(v.failed_share) for v in views], "-", color="tab:orange", marker="^",
+                markersize=4, label="answers failing checks (%)")
+    ax.set_ylabel("answers (%)")
     ax.set_ylim(bottom=0)
     counted = [s for s in steps if not_counted(s) is None and metric in s.latency_ms and s.latency_ms[metric].count]
     ax2 = ax.twinx()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 
 from harness.sim.plan import GenRequest, Plan, Segment
-from harness.sim.text import plain_text, think_text, token_text, tool_arguments
+from harness.sim.text import json_answer, plain_text, think_text, token_text, tool_arguments
 
 __all__ = ["ChatWriter", "StreamFormat", "full_response", "llama_timings"]
 
@@ -150,6 +150,8 @@ class ChatWriter:
         self._fast = self.plan.plain and not self._running
         self.changed_from: int | None = None
         """The answer changes from this token on (``Behavior.changed_answers_share``); None: it does not."""
+        self.json_cut = False
+        """A JSON answer that never closes (``Behavior.malformed_json_share``)."""
         self.timings: dict | None = None
         """llama.cpp's ``timings`` (``llama_timings``), which the server sets before the last emission (or
         the body) with ``--timings on``; None: left out."""
@@ -168,7 +170,7 @@ class ChatWriter:
         (``cached`` matters only then)."""
         plan, fmt = self.plan, self.fmt
         if self._fast:
-            out = [fmt.token_chunk(token_text(index, count, self.changed_from), plan.finish if finished else None)]
+            out = [fmt.token_chunk(self._text(index, count), plan.finish if finished else None)]
         else:
             out = []
             done = index
@@ -188,10 +190,21 @@ class ChatWriter:
             out.append(StreamFormat.DONE)
         return out
 
+    def _text(self, index: int, count: int) -> bytes:
+        """JSON string (quoted) of answer tokens ``[index, index + count)``: words, or a JSON answer's fragments."""
+        if self.gen.json_answer:
+            return json.dumps(json_answer(index, count, self.plan.answer_tokens, self.json_cut)).encode()
+        return token_text(index, count, self.changed_from)
+
+    def _plain(self, count: int) -> str:
+        if self.gen.json_answer:
+            return json_answer(0, count, count, self.json_cut)
+        return plain_text(count, 0, self.changed_from)
+
     def _chunk(self, seg: Segment, finish: str | None, usage: bytes | None) -> bytes:
         fmt = self.fmt
         if seg.phase == "content":
-            return fmt.token_chunk(token_text(seg.first, seg.count, self.changed_from), finish, usage)
+            return fmt.token_chunk(self._text(seg.first, seg.count), finish, usage)
         if seg.phase == "reasoning":
             if self.gen.kind != "chat":
                 text = json.dumps(think_text(seg.first, seg.count, self.plan.reasoning_tokens)).encode()
@@ -231,9 +244,9 @@ class ChatWriter:
         reasoning = None
         tool_calls = None
         if g.kind != "chat":
-            text: str | None = think_text(0, r, r) + plain_text(a, 0, self.changed_from)
+            text: str | None = think_text(0, r, r) + self._plain(a)
         else:
-            text = plain_text(a, 0, self.changed_from)
+            text = self._plain(a)
             if r:
                 reasoning = plain_text(r)
             if plan.tool is not None:

@@ -384,8 +384,13 @@ def parse_request(kind: str, raw: bytes, *, models: list[str], max_model_len: in
                      prompt_tokens=parsed.tokens, output_tokens=0, finish_reason="", messages=parsed.messages,
                      plan=plan, continuous_usage=include_usage and continuous,
                      reasoning_field=behavior.reasoning_field, reasoning_usage=behavior.reasoning_usage == "on",
-                     images=parsed.images, greedy=_greedy(body.get("temperature")))
+                     images=parsed.images, greedy=_greedy(body.get("temperature")),
+                     json_answer=_json_format(body.get("response_format")))
     return finish_request(gen, parsed, block_size)
+
+
+def _json_format(response_format: object) -> bool:
+    return isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
 
 
 def _greedy(temperature: object) -> bool:

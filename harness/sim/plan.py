@@ -114,6 +114,9 @@ class Behavior:
     changed_answers_above: int = field(default=0, metadata={
         "help": "Batch size (sequences running in the engine) above which greedy answers change "
                 "(--changed-answers-share)."})
+    malformed_json_share: float = field(default=0.0, metadata={
+        "help": "Share of JSON answers (requests with response_format json_object or json_schema) that never close "
+                "their JSON, as answers cut short: exactly every 1/share-th such request. 0 = never."})
     image_patch_px: int = field(default=DEFAULT_PATCH_PX, metadata={
         "help": "Pixels per side of one image token: an image costs ceil(w/P) x ceil(h/P) prompt tokens "
                 "(Qwen2-VL-like)."})
@@ -133,6 +136,8 @@ class Behavior:
                        f"({self.front_stall_every_s}), or the front end would never write")
         if not 0.0 <= self.changed_answers_share <= 1.0 or self.changed_answers_above < 0:
             out.append("--changed-answers-share must be within [0, 1] and --changed-answers-above >= 0")
+        if not 0.0 <= self.malformed_json_share <= 1.0:
+            out.append(f"--malformed-json-share must be within [0, 1], got {self.malformed_json_share}")
         if not 0.0 <= self.tool_call_p <= 1.0:
             out.append(f"--tool-call-p must be within [0, 1], got {self.tool_call_p}")
         try:
@@ -249,6 +254,9 @@ class GenRequest:
     """Framing-specific request fields a writer echoes or obeys (Responses, Messages)."""
     greedy: bool = False
     """``temperature`` 0: the answer a deterministic model gives (``--changed-answers-share`` changes some)."""
+    json_answer: bool = False
+    """``response_format`` asked JSON (``json_object``, ``json_schema``): the answer is a JSON object
+    (``text.json_answer``)."""
     images: list[ImageInfo] = field(default_factory=list)
     """The prompt's images (chat image_url parts, Messages image blocks), in order; their tokens are in
     ``prompt_tokens``."""

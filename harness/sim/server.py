@@ -125,6 +125,7 @@ class SimServer:
         self._rng = random.Random(config.seed)
         self._asked = 0  # chat/completions requests parsed: ``--early-eos-share`` ends every 1/share-th early
         self._greedy_above = 0  # greedy ones above --changed-answers-above: every 1/share-th changes
+        self._json_answers = 0  # JSON answers: every 1/share-th of them is cut (--malformed-json-share)
         self._close_rng = random.Random(f"{config.seed}/close-after")
         self._jobs: dict[int, _Job] = {}
         self._next_id = 0
@@ -276,6 +277,15 @@ class SimServer:
         n, self._greedy_above = self._greedy_above, self._greedy_above + 1
         return math.floor((n + 1) * b.changed_answers_share) > math.floor(n * b.changed_answers_share)
 
+    def _cuts_json(self, gen: GenRequest) -> bool:
+        """Whether this JSON answer never closes (``Behavior.malformed_json_share``): every 1/share-th chat or
+        completions request that asked ``response_format`` JSON."""
+        share = self.config.behavior.malformed_json_share
+        if not (share and gen.json_answer and gen.kind in ("chat", "completions")):
+            return False
+        n, self._json_answers = self._json_answers, self._json_answers + 1
+        return math.floor((n + 1) * share) > math.floor(n * share)
+
     async def _engine_loop(self, model: str) -> None:
         engine, wake, stats = self.engines[model], self._wakes[model], self.loop_stats
         planned = time.monotonic()
@@ -312,6 +322,8 @@ class SimServer:
             writer = job.writer
             if index == 0 and self._changes(job.gen, len(job.engine.running)):  # the batch that made its first token
                 writer.changed_from = CHANGED_FROM
+            if index == 0 and self._cuts_json(job.gen):
+                writer.json_cut = True
             stream = job.gen.stream
             out = []
             if stream:

@@ -7,6 +7,7 @@ Every framing renders the same tokens, so a client's assembled text is predictab
 - reasoning token i is ``" " + VOCAB[i % len(VOCAB)]`` in a reasoning field (chat ``reasoning_content``,
   Responses reasoning text, Anthropic ``thinking``); in the completions framing, which has no such field,
   reasoning token 0 is ``"<think>"`` and the last one ``"</think>"`` (a raw reasoning model's output);
+- a request that asked ``response_format`` JSON gets ``{"answer":" w1 w2 ..."}``, one fragment per token;
 - a tool call's arguments are JSON built one fragment per token: ``{"input":"``, then words, then ``"}``,
   so the arguments of a call the model finished are valid JSON and those cut by ``max_tokens`` are not.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["THINK_END", "THINK_START", "VOCAB", "output_words", "plain_text", "think_text", "token_text",
+__all__ = ["THINK_END", "THINK_START", "VOCAB", "json_answer", "output_words", "plain_text", "think_text", "token_text",
            "tool_arguments", "tool_fragment"]
 
 VOCAB = tuple(
@@ -42,6 +43,21 @@ def token_text(index: int, count: int = 1, changed_from: int | None = None) -> b
     if count == 1:
         return _VOCAB_JSON[index % len(_VOCAB_JSON)]
     return json.dumps("".join(" " + VOCAB[(index + i) % len(VOCAB)] for i in range(count))).encode()
+
+
+def json_answer(index: int, count: int, total: int, cut: bool = False) -> str:
+    """Answer tokens ``[index, index + count)`` of a JSON answer of ``total`` tokens (a request that asked
+    ``response_format`` JSON): ``{"answer":"``, words, then ``"}``; ``cut``: the last token is a word too, so the JSON
+    never closes (an answer cut short: ``--malformed-json-share``)."""
+    out = []
+    for j in range(index, index + count):
+        if j == 0:
+            out.append('{"answer":"' if total > 1 else "{" if cut else "{}")
+        elif j == total - 1 and not cut:
+            out.append('"}')
+        else:
+            out.append(" " + VOCAB[j % len(VOCAB)])
+    return "".join(out)
 
 
 def plain_text(count: int, start: int = 0, changed_from: int | None = None) -> str:

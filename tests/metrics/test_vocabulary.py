@@ -41,7 +41,8 @@ EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for 
     "itl_token_unknown": False, "exact_chunk_counts": True, "reasoning_tokens_counted": False, "inputs_per_s": None,
     "continuous_usage_refused": None, "shared_stamps": True, "length_asked": False, "short_answers": False,
     "tokens_asked": 0, "tokens_got": 0, "short_answer_rate": False, "answers_verified": False,
-    "answers_changed": False, "answers_changed_rate": False, "streams": True, "receives": 3,
+    "answers_changed": False, "answers_changed_rate": False, "answers_checked": False, "answers_failed": False,
+    "answers_failed_rate": False, "streams": True, "receives": 3,
     "content_chunks": 4, "late_chunks": 2, "held_streams": True, "whole_streams": False, "usage_below_chunks": False,
 }
 SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}
@@ -147,7 +148,7 @@ def test_slo_metrics_are_the_registry_ones():
     assert tuple(m.name for m in METRICS if m.slo) == SLO_METRICS
     assert SLO_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time", "tokens_per_s_per_user",
                            "error_rate", "session_ttft", "session_duration", "short_answer_rate",
-                           "answers_changed_rate")  # as errors list
+                           "answers_changed_rate", "answers_failed_rate")  # as errors list
     assert LATENCY_METRICS == ("ttft", "tpot", "itl", "e2e", "ttfo", "reasoning_time")
     assert SESSION_METRICS == ("session_ttft", "session_duration")
     for m in METRICS:
@@ -268,4 +269,4 @@ def test_the_derived_subsets_match_what_their_readers_can_give():
     assert set(CLASS_KNEE_METRICS) <= set(KNEE_METRICS) and set(CLASS_SLO_METRICS) <= set(SLO_METRICS)
     assert set(GATE_DEFAULT) < set(GATE_LATENCIES) and "itl" not in GATE_DEFAULT  # itl per token is TPOT again
     assert set(LIVE) <= set(KNEE_METRICS) and set(WHOLE_ANSWER_SLO_METRICS) == {
-        "e2e", "error_rate", "short_answer_rate", "answers_changed_rate"}
+        "e2e", "error_rate", "short_answer_rate", "answers_changed_rate", "answers_failed_rate"}

@@ -1,5 +1,5 @@
-"""Answers compared with their references (``workload.verify``) and one worker's references and re-asks
-(``load.verify.Verifier``), without a server."""
+"""Answers compared with their references and checked (``workload.verify``), and one worker's references, re-asks
+and checks (``load.verify.Verifier``), without a server."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from harness.load.verify import Verifier
 from harness.metrics.record import RequestRecord
-from harness.sim.text import plain_text, token_text
-from harness.spec.verify import VerifySpec
+from harness.sim.text import json_answer, plain_text, token_text
+from harness.spec.verify import AnswerCheck, VerifyPrompt, VerifySpec
 from harness.workload.prompts import Prompt
 from harness.workload.sampler import PlannedRequest
-from harness.workload.verify import example, first_difference
+from harness.workload.verify import example, failed_check, first_difference
 
 
 @pytest.mark.parametrize(("reference", "answer", "at"), [
@@ -51,7 +51,7 @@ def answered(content: str | None, ok: bool = True) -> RequestRecord:
 
 
 def test_references_first_then_a_share_of_re_asks_compared():
-    v = Verifier(VerifySpec(share=0.5, prompts=3), seed=1, worker=0)
+    v = Verifier(VerifySpec(share=0.5, prompts=3), seed=1, worker=0, api="completions")
     drawn = iter(range(100))
     asks = [v.pick(lambda: prompt(next(drawn))) for _ in range(4)]
     assert [a.index for a in asks[:3]] == [0, 1, 2] and all(a.reference for a in asks[:3])
@@ -71,3 +71,47 @@ def test_references_first_then_a_share_of_re_asks_compared():
     same = answered(" a b c")
     v.judge(next(a for a in re_asks if a.index == 0), same)
     assert same.answer_check == "same" and same.verified and not same.answer_changed
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize(("answer", "check", "contains", "failed"), [
+    (' {"answer": "yes"} ', AnswerCheck(schema=SCHEMA), None, None),
+    ('{"answer": "yes"', AnswerCheck(schema=SCHEMA), None, "json"),  # cut short: it never closes
+    ('{"answer": 3}', AnswerCheck(schema=SCHEMA), None, "schema"),
+    ('[1, 2]', AnswerCheck(json=True), None, None),
+    ('```json\n{}\n```', AnswerCheck(json=True), None, "json"),  # strict: a fenced block is not JSON
+    ("The answer is 42.", AnswerCheck(regex=r"\b42\b"), None, None),
+    ("The answer is 421.", AnswerCheck(regex=r"\b42\b"), None, "regex"),
+    ("Paris is the capital", AnswerCheck(), "Paris", None),
+    ("Lyon is a city", AnswerCheck(), "Paris", "contains"),
+    ("no json", AnswerCheck(regex="json", json=True), None, "json"),  # the first that fails is the reason
+])
+def test_an_answer_fails_the_first_check_it_does_not_pass(answer, check, contains, failed):
+    assert failed_check(answer, check, contains) == failed
+
+
+def test_the_simulators_json_answer_parses_unless_it_is_cut_and_streams_as_its_whole():
+    whole, cut = json_answer(0, 12, 12), json_answer(0, 12, 12, cut=True)
+    assert json.loads(whole) == {"answer": plain_text(10, 1)} and failed_check(cut, AnswerCheck(json=True)) == "json"
+    assert "".join(json_answer(i, 4, 12) for i in range(0, 12, 4)) == whole
+    assert json.loads(json_answer(0, 1, 1)) == {}
+
+
+def test_a_prompt_files_answers_are_references_and_its_contains_a_check():
+    spec = VerifySpec(share=1.0, prompts=2, file=(VerifyPrompt("capital of France?", 8, answer=" Paris is it"),
+                                                  VerifyPrompt("two plus two?", contains="4")))
+    v = Verifier(spec, seed=1, worker=0, api="chat")
+    first = v.pick(lambda: prompt(0))
+    assert first.index == 1 and first.reference  # line 0 has its reference: only line 1 is asked for one
+    assert first.prompt.messages == [{"role": "user", "content": "two plus two?"}] and first.max_tokens == 10
+    ref = answered(" it is 5")
+    v.judge(first, ref)
+    assert ref.answer_check == "reference" and ref.answer_checked and ref.answer_failed == "contains"
+    asks = [a for a in (v.pick(lambda: prompt(0)) for _ in range(20)) if a is not None]
+    paris = next(a for a in asks if a.index == 0)
+    assert paris.max_tokens == 8 and not paris.reference
+    rec = answered(" Paris is it")
+    v.judge(paris, rec)
+    assert rec.answer_check == "same" and rec.answer_checked and rec.answer_failed is None

@@ -1,0 +1,40 @@
+"""``verify.check`` end to end: answers checked against a JSON Schema under load, on a simulator that cuts every
+10th JSON answer short (``--malformed-json-share 0.1``: its JSON never closes), and the SLO on that share failing
+the run. Counts, not time: it runs beside the other lanes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.kit.run import kneecap_run, write_scenario
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = """
+    name: checks-test
+    endpoint:
+      api: chat
+      model: sim-tiny
+      extra_body: {response_format: {type: json_schema, json_schema: {name: answer, schema: {type: object}}}}
+    workload: {input_tokens: 32, output_tokens: 12, seed: 3}
+    load: {mode: constant, users: 8, duration_s: 6, step: {warmup_s: 1}}
+    verify: {share: 1.0, check: {schema: schema.json}}
+    slo: {answers_failed_rate: "rate<0.05"}
+"""
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+
+
+def test_a_schema_check_finds_the_tenth_of_answers_cut_short_and_fails_the_run(tmp_path):
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--sim-arg=--malformed-json-share=0.1",
+                    out=tmp_path / "out")
+    v = r.summary["steps"][0]["verify"]
+    assert v["checked"] >= 200, v  # every measured request asked a reference prompt and was checked
+    assert v["failed_share"] == pytest.approx(0.10, abs=0.03), v
+    assert set(v["failed_by"]) == {"json"}, v  # cut short: it does not parse, so the schema is never reached
+    assert v["check_examples"] and all(not x["answer"].endswith('"}') for x in v["check_examples"]), v
+    assert r.code == 3, r.output  # the SLO on the failed share
+    assert "ANSWERS FAILED CHECKS: from 8 users on (step 0)" in r.output and "(json " in r.output, r.output
