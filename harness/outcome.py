@@ -125,7 +125,7 @@ def short_answers(summary: Summary) -> list[str]:
 
 
 def answers_lines(summary: Summary) -> list[str]:
-    """``verify:``: the load where greedy answers began to differ from the start's (``ANSWERS CHANGED``, with the
+    """``verify:``: the load where greedy answers began to differ from their references (``ANSWERS CHANGED``, with the
     share by step and one example), or that they did not; with checks, the same for answers that failed them."""
     seen = sorted(((st, st.verify) for st in summary.steps if not isinstance(st.verify, UnsetType)),
                   key=lambda sv: sv[0].level)
@@ -141,14 +141,14 @@ def _changed_lines(summary: Summary, seen: list) -> list[str]:
     first = next(((st, v) for st, v in compared if v.changed), None)
     if first is None:
         return [f"answers: the same at every step ({sum(v.verified for _, v in compared):,} re-asked answers "
-                "compared with the start's)"]
+                "compared with their references)"]
     st, v = first
     by_step = ", ".join(f"{s.level:g}: {w.changed_share:.0%} of {w.verified}" for s, w in compared)
     e = v.examples[0] if v.examples else None
     said = f"; e.g. prompt {e.prompt}: {_words(e.reference)!r} became {_words(e.answer)!r}" if e else ""
     return [f"ANSWERS CHANGED: from {st.level:g} {level_unit(summary.mode)} on (step {st.index}): "
-            f"{v.changed_share:.1%} of {v.verified} re-asked greedy answers differ from the start's, first at word "
-            f"{v.first_difference_median} (median){said}. By load: {by_step}"]
+            f"{v.changed_share:.1%} of {v.verified} re-asked greedy answers differ from their references, first at "
+            f"word {v.first_difference_median} (median){said}. By load: {by_step}"]
 
 
 def _check_lines(summary: Summary, seen: list) -> list[str]:

@@ -5,13 +5,21 @@ each; written as a dict (``answers``), read as ``Verify`` (summary.json's ``step
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from msgspec import field
 
 from harness.analysis.summary_blocks import View
-from harness.metrics.aggregate import ANSWER_AT_KEY, ANSWER_CHECK_KEY, ANSWER_FAILED_KEY, ANSWER_KEY, Bucket
+from harness.metrics.aggregate import (
+    ANSWER_AT_KEY,
+    ANSWER_CHECK_KEY,
+    ANSWER_FAILED_KEY,
+    ANSWER_KEY,
+    REFERENCE_KEY,
+    Bucket,
+)
 
-__all__ = ["ChangedAnswer", "FailedAnswer", "Verify", "answers", "failure_samples"]
+__all__ = ["ChangedAnswer", "FailedAnswer", "Verify", "answers", "failure_samples", "reference_lines"]
 
 
 class ChangedAnswer(View, frozen=True, kw_only=True):
@@ -77,8 +85,15 @@ def _examples(bucket: Bucket, prefix: str) -> list[dict]:
 
 
 def failure_samples(bucket: Bucket) -> dict[str, str]:
-    """The bucket's failure details by class, without the answers' examples kept beside them."""
-    return {k: v for k, v in sorted(bucket.failure_samples.items()) if not k.startswith(ANSWER_KEY)}
+    """The bucket's failure details by class, without the answers' examples and references kept beside them."""
+    return {k: v for k, v in sorted(bucket.failure_samples.items())
+            if not k.startswith(ANSWER_KEY) and not k.startswith(REFERENCE_KEY)}
+
+
+def reference_lines(buckets: Iterable[Bucket]) -> list[str]:
+    """Every reference answer the run took (``answers.jsonl``'s lines: ``workload.verify.reference_line``), once each,
+    in a stable order."""
+    return sorted({v for b in buckets for k, v in b.failure_samples.items() if k.startswith(REFERENCE_KEY)})
 
 
 def _lower_median(counts: list[tuple[int, int]]) -> int | None:

@@ -23,6 +23,7 @@ from typing import Any
 import gevent
 import gevent.lock
 
+from harness.analysis.answers import reference_lines
 from harness.analysis.ledger import Ledger
 from harness.analysis.pricing import cost_line
 from harness.analysis.results import RunSummary
@@ -38,7 +39,7 @@ from harness.metrics.clocks import FleetClocks
 from harness.metrics.protocol import ProtocolError, Report, StepMessage
 from harness.procs import large_blocks_mapped
 from harness.scenario import DEFAULT_HOST
-from harness.sinks.files import CHECKPOINT, JsonLinesWriter, write_json_atomic
+from harness.sinks.files import ANSWERS, CHECKPOINT, JsonLinesWriter, write_json_atomic, write_text_atomic
 
 __all__ = ["CHECKPOINT_EVERY_S", "MasterSide"]
 
@@ -239,6 +240,8 @@ class MasterSide:
                 summary = self.summary(sink_failed=True)
         path = os.path.join(self.out_dir, "summary.json")
         write_json_atomic(path, summary.to_json())
+        if lines := reference_lines(self.ledger.fleet.steps.values()):  # verify: for a later run to compare with
+            write_text_atomic(os.path.join(self.out_dir, ANSWERS), "".join(f"{line}\n" for line in lines))
         with contextlib.suppress(OSError):  # the summary supersedes it
             os.remove(os.path.join(self.out_dir, CHECKPOINT))
         self.env.process_exit_code = summary.exit_code

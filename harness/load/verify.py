@@ -19,7 +19,7 @@ from harness.scenario import Endpoint
 from harness.spec.verify import VerifyPrompt, VerifySpec
 from harness.workload.prompts import CHAT_APIS, Prompt
 from harness.workload.sampler import PlannedRequest
-from harness.workload.verify import check_example, example, failed_check, first_difference
+from harness.workload.verify import check_example, example, failed_check, first_difference, reference_line
 
 __all__ = ["Ask", "Verifier"]
 
@@ -70,9 +70,12 @@ class Verifier:
     def _prompt(self, draw: Callable[[], PlannedRequest], line: VerifyPrompt) -> tuple[Prompt, int]:
         """A file's prompt as the API sends it (one user message, or the completions prompt), and its length: the
         line's, the spec's, else one drawn from the workload's."""
-        text, words = line.prompt, len(line.prompt.split())
-        prompt = Prompt([{"role": "user", "content": text}], None, words, 0) if self.api in CHAT_APIS else \
-            Prompt(None, text, words, 0)
+        text = line.prompt or "\n\n".join(m["content"] for m in line.messages)
+        words = len(text.split())
+        if self.api not in CHAT_APIS:
+            prompt = Prompt(None, text, words, 0)
+        else:
+            prompt = Prompt([dict(m) for m in line.messages] or [{"role": "user", "content": text}], None, words, 0)
         return prompt, line.max_tokens or self.spec.max_tokens or draw().max_tokens
 
     def judge(self, ask: Ask, rec: RequestRecord) -> None:
@@ -84,6 +87,7 @@ class Verifier:
             if rec.ok and answer:
                 self.references[ask.index] = answer
                 rec.answer_check = "reference"
+                rec.answer_reference = reference_line(ask.prompt, ask.max_tokens, answer)
         elif rec.ok and answer is not None:
             ref = self.references[ask.index]
             at = first_difference(ref, answer)

@@ -11,6 +11,7 @@ seconds (tokens/s for ``tokens_per_s``); summaries print milliseconds.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
@@ -27,8 +28,8 @@ from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
 __all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_CHECK_KEY", "ANSWER_EXAMPLES", "ANSWER_FAILED_KEY", "ANSWER_KEY",
-           "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "SHAPE_KEY", "SHORT_KEY", "Bucket", "Delta",
-           "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+           "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "REFERENCE_KEY", "SHAPE_KEY", "SHORT_KEY", "Bucket",
+           "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
@@ -52,6 +53,8 @@ ANSWER_CHECK_KEY = "answer:check:"
 ANSWER_FAILED_KEY = "answer_failed:"
 """``Bucket.extra``'s key prefix, with the check's name (``workload.verify.CHECK_REASONS``), for failed checks."""
 ANSWER_EXAMPLES = 3
+REFERENCE_KEY = "reference:"
+"""``Bucket.failure_samples``' key prefix of a reference answer's ``answers.jsonl`` line (``verify:``)."""
 HELD_KEY = "held_kb:"
 """``Bucket.extra``'s key prefix, with the size in KiB (rounded) of the largest receive the path held of a stream
 (``RequestRecord.held_bytes``): how much the path holds at a time."""
@@ -195,6 +198,9 @@ class Bucket:
             self._changed(rec.answer_changed_at, rec.answer_example)
         if rec.answer_failed is not None:
             self._failed(rec.answer_failed, rec.answer_failed_example)
+        if rec.answer_reference is not None:  # keyed by its text: the same reference on two workers is one line
+            key = hashlib.blake2b(rec.answer_reference.encode(), digest_size=8).hexdigest()
+            self.failure_samples[REFERENCE_KEY + key] = rec.answer_reference
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted

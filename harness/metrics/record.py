@@ -151,6 +151,8 @@ class RequestRecord:
     """A changed answer: the first word that differs (``workload.verify.first_difference``)."""
     answer_example: str | None = None
     """A changed answer: both texts from near the difference (``workload.verify.example``), for the summary."""
+    answer_reference: str | None = None
+    """A reference answer: its ``answers.jsonl`` line (``workload.verify.reference_line``), for the run's file."""
     answer_checked: bool = False
     """``verify.check`` (or a prompt file's ``contains``) judged this answer."""
     answer_failed: str | None = None

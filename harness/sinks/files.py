@@ -1,4 +1,4 @@
-"""Result files: atomic JSON (no half-written summary after a crash or Ctrl-C) and JSON lines."""
+"""Result files: atomic JSON and text (no half-written summary after a crash or Ctrl-C) and JSON lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import os
 import tempfile
 from typing import IO, Any
 
-__all__ = ["CHECKPOINT", "JsonLinesWriter", "write_json_atomic"]
+__all__ = ["ANSWERS", "CHECKPOINT", "JsonLinesWriter", "write_json_atomic", "write_text_atomic"]
+
+ANSWERS = "answers.jsonl"
+"""``verify:``'s reference answers, one ``verify.file`` line each: a later run's ``verify: {file: ...}``."""
 
 CHECKPOINT = "checkpoint.json"
 """The master's summary as it stands, rewritten during the run, removed once ``summary.json`` is written."""
@@ -15,13 +18,17 @@ CHECKPOINT = "checkpoint.json"
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
+    write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False, default=str) + "\n", ".json")
+
+
+def write_text_atomic(path: str, text: str, suffix: str = "") -> None:
+    """``write_json_atomic`` for text."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, allow_nan=False, default=str)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared

@@ -18,7 +18,7 @@ from harness.checker import Checker
 __all__ = ["AnswerCheck", "VerifyPrompt", "VerifySpec", "schema_problem", "verify_from_spec"]
 
 _KEYS = ("share", "prompts", "max_tokens", "seed", "file", "check")
-_LINE_KEYS = ("prompt", "max_tokens", "answer", "contains")
+_LINE_KEYS = ("prompt", "messages", "max_tokens", "answer", "contains")
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,15 @@ class VerifyPrompt:
     """One line of ``verify.file``."""
 
     prompt: str
-    """The user's message (chat), the prompt (completions)."""
+    """The user's message (chat), the prompt (completions); "" with ``messages``."""
     max_tokens: int | None = None
     answer: str | None = None
     """The reference answer (the run asks none for this prompt): a file kneecap wrote (``answers.jsonl``) or the
     expected answer."""
     contains: str | None = None
     """A text every answer to it must contain (a check)."""
+    messages: tuple[dict[str, str], ...] = ()
+    """A chat prompt's messages (``role``, ``content``), as kneecap's ``answers.jsonl`` keeps a workload's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,11 +146,12 @@ def _read(full: str, path: str, check: Checker) -> tuple[VerifyPrompt, ...]:
             if problem:
                 bad.append(f"line {n}: {problem}")
                 continue
-            out.append(VerifyPrompt(obj["prompt"], obj.get("max_tokens"), obj.get("answer"), obj.get("contains")))
+            out.append(VerifyPrompt(obj.get("prompt", ""), obj.get("max_tokens"), obj.get("answer"),
+                                    obj.get("contains"), tuple(obj.get("messages", ()))))
     if bad:
         more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        check.fail(path, "; ".join(bad[:10]) + more + ". Each line: {\"prompt\": \"...\"} with optional "
-                   "\"max_tokens\" (an integer >= 1), \"answer\" (the reference) and \"contains\" (a text)")
+        check.fail(path, "; ".join(bad[:10]) + more + ". Each line: {\"prompt\": \"...\"} (or \"messages\") with "
+                   "optional \"max_tokens\" (an integer >= 1), \"answer\" (the reference) and \"contains\" (a text)")
     elif not out:
         check.fail(path, "the file has no prompt: one JSON object a line, {\"prompt\": \"...\"}")
     return tuple(out)
@@ -160,8 +163,15 @@ def _line_problem(obj: Any) -> str | None:
     unknown = sorted(set(obj) - set(_LINE_KEYS))
     if unknown:
         return f"unknown key {unknown[0]!r} (known: {', '.join(_LINE_KEYS)})"
-    if not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
+    if ("prompt" in obj) == ("messages" in obj):
+        return "give \"prompt\" (a text) or \"messages\" (a chat's), one of them"
+    if "prompt" in obj and (not isinstance(obj["prompt"], str) or not obj["prompt"]):
         return "\"prompt\" must be a non-empty string"
+    messages = obj.get("messages", [{"role": "user", "content": "x"}])
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        return "\"messages\" must be a non-empty list of {\"role\": ..., \"content\": ...} with text content"
     tokens = obj.get("max_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         return f"\"max_tokens\" must be an integer >= 1, got {tokens!r}"

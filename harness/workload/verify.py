@@ -12,8 +12,10 @@ import re
 from typing import Any
 
 from harness.spec.verify import AnswerCheck
+from harness.workload.prompts import Prompt
 
-__all__ = ["CHECK_REASONS", "EXAMPLE_CHARS", "check_example", "example", "failed_check", "first_difference"]
+__all__ = ["CHECK_REASONS", "EXAMPLE_CHARS", "check_example", "example", "failed_check", "first_difference",
+           "reference_line"]
 
 EXAMPLE_CHARS = 120
 """Of each text an example keeps, from a little before the first difference."""
@@ -77,6 +79,16 @@ def example(prompt: int, at: int, reference: str, answer: str) -> str:
         words = text.split()
         return " ".join(words[max(0, at - 2):])[:EXAMPLE_CHARS]
     return json.dumps({"prompt": prompt, "at": at, "reference": near(reference), "answer": near(answer)})
+
+
+def reference_line(prompt: Prompt, max_tokens: int, answer: str) -> str:
+    """A reference as a line of ``answers.jsonl`` (``verify.file``'s format): the prompt (a chat's messages), its
+    answer length and the answer, so a later run can compare another deployment's answers with these."""
+    if prompt.messages is not None:
+        asked: dict = {"messages": [{"role": m["role"], "content": str(m["content"])} for m in prompt.messages]}
+    else:
+        asked = {"prompt": str(prompt.text)}
+    return json.dumps({**asked, "max_tokens": max_tokens, "answer": answer}, ensure_ascii=False)
 
 
 def check_example(prompt: int, reason: str, answer: str) -> str:

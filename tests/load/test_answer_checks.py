@@ -38,3 +38,31 @@ def test_a_schema_check_finds_the_tenth_of_answers_cut_short_and_fails_the_run(t
     assert v["check_examples"] and all(not x["answer"].endswith('"}') for x in v["check_examples"]), v
     assert r.code == 3, r.output  # the SLO on the failed share
     assert "ANSWERS FAILED CHECKS: from 8 users on (step 0)" in r.output and "(json " in r.output, r.output
+
+
+def test_a_runs_references_compare_another_deployment_with_it(tmp_path):
+    """``answers.jsonl`` from one run is the next run's ``verify.file``: the same server gives the same answers, one
+    whose greedy answers all change (``--changed-answers-share 1``) is named at every step."""
+    def scenario(verify: str) -> str:
+        return write_scenario(tmp_path, f"""
+            name: compare-test
+            endpoint: {{api: chat, model: sim-tiny}}
+            workload: {{input_tokens: 40, output_tokens: 10, seed: 5}}
+            load: {{mode: constant, users: 4, duration_s: 3, step: {{warmup_s: 0.5}}}}
+            verify: {verify}
+        """)
+
+    first = kneecap_run(scenario("{share: 0.5, prompts: 5}"), out=tmp_path / "a")
+    lines = [json.loads(x) for x in (tmp_path / "a" / "answers.jsonl").read_text().splitlines()]
+    assert first.code == 0 and len(lines) == 5, (first.output, lines)
+    assert all(x["messages"][-1]["role"] == "user" and x["max_tokens"] == 10 and len(x["answer"].split()) == 10
+               for x in lines), lines
+    again = scenario(f"{{share: 0.5, file: {tmp_path / 'a' / 'answers.jsonl'}}}")
+    same = kneecap_run(again, out=tmp_path / "b")
+    v = same.summary["steps"][0]["verify"]
+    assert v["verified"] >= 20 and v["changed"] == 0, v  # no reference asked: the file's are the references
+    assert not (tmp_path / "b" / "answers.jsonl").exists()
+    other = kneecap_run(again, "--sim-arg=--changed-answers-share=1", out=tmp_path / "c")
+    v = other.summary["steps"][0]["verify"]
+    assert v["verified"] >= 20 and v["changed_share"] == 1.0 and v["first_difference_median"] == 4, v
+    assert "ANSWERS CHANGED: from 4 users on (step 0): 100.0%" in other.output, other.output

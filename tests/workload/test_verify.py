@@ -7,13 +7,14 @@ import json
 
 import pytest
 
+from harness.checker import Checker
 from harness.load.verify import Verifier
 from harness.metrics.record import RequestRecord
 from harness.sim.text import json_answer, plain_text, token_text
-from harness.spec.verify import AnswerCheck, VerifyPrompt, VerifySpec
-from harness.workload.prompts import Prompt
+from harness.spec.verify import AnswerCheck, VerifyPrompt, VerifySpec, verify_from_spec
+from harness.workload.prompts import Prompt, Spliced
 from harness.workload.sampler import PlannedRequest
-from harness.workload.verify import example, failed_check, first_difference
+from harness.workload.verify import example, failed_check, first_difference, reference_line
 
 
 @pytest.mark.parametrize(("reference", "answer", "at"), [
@@ -115,3 +116,16 @@ def test_a_prompt_files_answers_are_references_and_its_contains_a_check():
     rec = answered(" Paris is it")
     v.judge(paris, rec)
     assert rec.answer_check == "same" and rec.answer_checked and rec.answer_failed is None
+
+
+def test_a_reference_line_reads_back_as_the_prompt_file_line_it_stands_for(tmp_path):
+    chat = Prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": Spliced((b"caf\\u00e9",))}],
+                  None, 3, 0)
+    (tmp_path / "answers.jsonl").write_text(reference_line(chat, 8, " it is") + "\n"
+                                            + reference_line(Prompt(None, "two plus", 2, 0), 4, " four") + "\n")
+    check = Checker(str(tmp_path))
+    spec = verify_from_spec({"file": "answers.jsonl"}, "verify", check)
+    assert not check.problems and spec is not None
+    assert spec.file == (VerifyPrompt("", 8, " it is", None, ({"role": "system", "content": "be brief"},
+                                                              {"role": "user", "content": "café"})),
+                         VerifyPrompt("two plus", 4, " four"))
