@@ -1,16 +1,17 @@
 """Server-wide pauses, seen from the client: moments when (nearly) every stream on a worker stopped at once. Pure.
 
 Each request row carries its stream's long silences (``metrics.rows.long_gaps``: gaps between output chunks of at
-least 4× the stream's own median gap and 5 ms). A silence that ended in a late receive may be the reader's: the
-stream counts neither as silent nor as decoding through it (a server's flush read late by a busy client leaves the
-pause to the streams read on time). A *pause* on a worker is an interval in which at least
-``SILENT_SHARE`` (90%) and at least ``MIN_STREAMS`` (3) of the worker's streams then decoding (first chunk
-received, last not yet; streams of at least 5 chunks) were inside such a silence, lasting at least ``min_ms``
-(the caller passes 4× the step's ITL p50, 5 ms at least). A stream still waiting for its first token is neither
-counted nor required until it has waited ``WAIT_FACTOR`` × the step's median TTFT (and ``min_ms``): at overload
-most streams wait about that long, and their silence is the queue. Past it, it counts as a silent stream until its
-first token: a stall that caught every stream of a worker before its first token is a pause too (in a closed loop
-the users a stall released send again together, and the next stall may find them all waiting:
+least 4× the stream's own median gap and 5 ms, and the time a server held its first token when the first receive
+brought that many more chunks than the stream's usual; the stream counts as decoding from that silence's start). A
+silence that ended in a late receive may be the reader's: the stream counts neither as silent nor as decoding
+through it (a server's flush read late by a busy client leaves the pause to the streams read on time). A *pause* on
+a worker is an interval in which at least ``SILENT_SHARE`` (90%) and at least ``MIN_STREAMS`` (3) of the worker's
+streams then decoding (first chunk received, last not yet; streams of at least 5 chunks) were inside such a silence,
+lasting at least ``min_ms`` (the caller passes 4× the step's ITL p50, 5 ms at least). A stream still waiting for its
+first token is neither counted nor required until it has waited ``WAIT_FACTOR`` × the step's median TTFT (and
+``min_ms``): at overload most streams wait about that long, and their silence is the queue. Past it, it counts as a
+silent stream until its first token: a stall that caught every stream of a worker before its first token is a pause
+too (in a closed loop the users a stall released send again together, and the next stall may find them all waiting:
 ``tests/load/test_tail_mixture.py`` saw one stall in five so, 5 tail requests).
 
 Pauses of several workers that overlap (within ``MERGE_MS``: their step clocks start a few ms apart) are one pause
@@ -246,20 +247,25 @@ def find_pauses(t_ms: Sequence[int] | np.ndarray, ttft: Sequence[Any] | np.ndarr
     firsts = first[~np.isnan(first)]  # the upper median: a partition, not a sort
     limit = int(max(min_ms * _TENTHS_PER_MS, WAIT_FACTOR * np.partition(firsts, len(firsts) // 2)[len(firsts) // 2])) \
         if len(firsts) else 0
-    waited = np.flatnonzero(first > limit)  # nan compares false
+    per_row = np.fromiter(map(len, g), np.int64, len(g)) // 2
+    # a stream is in the count from its first token, or from the start of a silence before it (a held first token:
+    # ``long_gaps``), which is each row's first silence when it has one
+    began = first.copy()
+    rows_with = np.flatnonzero(per_row)
+    began[rows_with] = np.fmin(first[rows_with], pairs[2 * (np.cumsum(per_row) - per_row)[rows_with]] * _TENTHS_PER_MS)
+    waited = np.flatnonzero(began > limit)  # nan compares false
     if len(pairs) < 2 * MIN_STREAMS and len(waited) < MIN_STREAMS:
         return none
     sent = np.array(column(t_ms), np.int64) * _TENTHS_PER_MS
-    per_row = np.fromiter(map(len, g), np.int64, len(g)) // 2
     starts, lengths = np.repeat(sent, per_row) + pairs[0::2] * _TENTHS_PER_MS, pairs[1::2] * _TENTHS_PER_MS
     sure = lengths >= 0  # a negative length: a late receive's silence, maybe the reader's (``long_gaps``)
     silent = starts[sure], sent[waited] + limit  # their starts
-    ended = silent[0] + lengths[sure], sent[waited] + first[waited].astype(np.int64)
+    ended = silent[0] + lengths[sure], sent[waited] + began[waited].astype(np.int64)
     unsure = starts[~sure], starts[~sure] - lengths[~sure]  # the stream's state unknown: out of the count
     if _most_at_once(np.concatenate(silent), np.concatenate(ended)) < MIN_STREAMS:
         return none  # never MIN_STREAMS silent at once, even fleet-wide: the usual step, without the decoding sweep
     last = np.array(column(e2e), dtype=float)
-    known = ~(np.isnan(first) | np.isnan(last))  # decoded: a failure decodes nothing
+    known = ~(np.isnan(began) | np.isnan(last))  # decoded: a failure decodes nothing
     names, code = np.unique(np.array(column(worker)), return_inverse=True)
     # each worker's events on its own stretch of one time line: one sort for the fleet, and since every start has its
     # end, the running counts are back to 0 between two workers' stretches
@@ -272,7 +278,7 @@ def find_pauses(t_ms: Sequence[int] | np.ndarray, ttft: Sequence[Any] | np.ndarr
     found = _runs(np.sort(np.concatenate([
         (ended[0] + gap_off) * 4 + _SILENT_END, (silent[0] + gap_off) * 4 + _SILENT_START,
         (sent[known] + last[known].astype(np.int64)) * 4 + _DECODE_END,
-        (sent[known] + first[known].astype(np.int64)) * 4 + _DECODE_START,
+        (sent[known] + began[known].astype(np.int64)) * 4 + _DECODE_START,
         *((ended[1] + wait_off) * 4 + c for c in (_SILENT_END, _DECODE_END)),  # a long wait: counted and silent
         *((silent[1] + wait_off) * 4 + c for c in (_SILENT_START, _DECODE_START)),
         (unsure[0] + unsure_off) * 4 + _DECODE_END, (unsure[1] + unsure_off) * 4 + _DECODE_START]), kind="stable"),

@@ -13,11 +13,12 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
 - ``worker``: the worker's index;
 - ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
   TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``);
-- ``gaps``: the stream's silences between output chunks far longer than its own usual gap (``long_gaps``), flat
-  ``[start, length, ...]`` in ms since the send; ``[]`` when it had none, None when the stream was too short to say
-  (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. A silence that ended in a late receive of several chunks is left
-  out: the reader was behind and the kernel dated those chunks by the newest (a starved client would otherwise show
-  every stream silent at once). The master finds server-wide pauses in them (``analysis.pauses``);
+- ``gaps``: the stream's silences between output chunks far longer than its own usual gap, and before its first
+  token when the server held it (``long_gaps``), flat ``[start, length, ...]`` in ms since the send; ``[]`` when
+  it had none, None when the stream was too short to say (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. A
+  silence that ended in a late receive of several chunks has a negative length: the reader was behind and the
+  kernel dated those chunks by the newest (a starved client would otherwise show every stream silent at once). The
+  master finds server-wide pauses in them (``analysis.pauses``);
 - ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
   the client's own part, in tenths of a millisecond; None where not measured;
 - ``class``: the request's class in ``workload.mix`` (its index), ``PROBE_CLASS`` (−1) for a probe request
@@ -31,6 +32,7 @@ read with the missing fields None (``check_rows``).
 
 from __future__ import annotations
 
+import itertools
 from operator import sub
 
 from harness.metrics.record import RequestRecord
@@ -38,7 +40,7 @@ from harness.metrics.record import RequestRecord
 __all__ = ["FLAG_AFTER_ERROR", "FLAG_FAILED", "FLAG_LATE_FIRST", "FLAG_LATE_STAMPS", "FLAG_LENGTH_ASKED",
            "FLAG_NEW_CONNECTION", "FLAG_SHORT",
            "GAP_FACTOR", "GAP_MIN_CHUNKS", "GAP_MIN_S", "PROBE_CLASS", "ROW_FIELDS", "check_rows", "decode_row",
-           "encode_row", "long_gaps"]
+           "encode_row", "held_first", "long_gaps"]
 
 ROW_FIELDS = ("ttft", "tpot", "e2e", "ttfo", "prompt", "output", "cached", "flags", "in_flight", "t_ms", "turn",
               "worker", "headers", "connect", "server_prefill", "gaps", "send", "lag", "class")
@@ -71,25 +73,53 @@ def long_gaps(chunk_times: list[float], late: list[int] | None = None) -> list[i
     reader's, so it comes with a negative length (the stream's state then unknown: neither silent nor streaming).
     The median is of the gaps between receives (the lower one, of two at least): chunks that came in one receive (a
     server writing several at once, a gateway's buffer, a stalled server's flush) share its time, and their zero
-    gaps are no measure of the stream's pace."""
+    gaps are no measure of the stream's pace.
+    A first receive that brought far more chunks than the stream's receives usually do (``held_first``) is a silence
+    too, before the first token: the server had made those tokens and held them (a stall before the first token
+    shows no gap between chunks, only a late TTFT)."""
     t = chunk_times
     if len(t) < GAP_MIN_CHUNKS:
         return None
     gaps = list(map(sub, t[1:], t[:-1]))
     longest = max(gaps)
-    if longest < GAP_MIN_S:  # the usual case at a few ms a token: no sort
+    if longest < GAP_MIN_S and t[1] != t[0]:  # the usual case at a few ms a token: no sort
         return []
     paced = sorted(g for g in gaps if g > 0)
     if len(paced) < 2:
-        return None
-    limit = max(GAP_MIN_S, GAP_FACTOR * paced[(len(paced) - 1) // 2])
-    if longest < limit:
-        return []
+        return [] if longest < GAP_MIN_S else None  # one receive (a gateway's buffer): no silence within it
+    pace = paced[(len(paced) - 1) // 2]
+    limit = max(GAP_MIN_S, GAP_FACTOR * pace)
     out: list[int] = []
+    if t[1] == t[0]:
+        held = held_first(t, pace)
+        if held >= limit:
+            start = max(0.0, t[0] - held)
+            out += (round(start * 1000), -round((t[0] - start) * 1000) if late and late[0] == 0
+                    else round((t[0] - start) * 1000))
+    if longest < limit:
+        return out
     for i, g in enumerate(gaps):
         if g >= limit:
             out += (round(t[i] * 1000), -round(g * 1000) if late and i + 1 in late else round(g * 1000))
     return out
+
+
+def held_first(chunk_times: list[float], pace: float) -> float:
+    """Seconds the server held a stream's first token, as its first receive shows: the chunks it brought beyond the
+    stream's usual receive (the lower median of the others' counts), at ``pace`` (the median gap between receives)
+    per usual receive; 0 when it brought no more than usual."""
+    runs, n = [], 1
+    for a, b in itertools.pairwise(chunk_times):
+        if b == a:
+            n += 1
+        else:
+            runs.append(n)
+            n = 1
+    runs.append(n)
+    if len(runs) < 2:
+        return 0.0
+    usual = sorted(runs[1:])[(len(runs) - 2) // 2]
+    return max(0, runs[0] - usual) * pace / usual
 
 
 def _tenths(s: float | None) -> int | None:

@@ -318,3 +318,25 @@ def test_silences_a_late_reader_may_have_made_neither_hide_a_pause_nor_make_one(
     found = _find({**cols, "gaps": some})  # a third of the streams read late through each stall: still 5
     assert [round(p.start_ms) for p in found.pauses] == pytest.approx([1000, 3000, 5000, 7000, 9000], abs=5)
     assert _find({**cols, "gaps": unsure}).pauses == []  # every stream read late: nothing can be said
+
+
+def test_stalls_that_catch_every_user_before_its_first_token_are_found_with_their_period():
+    """A closed loop the flushes keep in step: 16 users send together every 200 ms (TTFT 35 ms, then 16 chunks at
+    10 ms), and a front end stalls 150 ms every 2 s just as they send, so no stream is decoding; at the flush each
+    first token comes with the 11 tokens the engine made meanwhile. Seen from the client only as a late TTFT (150 ms,
+    just over 4x the median wait), until the held first receive became a silence (``metrics.rows.long_gaps``): a
+    fresh-clone CI of 2026-12-07 found 2 of 5 stalls so, and no period."""
+    cols: dict[str, list] = {k: [] for k in ("t_ms", "ttft", "e2e", "gaps", "worker")}
+    stalls = {2.0 * k + 0.4 for k in range(5)}
+    for cycle in range(50):
+        send = 0.2 * cycle
+        held = any(abs(send - s) < 1e-9 for s in stalls)
+        ct = [0.152] * 12 + [0.152 + 0.01 * j for j in range(1, 5)] if held else [0.035 + 0.01 * j for j in range(16)]
+        for u in range(16):
+            for k, v in (("t_ms", round(send * 1000) + u), ("ttft", round(ct[0] * 1e4)), ("e2e", round(ct[-1] * 1e4)),
+                         ("gaps", long_gaps(ct)), ("worker", 0)):
+                cols[k].append(v)
+    found = _find(cols, min_ms=40.0)
+    assert [round(p.start_ms) for p in found.pauses] == pytest.approx([442, 2442, 4442, 6442, 8442], abs=5), found
+    assert found.period is not None and found.period[0] == pytest.approx(2.0, abs=0.01)
+    assert all(p.streams == 16 for p in found.pauses)

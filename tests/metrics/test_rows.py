@@ -72,6 +72,23 @@ def test_chunks_written_together_do_not_make_every_gap_between_writes_a_silence(
     assert long_gaps([0.4] * 48) == []  # one receive (a gateway's buffer): no silence within it
 
 
+def test_a_first_token_held_with_the_ones_after_it_is_a_silence_before_it():
+    """A front end that stalled before a stream's first token wrote it with the 13 the engine made meanwhile, in one
+    receive: no gap between chunks shows it, only a late TTFT; 13 tokens more than the stream's usual receive, at its
+    10 ms pace, were held: a 130 ms silence before the first token (``tests/load/test_delivery.py``'s stall caught
+    every user so in a CI run, all sent together after the previous stall's flush)."""
+    held = [0.16] * 14 + [0.16 + 0.01 * k for k in range(1, 11)]
+    assert long_gaps(held) == [30, 130]
+    assert long_gaps(held, late=[0]) == [30, -130]  # the reader's late receive may have bunched them: unknown
+    assert long_gaps([0.03] * 3 + [0.03 + 0.01 * k for k in range(1, 11)]) == []  # 2 more than usual: 20 < 40 ms
+    batched = [0.05 + 0.036 * (k // 4) for k in range(48)]  # a server writing 4 a write: its first is as usual
+    assert long_gaps(batched) == []
+    four = [0.31 + 0.036 * (k // 4) for k in range(36)]
+    assert long_gaps([0.3] * 12 + four) == []  # 8 more than its usual 4: 2 writes' worth (72 ms), < 4 writes'
+    assert long_gaps([0.3] * 24 + four) == [120, 180]  # 20 more: 5 writes' worth, at 36 ms a write
+    assert long_gaps([0.01] * 20 + [0.02 + 0.01 * k for k in range(10)]) == [0, 10]  # never before the send
+
+
 def test_a_silence_the_reader_made_is_no_stream_silence():
     """A late receive of several chunks dates them all by the newest: the gap before it is the reader's (a starved
     client), not the server's; the row says so in its flags and keeps that gap as unknown (a negative length: the
