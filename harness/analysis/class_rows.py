@@ -1,12 +1,12 @@
-"""What each class of a mix says beyond its quantiles: its own tail attribution, TTFT split, hang-ups, tokens and
-metered cost (``steps[].classes[]``). Pure.
+"""What each class of a mix says beyond its quantiles: its own tail attribution, TTFT split, hang-ups, answers
+(``verify:``), tokens and metered cost (``steps[].classes[]``). Pure.
 
 A class's tail is explained among its own requests (a RAG class's p99 against the RAG class's rest, not against
 the chat requests beside it, whose prompts are ten times shorter): the same ``explain_rows`` on the class's rows,
 the server's queue and the step's ITL as for the whole step. It costs one more attribution per class (about the
 step's own over all classes together); a class with fewer than ``MIN_ROWS`` rows gets none (its p99 is one or two
-requests). Hang-ups are not rows (they are outside the step's requests): the workers count them per class in the
-bucket's counters (``CLASS_CANCEL_KEY``).
+requests). Hang-ups are not rows (they are outside the step's requests), nor are answers compared: the workers
+count them per class in the bucket's counters (``CLASS_CANCEL_KEY``, ``CLASS_ANSWERS_KEY``).
 
 Cost per class: its measured requests' tokens (uncached input, cached input, output) and, with metered prices,
 what they cost and what one request costs. A flat price is not divided between classes (by output tokens, by
@@ -24,10 +24,10 @@ from harness.analysis.decompose import ttft_split
 from harness.analysis.pricing import Tokens, metered_cost
 from harness.analysis.step_columns import StepColumns
 from harness.analysis.tail import StepTails
-from harness.metrics.aggregate import CLASS_CANCEL_KEY
+from harness.metrics.aggregate import CLASS_ANSWERS_KEY, CLASS_CANCEL_KEY
 from harness.spec.cost import CostSpec
 
-__all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_cancelled", "add_rows_detail", "subset"]
+__all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_counted", "add_rows_detail", "subset"]
 
 MIN_ROWS = 50
 """A class's tail and TTFT split need at least this many rows (p99 of 50 is the largest but one)."""
@@ -63,12 +63,19 @@ def add_rows_detail(classes: Sequence[ClassStep], cols: Mapping[str, Sequence[An
         cls.cost = _cost(cost, tokens, len(idx), output_all) if cost is not None else None
 
 
-def add_cancelled(classes: Sequence[ClassStep], extra: dict[str, int]) -> None:
-    """Each class's hang-ups from the bucket's counters (``CLASS_CANCEL_KEY``), and their share of its requests."""
+def add_counted(classes: Sequence[ClassStep], extra: dict[str, int]) -> None:
+    """Each class's hang-ups from the bucket's counters (``CLASS_CANCEL_KEY``), and their share of its requests; its
+    answers compared and checked (``verify:``, ``CLASS_ANSWERS_KEY``), and the shares changed and failed."""
     for i, cls in enumerate(classes):
         n = extra.get(f"{CLASS_CANCEL_KEY}{i}", 0)
         cls.cancelled = n
         cls.cancelled_share = round(n / (cls.requests + n), 6) if n else None
+        got = {what: extra.get(f"{CLASS_ANSWERS_KEY}{i}:{what}", 0) for what in ("verified", "changed", "checked",
+                                                                                  "failed")}
+        if got["verified"] or got["checked"]:
+            cls.answers = {**got, "changed_share": round(got["changed"] / got["verified"], 4) if got["verified"]
+                           else None, "failed_share": round(got["failed"] / got["checked"], 4) if got["checked"]
+                           else None}
 
 
 def _tokens(c: Mapping[str, Sequence[Any]]) -> dict[str, int]:

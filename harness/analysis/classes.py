@@ -69,6 +69,9 @@ class ClassStep:
     """The fleet's users fixed on this class (``users:``); None for a weighted class."""
     cost: dict | None = None
     """With ``cost:``: ``output_share``, and with metered prices ``test_cost`` and ``per_request``."""
+    answers: dict | None = None
+    """``verify:``: its answers compared (``verified``, ``changed``, ``changed_share``) and checked (``checked``,
+    ``failed``, ``failed_share``); None: none of its requests was a verify request."""
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -25,7 +25,7 @@ from operator import not_
 from typing import TYPE_CHECKING
 
 from harness.analysis.cancel_slots import cancel_slots
-from harness.analysis.class_rows import add_cancelled, add_rows_detail
+from harness.analysis.class_rows import add_counted, add_rows_detail
 from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
 from harness.analysis.counted import why_not
 from harness.analysis.decompose import ttft_split
@@ -336,7 +336,7 @@ class Ledger:
         if st.classes:  # each class's tail among its own requests, its split, tokens, cost and hang-ups
             add_rows_detail(st.classes, cols, cost=sc.cost, explain=lambda c: explain_rows(
                 c, params, waiting=st.waiting, started=info.started, itl_p50_s=itl_p50))
-            add_cancelled(st.classes, bucket.extra)
+            add_counted(st.classes, bucket.extra)
 
     def _cost(self, r: StepResult, bucket: Bucket, warmup: Bucket | None) -> StepCost:
         """The step's cost figures: its tokens warm-up included (all were billed), its measured throughput."""

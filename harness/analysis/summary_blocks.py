@@ -379,3 +379,4 @@ class TrafficClassStep(View, frozen=True, kw_only=True):
     tokens: dict[str, int] | None = None
     cost: ClassCost | None = None
     users: int | None = None
+    answers: dict[str, float | None] | None = None

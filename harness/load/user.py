@@ -195,8 +195,8 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         if call is None:
             assert sampler is not None  # no call: a user with a sampler (not sessions)
             ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(sampler.next)
-            if ask is not None:  # verify: a reference prompt, asked greedily, compared once answered
-                prompts, max_tokens, cls, ep = [ask.prompt], ask.max_tokens, None, ask.endpoint(ep)
+            if ask is not None:  # verify: a reference prompt, asked greedily (below), compared once answered
+                prompts, max_tokens, cls = [ask.prompt], ask.max_tokens, ask.cls
             else:
                 plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
                 prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
@@ -210,6 +210,8 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
             cls = task.cls if task is not None else None
         if cls is not None:
             ep, headers = self.classes[cls]
+        if ask is not None:
+            ep = ask.endpoint(ep)
         # a LoRA adapter of the model: the worker's picker says which (a session keeps the one it drew)
         adapter = task.adapter if task is not None else None if ep.adapters is None else \
             self.kneecap.samplers.adapter(cls)

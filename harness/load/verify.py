@@ -33,18 +33,23 @@ class Ask:
     reference: bool
     """Asked for its reference answer (else: re-asked, to compare)."""
     extra: dict
+    cls: int | None = None
+    """The class of a mix it was drawn from: asked with that class's endpoint, counted in it."""
 
     def endpoint(self, ep: Endpoint) -> Endpoint:
-        """``ep`` asked greedily: ``temperature`` 0 and the spec's ``seed`` over its ``extra_body``."""
-        return dataclasses.replace(ep, extra_body={**ep.extra_body, **self.extra})
+        """``ep`` asked greedily: ``temperature`` 0 and the spec's ``seed`` over its ``extra_body``; with LoRA
+        adapters, one adapter for a prompt every time it is asked (by its index), so its answers compare."""
+        model = ep.model if ep.adapters is None else ep.adapters.names[self.index % len(ep.adapters.names)]
+        return dataclasses.replace(ep, extra_body={**ep.extra_body, **self.extra}, model=model, adapters=None)
 
 
 class Verifier:
     def __init__(self, spec: VerifySpec, seed: int, worker: int, api: str) -> None:
         self.spec = spec
         self.api = api
-        self.prompts: list[tuple[Prompt, int]] = []
-        """Each reference prompt with its answer length (the file's, ``spec.max_tokens``, else the one drawn)."""
+        self.prompts: list[tuple[Prompt, int, int | None]] = []
+        """Each reference prompt with its answer length (the file's, ``spec.max_tokens``, else the one drawn) and
+        the mix's class it was drawn from (None: a file's, or no mix)."""
         self.references: dict[int, str] = {i: p.answer for i, p in enumerate(spec.file) if p.answer is not None}
         self.asking: set[int] = set()
         self.rng = random.Random(f"{seed}/verify/{worker}")
@@ -57,17 +62,20 @@ class Verifier:
         spec = self.spec
         if not self.prompts:
             self.prompts = [self._prompt(draw, line) for line in spec.file] if spec.file else \
-                [(p.prompt, spec.max_tokens or p.max_tokens) for p in (draw() for _ in range(spec.prompts))]
+                [(p.prompt, spec.max_tokens or p.max_tokens, p.class_index)
+                 for p in (draw() for _ in range(spec.prompts))]
         missing = next((i for i in range(spec.prompts) if i not in self.references and i not in self.asking), None)
         if missing is not None:
             self.asking.add(missing)
-            return Ask(missing, *self.prompts[missing], True, self.extra)
+            prompt, tokens, cls = self.prompts[missing]
+            return Ask(missing, prompt, tokens, True, self.extra, cls)
         if len(self.references) < spec.prompts or self.rng.random() >= spec.share:
             return None
         i = self.rng.randrange(spec.prompts)
-        return Ask(i, *self.prompts[i], False, self.extra)
+        prompt, tokens, cls = self.prompts[i]
+        return Ask(i, prompt, tokens, False, self.extra, cls)
 
-    def _prompt(self, draw: Callable[[], PlannedRequest], line: VerifyPrompt) -> tuple[Prompt, int]:
+    def _prompt(self, draw: Callable[[], PlannedRequest], line: VerifyPrompt) -> tuple[Prompt, int, None]:
         """A file's prompt as the API sends it (one user message, or the completions prompt), and its length: the
         line's, the spec's, else one drawn from the workload's."""
         text = line.prompt or "\n\n".join(m["content"] for m in line.messages)
@@ -76,7 +84,7 @@ class Verifier:
             prompt = Prompt(None, text, words, 0)
         else:
             prompt = Prompt([dict(m) for m in line.messages] or [{"role": "user", "content": text}], None, words, 0)
-        return prompt, line.max_tokens or self.spec.max_tokens or draw().max_tokens
+        return prompt, line.max_tokens or self.spec.max_tokens or draw().max_tokens, None
 
     def judge(self, ask: Ask, rec: RequestRecord) -> None:
         """Takes ``rec``'s answer as the reference, or compares it with it (a failed request compares nothing); then

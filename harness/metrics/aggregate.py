@@ -28,14 +28,18 @@ from harness.metrics.vocabulary import METRICS, REQUEST_LATENCIES
 from harness.metrics.wire import decode_sketch, encode_sketch
 
 __all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_CHECK_KEY", "ANSWER_EXAMPLES", "ANSWER_FAILED_KEY", "ANSWER_KEY",
-           "BUSY_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "REFERENCE_KEY", "SHAPE_KEY", "SHORT_KEY", "Bucket",
-           "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci", "summarize_sketch"]
+           "BUSY_KEY", "CLASS_ANSWERS_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "REFERENCE_KEY", "SHAPE_KEY",
+           "SHORT_KEY", "Bucket", "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci",
+           "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
 """``Bucket.extra``'s key prefix for the requests each LoRA adapter got (``endpoint.adapters``)."""
 BUSY_KEY = "busy_ms"
 """``Bucket.extra``'s sum of the requests' durations (ms; cancelled ones to their hang-up) when users hang up: the
 client's mean concurrency by Little's law, against the server's gauges (``analysis/cancel_slots.py``)."""
+CLASS_ANSWERS_KEY = "class_answers:"
+"""``Bucket.extra``'s key prefix of a mix class's answers (``verify:``): ``class_answers:{class}:{verified, changed,
+checked, failed}``."""
 CLASS_CANCEL_KEY = "class_cancel:"
 """``Bucket.extra``'s key prefix, with a mix class's index, for the requests of that class a user hung up on."""
 SHORT_KEY = "short:"
@@ -194,13 +198,8 @@ class Bucket:
         if rec.held:
             key = HELD_KEY + str(round(rec.held_bytes / 1024))
             extra[key] = extra.get(key, 0) + 1
-        if rec.answer_changed_at is not None:
-            self._changed(rec.answer_changed_at, rec.answer_example)
-        if rec.answer_failed is not None:
-            self._failed(rec.answer_failed, rec.answer_failed_example)
-        if rec.answer_reference is not None:  # keyed by its text: the same reference on two workers is one line
-            key = hashlib.blake2b(rec.answer_reference.encode(), digest_size=8).hexdigest()
-            self.failure_samples[REFERENCE_KEY + key] = rec.answer_reference
+        if rec.answer_check is not None or rec.answer_checked:
+            self._answer(rec)
         if rec.output_tokens:
             self.output_tokens += rec.output_tokens
             self.counted_outputs += rec.output_tokens_counted
@@ -213,6 +212,21 @@ class Bucket:
             if target:
                 self.prompt_error_sum += abs(prompt - target) / target
                 self.prompt_error_n += 1
+
+    def _answer(self, rec: RequestRecord) -> None:
+        """A verify request's answer (``verify:``): changed, failed a check, its class's counts, a reference."""
+        if rec.answer_changed_at is not None:
+            self._changed(rec.answer_changed_at, rec.answer_example)
+        if rec.answer_failed is not None:
+            self._failed(rec.answer_failed, rec.answer_failed_example)
+        if rec.class_index is not None and (rec.verified or rec.answer_checked):  # a mix: its class's too
+            for what, counts in (("verified", rec.verified), ("changed", rec.answer_changed),
+                                 ("checked", rec.answer_checked), ("failed", rec.check_failed)):
+                if counts:
+                    self._count(f"{CLASS_ANSWERS_KEY}{rec.class_index}:{what}")
+        if rec.answer_reference is not None:  # keyed by its text: the same reference on two workers is one line
+            key = hashlib.blake2b(rec.answer_reference.encode(), digest_size=8).hexdigest()
+            self.failure_samples[REFERENCE_KEY + key] = rec.answer_reference
 
     def _changed(self, at: int, example: str | None) -> None:
         """A changed answer (``verify:``): where it first differs, and the first ``ANSWER_EXAMPLES`` of them."""

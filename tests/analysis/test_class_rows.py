@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.analysis.class_rows import MIN_ROWS, NOT_PER_CLASS, add_cancelled, add_rows_detail, subset
+from harness.analysis.class_rows import MIN_ROWS, NOT_PER_CLASS, add_counted, add_rows_detail, subset
 from harness.analysis.classes import class_steps
 from harness.analysis.tail_rows import columns, explain_rows
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
@@ -92,7 +92,7 @@ def test_tokens_cost_and_a_class_too_small_for_a_tail():
 def test_hang_ups_per_class_from_the_bucket_counters():
     cols = columns(_rows(n=200))
     classes = class_steps(cols, CLASSES, rows_seen=len(cols["flags"]))
-    add_cancelled(classes, {f"{CLASS_CANCEL_KEY}1": 5, "adapter:a0": 3})
+    add_counted(classes, {f"{CLASS_CANCEL_KEY}1": 5, "adapter:a0": 3})
     chat, rag = classes
     assert (chat.cancelled, chat.cancelled_share) == (0, None)
     assert rag.cancelled == 5 and rag.cancelled_share == round(5 / (rag.requests + 5), 6)

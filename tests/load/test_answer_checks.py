@@ -66,3 +66,34 @@ def test_a_runs_references_compare_another_deployment_with_it(tmp_path):
     v = other.summary["steps"][0]["verify"]
     assert v["verified"] >= 20 and v["changed_share"] == 1.0 and v["first_difference_median"] == 4, v
     assert "ANSWERS CHANGED: from 4 users on (step 0): 100.0%" in other.output, other.output
+
+
+def test_a_mixs_classes_ask_with_their_own_endpoint_and_are_counted_apart(tmp_path):
+    """Two classes, one asking JSON (its endpoint's ``response_format``) and one plain text: the re-asks of each
+    class's reference prompts use that class's endpoint, so the JSON check fails every plain answer and a tenth of
+    the JSON ones (the simulator cuts every 10th), each counted in its class."""
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    r = kneecap_run(write_scenario(tmp_path, """
+        name: classes-test
+        endpoint: {api: chat, model: sim-tiny}
+        workload:
+          seed: 11
+          mix:
+            - {name: plain, weight: 1, input_tokens: 32, output_tokens: 12}
+            - name: json
+              weight: 1
+              input_tokens: 32
+              output_tokens: 12
+              endpoint: {extra_body: {response_format: {type: json_object}}}
+        load: {mode: constant, users: 6, duration_s: 4, step: {warmup_s: 0.5}}
+        verify: {share: 1.0, prompts: 8, check: {schema: schema.json}}
+    """), "--sim-arg=--malformed-json-share=0.1", out=tmp_path / "out")
+    step = r.summary["steps"][0]
+    by = {c["name"]: c["answers"] for c in step["classes"]}
+    assert by["plain"] and by["json"], by  # 8 prompts drawn from two classes of equal weight: both have some
+    assert by["plain"]["failed_share"] == 1.0, by  # words, not JSON
+    assert by["json"]["failed_share"] == pytest.approx(0.1, abs=0.06), by
+    v = step["verify"]
+    assert v["checked"] == by["plain"]["checked"] + by["json"]["checked"], (v, by)
+    assert v["changed"] == by["plain"]["changed"] + by["json"]["changed"], (v, by)
+    assert "by class at that load: plain 100% of" in r.output, r.output

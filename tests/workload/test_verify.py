@@ -8,9 +8,11 @@ import json
 import pytest
 
 from harness.checker import Checker
+from harness.endpoint import Endpoint
 from harness.load.verify import Verifier
 from harness.metrics.record import RequestRecord
 from harness.sim.text import json_answer, plain_text, token_text
+from harness.spec.adapters import AdapterSpec
 from harness.spec.verify import AnswerCheck, VerifyPrompt, VerifySpec, verify_from_spec
 from harness.workload.prompts import Prompt, Spliced
 from harness.workload.sampler import PlannedRequest
@@ -129,3 +131,14 @@ def test_a_reference_line_reads_back_as_the_prompt_file_line_it_stands_for(tmp_p
     assert spec.file == (VerifyPrompt("", 8, " it is", None, ({"role": "system", "content": "be brief"},
                                                               {"role": "user", "content": "café"})),
                          VerifyPrompt("two plus", 4, " four"))
+
+
+def test_a_reference_keeps_its_class_and_one_adapter_every_time_it_is_asked():
+    v = Verifier(VerifySpec(share=1.0, prompts=3), seed=1, worker=0, api="chat")
+    classes = iter([1, 0, 1])
+    asks = [v.pick(lambda: PlannedRequest(Prompt(None, "p", 1, 0), 5, class_index=next(classes))) for _ in range(3)]
+    assert [a.cls for a in asks] == [1, 0, 1]
+    ep = Endpoint(model="base", adapters=AdapterSpec(("lora-a", "lora-b")), extra_body={"top_k": 5})
+    asked = [a.endpoint(ep) for a in asks]
+    assert [e.model for e in asked] == ["lora-a", "lora-b", "lora-a"] and all(e.adapters is None for e in asked)
+    assert asked[0].extra_body == {"top_k": 5, "temperature": 0, "seed": 1234}
