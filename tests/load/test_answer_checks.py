@@ -19,7 +19,7 @@ SCENARIO = """
       model: sim-tiny
       extra_body: {response_format: {type: json_schema, json_schema: {name: answer, schema: {type: object}}}}
     workload: {input_tokens: 32, output_tokens: 12, seed: 3}
-    load: {mode: constant, users: 8, duration_s: 6, step: {warmup_s: 1}}
+    load: {mode: constant, users: 8, duration_s: 4, step: {warmup_s: 0.5}}
     verify: {share: 1.0, check: {schema: schema.json}}
     slo: {answers_failed_rate: "rate<0.05"}
 """
@@ -32,7 +32,7 @@ def test_a_schema_check_finds_the_tenth_of_answers_cut_short_and_fails_the_run(t
     r = kneecap_run(write_scenario(tmp_path, SCENARIO), "--sim-arg=--malformed-json-share=0.1",
                     out=tmp_path / "out")
     v = r.summary["steps"][0]["verify"]
-    assert v["checked"] >= 200, v  # every measured request asked a reference prompt and was checked
+    assert v["checked"] >= 150, v  # every measured request asked a reference prompt and was checked
     assert v["failed_share"] == pytest.approx(0.10, abs=0.03), v
     assert set(v["failed_by"]) == {"json"}, v  # cut short: it does not parse, so the schema is never reached
     assert v["check_examples"] and all(not x["answer"].endswith('"}') for x in v["check_examples"]), v
@@ -48,7 +48,7 @@ def test_a_runs_references_compare_another_deployment_with_it(tmp_path):
             name: compare-test
             endpoint: {{api: chat, model: sim-tiny}}
             workload: {{input_tokens: 40, output_tokens: 10, seed: 5}}
-            load: {{mode: constant, users: 4, duration_s: 3, step: {{warmup_s: 0.5}}}}
+            load: {{mode: constant, users: 4, duration_s: 2, step: {{warmup_s: 0.5}}}}
             verify: {verify}
         """)
 
@@ -85,7 +85,7 @@ def test_a_mixs_classes_ask_with_their_own_endpoint_and_are_counted_apart(tmp_pa
               input_tokens: 32
               output_tokens: 12
               endpoint: {extra_body: {response_format: {type: json_object}}}
-        load: {mode: constant, users: 6, duration_s: 4, step: {warmup_s: 0.5}}
+        load: {mode: constant, users: 6, duration_s: 3, step: {warmup_s: 0.5}}
         verify: {share: 1.0, prompts: 8, check: {schema: schema.json}}
     """), "--sim-arg=--malformed-json-share=0.1", out=tmp_path / "out")
     step = r.summary["steps"][0]
