@@ -1,0 +1,131 @@
+"""Prefix-structured traces (Mooncake's FAST'25 format): requests that list the hash of each block of their prompt, so
+two that share leading ids share that prefix. Read, turned into prompt text block by block, and held against their
+own ceiling: the share of prompt tokens an unbounded prefix cache could serve. Pure.
+
+The format (kvcache-ai/Mooncake, ``FAST25-release/traces``): JSON lines of ``timestamp`` (ms), ``input_length``,
+``output_length`` and ``hash_ids``, one id per ``block_tokens`` tokens of the prompt (512 in Mooncake's traces), the
+last block cut to ``input_length``. The text of a block is a marker word (its id and the run's salt: different ids,
+different bytes) and then corpus words chosen by the id: the same id gives the same text wherever it recurs. A word
+is about a token; on a real tokenizer the blocks are approximate, not token-exact (issue 47's calibration by the
+server's ``/tokenize`` is not built yet).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.workload.corpus import Corpus
+from harness.workload.traces import MAX_TOKENS, TraceError
+
+__all__ = ["TraceRequest", "block_text", "ideal_cached", "prompt_text", "read_mooncake"]
+
+_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    t_ms: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...]
+
+
+def read_mooncake(path: str, block_tokens: int) -> list[TraceRequest]:
+    """The trace's requests in file order; every malformed line named (the first ten) in one ``TraceError``."""
+    out: list[TraceRequest] = []
+    bad: list[str] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text (byte {exc.start}): a Mooncake trace is JSON lines") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            bad.append(f"line {n}: not JSON ({exc})")
+            continue
+        problem = _problem(obj, block_tokens)
+        if problem:
+            bad.append(f"line {n}: {problem}")
+            continue
+        out.append(TraceRequest(float(obj["timestamp"]), obj["input_length"], obj["output_length"],
+                                tuple(obj["hash_ids"])))
+    if bad:
+        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+        raise TraceError(f"{path}: " + "; ".join(bad[:10]) + more)
+    if not out:
+        raise TraceError(f"{path}: no request: one JSON object a line with {', '.join(_FIELDS)}")
+    return out
+
+
+def _problem(obj: object, block_tokens: int) -> str | None:
+    if not isinstance(obj, dict):
+        return f"expected an object, got {type(obj).__name__}"
+    missing = [k for k in _FIELDS if k not in obj]
+    if missing:
+        return f"missing {', '.join(missing)} (a Mooncake line has {', '.join(_FIELDS)})"
+    t = obj["timestamp"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0:
+        return f"timestamp must be a number of ms >= 0, got {t!r}"
+    for key in ("input_length", "output_length"):
+        v = obj[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+            return f"{key} must be an integer of tokens >= 1, got {v!r}"
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids):
+        return "hash_ids must be a list of integers >= 0"
+    blocks = -(-obj["input_length"] // block_tokens)
+    if len(ids) != blocks:
+        return (f"{len(ids)} hash_ids for input_length {obj['input_length']}: {blocks} blocks of {block_tokens} "
+                "tokens expected (is block_tokens the trace's?)")
+    return None
+
+
+def block_text(block: int, block_tokens: int, salt: str, corpus: Corpus) -> str:
+    """The text of block ``block``: ``block_tokens`` words, the first a marker of the id and ``salt`` (two runs with
+    different salts share no block), then corpus words from an offset the id picks."""
+    digest = hashlib.blake2b(f"{salt}/{block}".encode(), digest_size=8).digest()
+    first = int.from_bytes(digest, "big") % corpus.n
+    marker = f"b{salt}x{block:x}"
+    return marker if block_tokens == 1 else f"{marker} {corpus.words(first, block_tokens - 1)}"
+
+
+def prompt_text(req: TraceRequest, block_tokens: int, salt: str, corpus: Corpus) -> str:
+    """A request's prompt: its blocks' texts in order, the last cut to ``input_tokens`` words in all."""
+    words: list[str] = []
+    for block in req.hash_ids:
+        words += block_text(block, block_tokens, salt, corpus).split(" ")
+    return " ".join(words[:req.input_tokens])
+
+
+def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_block: int) -> list[int]:
+    """Per request, in order, the prompt tokens an unbounded prefix cache of ``server_block``-token blocks could
+    serve: its longest prefix shared with an earlier request, in whole server blocks, and never its last token (an
+    engine computes at least one). Equal ids with a cut last block share up to the shorter cut."""
+    root: dict[int, list] = {}  # id -> [longest text seen of the block (tokens), children]
+    out = []
+    for req in requests:
+        common, level = 0, root
+        for j, block in enumerate(req.hash_ids):
+            mine = min(block_tokens, req.input_tokens - j * block_tokens)
+            node = level.get(block)
+            if node is None:
+                break
+            common += min(mine, node[0])
+            if node[0] < mine or mine < block_tokens:
+                break
+            level = node[1]
+        out.append(min(common, req.input_tokens - 1) // server_block * server_block)
+        level = root
+        for j, block in enumerate(req.hash_ids):  # then it is in the cache
+            mine = min(block_tokens, req.input_tokens - j * block_tokens)
+            node = level.setdefault(block, [0, {}])
+            node[0] = max(node[0], mine)
+            level = node[1]
+    return out

@@ -1,0 +1,62 @@
+"""Prefix-structured traces (``workload.prefix_trace``): the Mooncake format read with every problem named, block text
+the same wherever an id recurs, and the ideal prefix-cache ceiling of a hand-made trace equal to its hand count."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from harness.workload.corpus import Corpus
+from harness.workload.prefix_trace import TraceRequest, block_text, ideal_cached, prompt_text, read_mooncake
+from harness.workload.traces import TraceError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORPUS = Corpus(" ".join(f"w{i}" for i in range(500)))
+
+
+def test_the_shipped_sample_reads_and_its_ceiling_is_its_documented_share():
+    reqs = read_mooncake(str(ROOT / "traces" / "mooncake_sample.jsonl"), 64)
+    assert len(reqs) == 300 and reqs[0].hash_ids[:3] == (0, 1, 2)
+    share = sum(ideal_cached(reqs, 64, 16)) / sum(r.input_tokens for r in reqs)
+    assert share == pytest.approx(0.66, abs=0.005)  # traces/README.md says 66%
+
+
+def test_every_malformed_line_is_named(tmp_path):
+    good = {"timestamp": 0, "input_length": 130, "output_length": 8, "hash_ids": [1, 2, 3]}
+    lines = [good, {**good, "hash_ids": [1, 2]}, {**good, "input_length": 0}, ["x"], {"timestamp": 5},
+             {**good, "hash_ids": [1, -2, 3]}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{oops\n")
+    with pytest.raises(TraceError) as err:
+        read_mooncake(str(path), 64)
+    text = str(err.value)
+    for expected in ("line 2: 2 hash_ids for input_length 130: 3 blocks of 64 tokens expected",
+                     "line 3: input_length must be an integer of tokens >= 1, got 0",
+                     "line 4: expected an object, got list", "line 5: missing input_length, output_length, hash_ids",
+                     "line 6: hash_ids must be a list of integers >= 0", "line 7: not JSON"):
+        assert expected in text, text
+    assert "line 1:" not in text
+
+
+def test_equal_ids_give_equal_text_and_different_ids_or_salts_different_text():
+    a, again, b = (block_text(i, 16, "s1", CORPUS) for i in (7, 7, 8))
+    assert a == again and a != b and len(a.split(" ")) == 16
+    assert block_text(7, 16, "s2", CORPUS) != a  # another run's salt: no shared block
+    one = prompt_text(TraceRequest(0, 40, 8, (7, 8, 9)), 16, "s1", CORPUS)
+    two = prompt_text(TraceRequest(0, 20, 8, (7, 8)), 16, "s1", CORPUS)
+    assert len(one.split(" ")) == 40 and len(two.split(" ")) == 20
+    assert one.startswith(a + " " + " ".join(b.split(" ")[:4]))  # block 7, then block 8 cut at 20 words in all
+    assert one.startswith(two)
+
+
+def test_the_ideal_ceiling_of_a_hand_made_trace_is_its_hand_count():
+    reqs = [TraceRequest(0, 12, 1, (1, 2, 3)),   # nothing before: 0
+            TraceRequest(0, 10, 1, (1, 2, 4)),   # blocks 1, 2 (8 tokens) shared; 4 is new: 8
+            TraceRequest(0, 12, 1, (1, 2, 3)),   # all 12 shared, but never the last token: 11 -> 10 (blocks of 2)
+            TraceRequest(0, 3, 1, (5,)),         # new: 0
+            TraceRequest(0, 2, 1, (1,)),         # 2 tokens of block 1 shared, the last never: 1 -> 0
+            TraceRequest(0, 12, 1, (1, 2, 4))]   # 1, 2 and the 2 tokens of block 4 the second request had: 10
+    assert ideal_cached(reqs, 4, 2) == [0, 8, 10, 0, 0, 10]
+    assert ideal_cached(reqs, 4, 4) == [0, 8, 8, 0, 0, 8]  # in whole blocks of the server's size
