@@ -124,6 +124,22 @@ def short_answers(summary: Summary) -> list[str]:
             "these output lengths are not the scenario's; slo.short_answer_rate fails such a run"]
 
 
+def ceiling_lines(summary: Summary) -> list[str]:
+    """``workload.trace``: the server's prefix-cache hits beside the trace's own ceiling, by load."""
+    seen = [(st.level, st.prefix_cache, st.prefix_cache.ceiling)
+            for st in sorted(summary.steps, key=lambda st: st.level)
+            if not isinstance(st.prefix_cache, UnsetType) and st.prefix_cache and st.prefix_cache.ceiling]
+    if not seen:
+        return []
+    parts = []
+    for level, cache, ceiling in seen:
+        hit = cache.server.hit_rate
+        parts.append(f"{level:g}: {'?' if hit is None else f'{hit:.0%}'} of a {float(ceiling['share']):.0%} ceiling")
+    return ["prefix cache (trace): the server's hits against what an unbounded cache could serve, by load: "
+            + ", ".join(parts) + ("" if all(c.server.hit_rate is not None for _, c, _ in seen) else
+                                  " (?: the server reports no prefix-cache counters)")]
+
+
 def answers_lines(summary: Summary) -> list[str]:
     """``verify:``: the load where greedy answers began to differ from their references (``ANSWERS CHANGED``, with the
     share by step and one example), or that they did not; with checks, the same for answers that failed them."""
@@ -287,7 +303,7 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
     for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary) + answers_lines(summary) \
-            + token_lines(summary):
+            + token_lines(summary) + ceiling_lines(summary):
         say(line)
     slo = summary.slo
     if slo.thresholds:

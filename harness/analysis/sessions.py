@@ -38,7 +38,8 @@ def _share(prompt: int, cached: int) -> float | None:
 
 
 def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
-    """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources."""
+    """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources; with
+    ``workload.trace``, the trace's own ceiling beside them."""
     c = bucket.cache
     usage = CLIENT_SOURCES.get(api, CLIENT_SOURCE)
     source = usage if not c.from_timings else TIMINGS_SOURCE if c.from_timings == c.requests \
@@ -59,7 +60,13 @@ def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
         srv.update(queries=queries, hits=hits, hit_rate=round(hits / queries, 4))
     else:
         srv["note"] = NOT_REPORTED
-    return {"client": client, "server": srv}
+    out = {"client": client, "server": srv}
+    of = bucket.extra.get("prefix_ceiling_of", 0)
+    if of:  # workload.trace: what an unbounded cache could have served, by the trace's own block ids
+        ideal = bucket.extra.get("prefix_ceiling_tokens", 0)
+        out["ceiling"] = {"source": "trace hash_ids", "prompt_tokens": of, "cached_tokens": ideal,
+                          "share": round(ideal / of, 4)}
+    return out
 
 
 def agent_stall(step: Bucket, baseline: Bucket) -> float | None:

@@ -154,11 +154,14 @@ class CacheServer(View, frozen=True, kw_only=True, omit_defaults=True):
     note: str | None = None
 
 
-class PrefixCache(View, frozen=True, kw_only=True):
+class PrefixCache(View, frozen=True, kw_only=True, omit_defaults=True):
     """Client- and server-side prefix-cache hits, each with its source (``analysis.sessions.cache_view``)."""
 
     client: CacheClient
     server: CacheServer
+    ceiling: dict[str, float | int | str] | None = None
+    """``workload.trace``: ``share`` of its prompt tokens an unbounded cache could serve (``cached_tokens`` of
+    ``prompt_tokens``)."""
 
 
 class TurnBucket(View, frozen=True, kw_only=True):

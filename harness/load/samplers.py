@@ -16,8 +16,9 @@ from harness.scenario import Workload
 from harness.spec.adapters import adapter_picker
 from harness.workload.images import ImageCache, ImageDrawer
 from harness.workload.mix import ClassPicker, FixedUsers
+from harness.workload.prefix_trace import TraceCursor, trace_salt
 from harness.workload.prompts import PromptBuilder
-from harness.workload.sampler import MixSampler, PlannedRequest, RequestSampler
+from harness.workload.sampler import MixSampler, PlannedRequest, RequestSampler, TraceSampler
 from harness.workload.sessions import SessionSampler
 
 __all__ = ["SHAPES_STREAM", "Samplers"]
@@ -39,6 +40,7 @@ class Samplers:
         self._samplers = 0
         self._images = ImageCache()
         """The worker's encoded images, shared by its users and classes."""
+        self._trace: TraceCursor | None = None
 
     def warm(self) -> None:
         """Build the prompt builders (their corpus: ~50 ms of CPU) before the load begins, not in its first step."""
@@ -66,10 +68,16 @@ class Samplers:
         return SessionSampler(w.sessions, self._builder(), seed=w.seed,
                               stream=self.worker.worker_index * 100_000 + self._samplers)
 
-    def sampler(self) -> RequestSampler | MixSampler:
+    def sampler(self) -> RequestSampler | MixSampler | TraceSampler:
         """A request sampler for one user: its own seeded stream, the worker's shared prompt calibration; with a mix,
-        one per class (each its own stream and calibration) behind the worker's one class picker."""
+        one per class (each its own stream and calibration) behind the worker's one class picker; with a trace, the
+        worker's place in it."""
         w = self.worker.scenario.workload
+        if w.trace is not None:
+            if self._trace is None:
+                self._trace = TraceCursor(w.trace, lambda: (self.worker.worker_index, self.worker.fleet_size))
+            return TraceSampler(self._trace, self._builder(), trace_salt(w.trace, self.worker.source.option("run_id"),
+                                                                         w.seed))
         self._samplers += 1
         stream = self.worker.worker_index * 100_000 + self._samplers
         if not w.mix:
@@ -99,7 +107,7 @@ class Samplers:
         """``load.warmup_shapes``: one request per prompt-length bucket of each class of requests (sessions send
         their own), the same list on every worker (streams of their own, named alike)."""
         w = self.worker.scenario.workload
-        if not self.worker.scenario.load.warmup_shapes or w.sessions is not None:
+        if not self.worker.scenario.load.warmup_shapes or w.sessions is not None or w.trace is not None:
             return []
         if not w.mix:
             return self._sampler(w, self._builder(), SHAPES_STREAM).shapes()

@@ -191,7 +191,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
     def _exchange(self, ep: Endpoint, conn: Connection, intended_start: float | None, call: Call | None,
                   task: SessionTask | None, cls: int | None, shape: PlannedRequest | None) -> RequestRecord:
         hangups: dict[str, Any] = {}
-        headers, images, sampler, ask = self.headers, None, self.sampler, None
+        headers, images, sampler, ask, ideal = self.headers, None, self.sampler, None, None
         if call is None:
             assert sampler is not None  # no call: a user with a sampler (not sessions)
             ask = None if shape or not self.kneecap.verify else self.kneecap.verify.pick(sampler.next)
@@ -200,6 +200,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
             else:
                 plan = shape or (sampler.next() if cls is None else sampler.next_of(cls))
                 prompts, max_tokens, cls, images = [plan.prompt], plan.max_tokens, plan.class_index, plan.images
+                ideal = plan.ideal_cached
                 hangups = {"cancel_after_s": plan.cancel_after_s, "patience_s": plan.patience_s}
             batch = self.kneecap.scenario.workload.batch
             if batch is not None:  # embeddings: a batch of inputs, each of the workload's input length
@@ -231,6 +232,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
             rec.loop_lag_s = lag
             rec.class_index, rec.model = cls, adapter
             rec.images, rec.image_pixels = images or (None, None)
+            rec.ideal_cached_tokens = ideal
             if not (asked and k.refused_continuous_usage(rec)):
                 break  # else once more without it: the refusal was our question, not the endpoint's failure
         rec.prompt_tokens_target = prompts[0].target_tokens or None

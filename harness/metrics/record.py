@@ -151,6 +151,8 @@ class RequestRecord:
     """A changed answer: the first word that differs (``workload.verify.first_difference``)."""
     answer_example: str | None = None
     """A changed answer: both texts from near the difference (``workload.verify.example``), for the summary."""
+    ideal_cached_tokens: int | None = None
+    """``workload.trace``: the prompt tokens an unbounded prefix cache could serve (the trace's ceiling)."""
     answer_reference: str | None = None
     """A reference answer: its ``answers.jsonl`` line (``workload.verify.reference_line``), for the run's file."""
     answer_checked: bool = False
@@ -168,6 +170,11 @@ class RequestRecord:
     @property
     def answer_changed(self) -> bool:
         return self.answer_check == "changed"
+
+    @property
+    def ceiling_prompt_tokens(self) -> int:
+        """``workload.trace``: the prompt's trace length, the ceiling's denominator (0 outside a trace)."""
+        return (self.prompt_tokens_target or 0) if self.ideal_cached_tokens is not None else 0
 
     @property
     def check_failed(self) -> bool:

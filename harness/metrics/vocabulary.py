@@ -185,6 +185,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("answers_failed", "requests", "counter", "of those, answers that failed a check", "check_failed"),
     Metric("answers_failed_rate", "fraction", "rate", "answers failed / answers checked: the share of answers that "
            "did not pass the scenario's checks (quality under load)", "check_failed", slo=True, whole=True),
+    Metric("prefix_ceiling_tokens", "tokens", "counter", "``workload.trace``: prompt tokens an unbounded prefix "
+           "cache could serve, by the trace's own block ids", "ideal_cached_tokens"),
+    Metric("prefix_ceiling_of", "tokens", "counter", "``workload.trace``: the trace's prompt tokens of those "
+           "requests (the ceiling's share is over them)", "ceiling_prompt_tokens"),
     Metric("inputs_per_s", "inputs/s", "counter", "embeddings: inputs sent in batches", "inputs", key="inputs"),
     Metric("continuous_usage_refused", "requests", "counter", "refused by the endpoint for asking per-chunk usage: "
            "sent again without, and not asked again", of="worker"),

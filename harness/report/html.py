@@ -204,7 +204,10 @@ def _sessions_table(s: Summary) -> str:
     labels = sorted({lb for st in steps if st.sessions for lb in st.sessions.by_turn},
                     key=lambda lb: int(lb.split("-")[0].rstrip("+")))
     head = [key, *(["sessions", "failed", "turns", "session TTFT p99", "duration p50", "agent stall s"] if sessions
-                   else []), "cached (client)", "hit rate (server)", *(f"TTFT p50 turn {lb}" for lb in labels)]
+                   else []), "cached (client)", "hit rate (server)",
+            *(["ceiling (trace)"] if any(st.prefix_cache and st.prefix_cache.ceiling for st in steps) else []),
+            *(f"TTFT p50 turn {lb}" for lb in labels)]
+    ceiling = "ceiling (trace)" in head
     rows = []
     for st in steps:
         v = st.sessions or None
@@ -214,12 +217,14 @@ def _sessions_table(s: Summary) -> str:
                    (v.duration_ms or _NO_DATA).p50, v.agent_stall_s) if v else (None,) * 6
         rows.append([_n(st.level), *(figures if sessions else ()), _share(cache.client.cached_share if cache else None),
                      _share(cache.server.hit_rate if cache else None),
+                     *([_share(cache.ceiling.get("share") if cache and cache.ceiling else None)] if ceiling else []),
                      *((by_turn[lb].ttft_ms or _NO_DATA).p50 if lb in by_turn else None for lb in labels)])
     return _table(head, rows, ("Sessions counted in the step they ended in; session TTFT p99 = each session's own "
                   "TTFT p99 (its worst below 100 turns), its p99 over sessions; duration includes think time; agent "
                   "stall = mean wait per session beyond the first step's speed. " if sessions else "")
                   + "Cached (client): usage.prompt_tokens_details.cached_tokens / prompt tokens; hit rate (server): "
-                  "/metrics prefix-cache hits / queries.")
+                  "/metrics prefix-cache hits / queries" + ("; ceiling (trace): the share of the trace's prompt tokens "
+                  "an unbounded cache could serve, by its hash_ids." if ceiling else "."))
 
 
 def _counts(records: list[dict], key: str) -> list[int | float]:

@@ -48,6 +48,7 @@ from harness.spec.adapters import adapters_from_spec
 from harness.workload.cancel import HANGUP_KEYS, Cancel, Patience, cancel_from_spec, patience_from_spec
 from harness.workload.images import ImageSpec, images_from_spec
 from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.prefix_trace import PrefixTrace, prefix_trace_from_spec
 from harness.workload.prompt_file import PromptSource, prompts_from_spec
 from harness.workload.sessions import SessionSpec, sessions_from_spec
 from harness.workload.spec import joint_from_spec, length_from_spec
@@ -97,6 +98,8 @@ class Workload:
     """Requests closed when their first token is later than this."""
     images: ImageSpec | None = None
     """Images added to each request (``workload/images.py``); a mix's: each class's own, else the workload's."""
+    trace: PrefixTrace | None = None
+    """A prefix-structured trace replayed in its order (``workload/prefix_trace.py``): its own prompts and lengths."""
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -104,7 +107,7 @@ class Workload:
 
 
 _WORKLOAD_KEYS = ("input_tokens", "output_tokens", "joint", "shared_prefix_tokens", "unique_prompts", "seed",
-                  "sessions", "batch", "mix", "prompts", "images", *HANGUP_KEYS)
+                  "sessions", "batch", "mix", "prompts", "images", "trace", *HANGUP_KEYS)
 
 
 def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Checker], tuple],
@@ -130,6 +133,12 @@ def workload_from_spec(node: Any, check: Checker, slo: Callable[[Any, str, Check
             images=c.workload.images or images)) for c in classes)
         return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed, mix=classes, cancel=cancel,
                         patience=patience, images=images)
+    if "trace" in node:
+        given = [k for k in _WORKLOAD_KEYS if k in node and k not in ("trace", "seed")]
+        if given:
+            check.fail(path, f"a trace gives the prompts and lengths of every request: remove {', '.join(given)}")
+        return Workload(input_tokens=None, output_tokens=None, joint=None, seed=seed,
+                        trace=prefix_trace_from_spec(node["trace"], f"{path}.trace", check))
     return _one_class(node, path, check, seed)
 
 

@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from harness.checker import Checker
 from harness.workload.corpus import Corpus
 from harness.workload.traces import MAX_TOKENS, TraceError
 
-__all__ = ["TraceRequest", "block_text", "ideal_cached", "prompt_text", "read_mooncake"]
+__all__ = ["FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "block_text", "ideal_cached",
+           "prefix_trace_from_spec", "prompt_text", "read_mooncake", "trace_salt"]
+
+FORMATS = ("mooncake",)
+SALTS = ("run", "none", "request")
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
@@ -31,6 +37,50 @@ class TraceRequest:
     input_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PrefixTrace:
+    """``workload.trace``: the requests, read when the scenario is, replayed in file order."""
+
+    file: str
+    block_tokens: int
+    requests: tuple[TraceRequest, ...]
+    salt: str = "run"
+    """"run": a salt per run, so two runs share no block in the server's cache; "none": every run sends the same
+    text; "request": a salt per request, so no two share a block (the control: the server should hit ~0)."""
+    server_block: int = 16
+    """The server's KV block (vLLM's default 16): the ceiling counts whole blocks of it."""
+
+    @property
+    def ceiling(self) -> list[int]:
+        """Each request's ideal cached tokens (``ideal_cached``; 0 with a salt per request)."""
+        if self.salt == "request":
+            return [0] * len(self.requests)
+        return ideal_cached(self.requests, self.block_tokens, self.server_block)
+
+
+def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace | None:
+    """``{file, format: mooncake, block_tokens, salt?, server_block?}``; problems go to ``check``."""
+    keys = ("file", "format", "block_tokens", "salt", "server_block")
+    if check.mapping(node, path, keys, required=("file", "block_tokens")) is None:
+        return None
+    check.string(node, "format", path, "mooncake", choices=FORMATS)
+    block = check.number(node, "block_tokens", path, integer=True, minimum=1, maximum=1_000_000)
+    server = check.number(node, "server_block", path, 16, integer=True, minimum=1, maximum=1_000_000)
+    salt = node.get("salt", "run")
+    salt = {True: "run", False: "none"}.get(salt, salt) if isinstance(salt, bool) else salt  # YAML's on/off too
+    if salt not in SALTS:
+        check.fail(f"{path}.salt", f"must be one of {', '.join(SALTS)}; got {salt!r}")
+    full = check.file(node, "file", path)
+    if full is None or block is None or server is None:
+        return None
+    try:
+        requests = read_mooncake(full, block)
+    except TraceError as exc:
+        check.fail(f"{path}.file", str(exc))
+        return None
+    return PrefixTrace(node["file"], block, tuple(requests), str(salt), server)
 
 
 def read_mooncake(path: str, block_tokens: int) -> list[TraceRequest]:
@@ -129,3 +179,35 @@ def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_blo
             node[0] = max(node[0], mine)
             level = node[1]
     return out
+
+
+def trace_salt(trace: PrefixTrace, run_id: str | None, seed: int) -> str:
+    """The blocks' salt: the run's (every worker of a run the same, another run another), none with ``salt: none``
+    (``request``: the run's, to which each request adds its own). A run without an id (plain Locust) salts by the
+    seed alone."""
+    if trace.salt == "none":
+        return ""
+    return hashlib.blake2b(f"{run_id or ''}/{seed}".encode(), digest_size=3).hexdigest()
+
+
+class TraceCursor:
+    """Which of the trace's requests a worker sends next: its share in file order (worker ``w`` of ``W``, as
+    ``place()`` says when asked: every ``W``-th from ``w``), over again with another salt when it reaches the end (a
+    fresh pass: new blocks)."""
+
+    def __init__(self, trace: PrefixTrace, place: Callable[[], tuple[int, int]]) -> None:
+        self.trace, self.place = trace, place
+        self.ceiling = trace.ceiling
+        self.sent = 0
+
+    def next(self) -> tuple[TraceRequest, int, int]:
+        """The next request, its ideal cached tokens and its pass (0 first)."""
+        worker, fleet = self.place()
+        fleet = max(1, fleet)
+        n = len(self.trace.requests)
+        mine = max(1, (n - worker + fleet - 1) // fleet)  # this worker's share of the lines
+        done, k = divmod(self.sent, mine)
+        self.sent += 1
+        i = min(n - 1, worker + k * fleet)
+        return self.trace.requests[i], self.ceiling[i], done
+

@@ -8,6 +8,7 @@ PYTHONHASHSEED, and unrelated streams for different workers.
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 from harness.workload.cancel import Cancel, Patience
 from harness.workload.images import ImageDrawer
 from harness.workload.lengths import JointEmpirical, Length
+from harness.workload.prefix_trace import TraceCursor, prompt_text
 from harness.workload.prompts import Prompt, PromptBuilder
 
-__all__ = ["SHAPE_DRAWS", "MixSampler", "PlannedRequest", "RequestSampler", "length_bucket",
+__all__ = ["SHAPE_DRAWS", "MixSampler", "PlannedRequest", "RequestSampler", "TraceSampler", "length_bucket",
            "worker_rng"]
 
 SHAPE_DRAWS = 2000
@@ -48,6 +50,8 @@ class PlannedRequest:
     """``workload.patience``: the user hangs up when no token came this long after the start; None: waits."""
     images: tuple[int, int] | None = None
     """``workload.images``: (images, their total pixels) in the prompt; None: the workload has none."""
+    ideal_cached: int | None = None
+    """``workload.trace``: the prompt tokens an unbounded prefix cache could serve (``prefix_trace.ideal_cached``)."""
 
 
 class RequestSampler:
@@ -160,3 +164,30 @@ class MixSampler:
         plan = self._samplers[i].next()  # type: ignore[union-attr]  # asked only for a class of requests, which has one
         plan.class_index = i
         return plan
+
+
+class TraceSampler:
+    """``workload.trace``: ``next()`` → the trace's next request on this worker (the users of a worker share its
+    ``cursor``), its prompt the blocks of its hash ids (``prefix_trace.prompt_text``; a pass after the first with a
+    salt of its own), as one user message (chat) or the prompt (completions), its target its trace length."""
+
+    def __init__(self, cursor: TraceCursor, prompts: PromptBuilder, salt: str) -> None:
+        self.cursor, self.prompts, self.salt = cursor, prompts, salt
+
+    def builder(self, class_index: int | None) -> PromptBuilder:
+        return self.prompts
+
+    def next(self) -> PlannedRequest:
+        req, ideal, done = self.cursor.next()
+        salt = f"{self.salt}p{done}" if done else self.salt
+        if self.cursor.trace.salt == "request":  # the control: no block shared, on any worker
+            salt += f"r{secrets.token_hex(6)}"
+        text = prompt_text(req, self.cursor.trace.block_tokens, salt, self.prompts.corpus)
+        n = req.input_tokens
+        prompt = Prompt([{"role": "user", "content": text}], None, n, n) if self.prompts.chat else \
+            Prompt(None, text, n, n)
+        return PlannedRequest(prompt, req.output_tokens, ideal_cached=ideal)
+
+    def shapes(self) -> list[PlannedRequest]:
+        """No shape warm-up: the trace's own first requests are its shapes, and a warm-up would fill the cache."""
+        return []

@@ -42,7 +42,7 @@ EXPECTED = {  # each extractor on _streamed(): a value, or (values, counts) for 
     "continuous_usage_refused": None, "shared_stamps": True, "length_asked": False, "short_answers": False,
     "tokens_asked": 0, "tokens_got": 0, "short_answer_rate": False, "answers_verified": False,
     "answers_changed": False, "answers_changed_rate": False, "answers_checked": False, "answers_failed": False,
-    "answers_failed_rate": False, "streams": True, "receives": 3,
+    "answers_failed_rate": False, "prefix_ceiling_tokens": None, "prefix_ceiling_of": 0, "streams": True, "receives": 3,
     "content_chunks": 4, "late_chunks": 2, "held_streams": True, "whole_streams": False, "usage_below_chunks": False,
 }
 SESSION_EXPECTED = {"session_ttft": 0.4, "session_duration": 30.0, "session_model_time": 5.0, "session_context": 1200}

@@ -60,3 +60,23 @@ def test_the_ideal_ceiling_of_a_hand_made_trace_is_its_hand_count():
             TraceRequest(0, 12, 1, (1, 2, 4))]   # 1, 2 and the 2 tokens of block 4 the second request had: 10
     assert ideal_cached(reqs, 4, 2) == [0, 8, 10, 0, 0, 10]
     assert ideal_cached(reqs, 4, 4) == [0, 8, 8, 0, 0, 8]  # in whole blocks of the server's size
+
+
+def test_the_scenario_reads_a_trace_and_refuses_lengths_beside_it(tmp_path):
+    from harness.scenario import ScenarioError, load_scenario
+
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 70, "output_length": 8, "hash_ids": [1, 2]}\n')
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nworkload:\n  trace: {file: t.jsonl, format: mooncake, block_tokens: 64, salt: off}\n")
+    trace = load_scenario(str(path)).workload.trace
+    assert trace is not None and trace.salt == "none" and trace.requests[0].hash_ids == (1, 2)
+    assert trace.ceiling == [0]
+    path.write_text("name: t\nworkload:\n  input_tokens: 5\n  trace: {file: t.jsonl, block_tokens: 64, salt: per}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(str(path))
+    assert "workload: a trace gives the prompts and lengths of every request: remove input_tokens" in str(err.value)
+    assert "workload.trace.salt: must be one of run, none, request; got 'per'" in str(err.value)
+    path.write_text("name: t\nworkload:\n  trace: {file: t.jsonl, block_tokens: 16}\n")
+    with pytest.raises(ScenarioError, match=r"workload.trace.file: .*line 1: 2 hash_ids for input_length 70: 5 "
+                                            r"blocks of 16 tokens expected \(is block_tokens the trace's\?\)"):
+        load_scenario(str(path))
