@@ -8,6 +8,9 @@ against vLLM's own client in one run."""
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+
 import pytest
 
 from tests.kit.run import kneecap_run, write_scenario
@@ -121,3 +124,31 @@ def test_greedy_answers_across_batch_sizes(tmp_path, vllm: VllmServer) -> None:
     print("\n".join(line for line in r.output.splitlines() if line.startswith(("ANSWERS", "answers:"))))
     assert all(v and v["verified"] >= 10 for v in seen.values()), seen
     assert seen[1]["changed"] == 0, seen[1]
+
+
+def test_a_prefix_trace_meets_vllms_own_prefix_cache(tmp_path, vllm: VllmServer) -> None:
+    """``workload.trace`` on vLLM (prefix caching on by default; CPU blocks of 128 tokens): the shipped sample replayed
+    at 4 users, once salted per run and once per request (the control: nothing to hit). A block's words are about
+    two of this model's tokens each (``prompt_length_error`` ~1.05), so the server's 128-token blocks fall between
+    the ceiling's 128- and 64-trace-token blocks (55.5% and 63.5% of the sample): 58.9% hit against a 55.1%
+    ceiling on 2026-12-07. The issue's "within 2 points" needs token-exact blocks (not built): asked here, within
+    its granularity band."""
+    shutil.copy(pathlib.Path(__file__).resolve().parents[2] / "traces" / "mooncake_sample.jsonl",
+                tmp_path / "trace.jsonl")
+    shares = {}
+    for salt in ("run", "request"):
+        path = write_scenario(tmp_path, f"""
+            name: engine-trace
+            endpoint: {{host: "{vllm.url}", api: chat, model: {MODEL_NAME}}}
+            workload:
+              trace: {{file: trace.jsonl, format: mooncake, block_tokens: 64, salt: {salt}, server_block: 128}}
+            load: {{mode: constant, users: 4, duration_s: 25, step: {{warmup_s: 0.5}}}}
+        """, f"{salt}.yaml")
+        r = kneecap_run(path, out=tmp_path / salt, workers=None, lag_limit_ms=None, timeout=300)
+        assert r.code == 0, r.output
+        cache = r.summary["steps"][0]["prefix_cache"]
+        shares[salt] = (cache["server"]["hit_rate"], cache["ceiling"]["share"])
+    print(shares)
+    hit, ceiling = shares["run"]
+    assert ceiling > 0.4 and ceiling - 0.02 <= hit <= ceiling + 0.10, shares  # see the docstring's band
+    assert shares["request"] == (0.0, 0.0), shares  # the control: no block shared, no hit
