@@ -25,7 +25,7 @@ from harness.checker import Checker, decode_text
 from harness.endpoint import DEFAULT_HOST, RETRY_AFTER, Endpoint, Tls, parse_endpoint, url_problem
 from harness.errors import KneecapError
 from harness.metrics.vocabulary import KNEE_METRICS, WHOLE_ANSWER_SLO_METRICS
-from harness.scenario_checks import check_classes, check_images, check_knee_class, check_sessions
+from harness.scenario_checks import check_classes, check_images, check_knee_class, check_sessions, trace_arrivals
 from harness.sinks.config import DEFAULT_WINDOW_S
 from harness.spec.cost import CostSpec, cost_from_spec
 from harness.spec.gate import GateSpec, gate_from_spec
@@ -166,6 +166,7 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>", base_dir: str = ".")
     cost = cost_from_spec(top["cost"], "cost", check) if "cost" in top else None
     gate = gate_from_spec(top["gate"], "gate", check) if "gate" in top else None
     verify = _verify(top, endpoint, workload, slo, check)
+    load = trace_arrivals(load, workload, check)
     streams = endpoint.stream and endpoint.api != "embeddings"
     knee_given = isinstance(top.get("load"), dict) and isinstance(top["load"].get("knee"), dict) \
         and "metric" in top["load"]["knee"]
@@ -308,7 +309,7 @@ def _load_arrival(node: dict, check: Checker, *, closed: bool) -> tuple[Any, Any
         elif check.mapping(a, "load.arrival", ("process", "cv", "file", "column")) is not None:
             arrival = check.string(a, "process", "load.arrival", d.arrival, choices=PROCESSES)
             cv = check.number(a, "cv", "load.arrival", d.burstiness_cv, above=0)
-            if arrival == "trace":
+            if arrival == "trace" and ("file" in a or "column" in a):  # else workload.trace's (trace_arrivals)
                 gaps = _trace_gaps(a, check)
             elif "file" in a or "column" in a:
                 check.fail("load.arrival", "file and column apply to process: trace only")

@@ -4,14 +4,16 @@ fixed users in open loop) and the class a knee follows."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from harness.checker import Checker, did_you_mean
 from harness.metrics.vocabulary import CLASS_KNEE_METRICS, CLASS_SLO_METRICS, WHOLE_ANSWER_SLO_METRICS
 from harness.spec.load import LoadPlan
+from harness.workload.arrivals import trace_gaps
 from harness.workload.images import IMAGE_APIS
 from harness.workload.mix import Workload
 
-__all__ = ["check_classes", "check_images", "check_knee_class",
-           "check_sessions"]
+__all__ = ["check_classes", "check_images", "check_knee_class", "check_sessions", "trace_arrivals"]
 
 
 
@@ -64,3 +66,20 @@ def check_classes(workload: Workload, streams: bool, check: Checker, *, open_loo
             elif not streams and t.metric not in WHOLE_ANSWER_SLO_METRICS:
                 check.fail(where, "needs a streamed answer; without streaming (stream: false, embeddings) use "
                                   f"{', '.join(WHOLE_ANSWER_SLO_METRICS)}")
+
+
+def trace_arrivals(load: LoadPlan, workload: Workload | None, check: Checker) -> LoadPlan:
+    """``load.arrival: {process: trace}`` without a file replays ``workload.trace``'s own timestamps (rescaled per
+    step, as a file's are)."""
+    if load.arrival != "trace" or load.trace_gaps is not None or check.problems:
+        return load
+    if workload is None or workload.trace is None:
+        check.fail("load.arrival", "process: trace needs a file (file, column) or a workload.trace to take its "
+                                   "timestamps from")
+        return load
+    try:
+        gaps = trace_gaps([r.t_ms / 1000 for r in workload.trace.requests])
+    except ValueError as exc:
+        check.fail("workload.trace.file", f"{exc}: its timestamps cannot be arrivals")
+        return load
+    return dataclasses.replace(load, trace_gaps=tuple(gaps))

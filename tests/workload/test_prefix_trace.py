@@ -80,3 +80,19 @@ def test_the_scenario_reads_a_trace_and_refuses_lengths_beside_it(tmp_path):
     with pytest.raises(ScenarioError, match=r"workload.trace.file: .*line 1: 2 hash_ids for input_length 70: 5 "
                                             r"blocks of 16 tokens expected \(is block_tokens the trace's\?\)"):
         load_scenario(str(path))
+
+
+def test_open_loop_arrivals_replay_the_traces_own_timestamps(tmp_path):
+    from harness.scenario import ScenarioError, load_scenario
+
+    (tmp_path / "t.jsonl").write_text("".join(
+        f'{{"timestamp": {t}, "input_length": 10, "output_length": 4, "hash_ids": [{i}]}}\n'
+        for i, t in enumerate((0, 100, 100, 400))))
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nworkload:\n  trace: {file: t.jsonl, block_tokens: 64}\nload:\n  mode: open_staircase\n"
+                    "  rate: {start: 1, step: 1, max: 2}\n  arrival: {process: trace}\n")
+    assert load_scenario(str(path)).load.trace_gaps == pytest.approx((0.1, 0.0, 0.3))
+    path.write_text("name: t\nworkload: {input_tokens: 5, output_tokens: 5}\nload:\n  mode: open_staircase\n"
+                    "  rate: {start: 1, step: 1, max: 2}\n  arrival: {process: trace}\n")
+    with pytest.raises(ScenarioError, match=r"load\.arrival: process: trace needs a file"):
+        load_scenario(str(path))
