@@ -26,7 +26,8 @@ def test_shipped_scenarios_load(path):
     s = load_scenario(path)
     assert s.name and s.load.mode in ("staircase", "constant", "open_staircase")
     for w in [c.workload for c in s.workload.mix] or [s.workload]:  # each class of a mix has its own lengths
-        assert w.joint is not None or w.sessions is not None or (w.input_tokens and w.output_tokens)
+        assert w.joint is not None or w.sessions is not None or w.trace is not None or (w.input_tokens and
+                                                                                           w.output_tokens)
 
 
 def write(tmp_path, text: str) -> str:

@@ -133,7 +133,7 @@ def test_a_prefix_trace_meets_vllms_own_prefix_cache(tmp_path, vllm: VllmServer)
     the ceiling's 128- and 64-trace-token blocks (55.5% and 63.5% of the sample): 58.9% hit against a 55.1%
     ceiling on 2026-12-07. The issue's "within 2 points" needs token-exact blocks (not built): asked here, within
     its granularity band."""
-    shutil.copy(pathlib.Path(__file__).resolve().parents[2] / "traces" / "mooncake_sample.jsonl",
+    shutil.copy(pathlib.Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "mooncake_sample.jsonl",
                 tmp_path / "trace.jsonl")
     shares = {}
     for salt in ("run", "request"):

@@ -13,7 +13,7 @@ from tests.kit.run import kneecap_run, write_scenario
 
 pytestmark = pytest.mark.integration
 
-SAMPLE = pathlib.Path(__file__).resolve().parents[2] / "traces" / "mooncake_sample.jsonl"
+SAMPLE = pathlib.Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "mooncake_sample.jsonl"
 
 
 def run(tmp_path: pathlib.Path, salt: str, out: str) -> dict:

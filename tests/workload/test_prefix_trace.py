@@ -17,10 +17,10 @@ CORPUS = Corpus(" ".join(f"w{i}" for i in range(500)))
 
 
 def test_the_shipped_sample_reads_and_its_ceiling_is_its_documented_share():
-    reqs = read_mooncake(str(ROOT / "traces" / "mooncake_sample.jsonl"), 64)
+    reqs = read_mooncake(str(ROOT / "scenarios" / "traces" / "mooncake_sample.jsonl"), 64)
     assert len(reqs) == 300 and reqs[0].hash_ids[:3] == (0, 1, 2)
     share = sum(ideal_cached(reqs, 64, 16)) / sum(r.input_tokens for r in reqs)
-    assert share == pytest.approx(0.66, abs=0.005)  # traces/README.md says 66%
+    assert share == pytest.approx(0.66, abs=0.005)  # scenarios/traces/README.md says 66%
 
 
 def test_every_malformed_line_is_named(tmp_path):

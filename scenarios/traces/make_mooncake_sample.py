@@ -2,7 +2,7 @@
 ``input_length``, ``output_length``, ``hash_ids``) with the structure such traces have: a few shared system prompts,
 conversations that grow turn by turn on their own history, and one-off requests. Blocks of 64 tokens (Mooncake's own
 traces use 512; the scenario's ``block_tokens`` says which). Deterministic:
-``python traces/make_mooncake_sample.py``."""
+``python scenarios/traces/make_mooncake_sample.py``."""
 
 from __future__ import annotations
 
