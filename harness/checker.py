@@ -9,12 +9,13 @@ into a message naming the first bad byte and its offset, never a ``UnicodeDecode
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["MISSING", "Checker", "decode_text", "did_you_mean"]
+__all__ = ["MISSING", "Checker", "decode_text", "did_you_mean", "json_lines"]
 
 MISSING: Any = object()
 """Default meaning "required"."""
@@ -49,6 +50,31 @@ def decode_text(data: bytes) -> str:
         raise ValueError(f"not text (a NUL byte at offset {len(text[:at].encode())}): a binary file, or UTF-16? "
                          "Save it as UTF-8") from None
     return text.removeprefix("\ufeff")  # a BOM (Excel's CSV export) would glue onto the first column name
+
+
+def json_lines(path: str, problem: Callable[[Any], str | None]) -> list[Any]:
+    """The objects of a JSON-lines file (blank lines skipped) that ``problem`` finds nothing wrong with; a ValueError
+    names every line that is not JSON or has a problem (the first ten: "line 3: ..."; "and N more"), or the file
+    that is not text (``decode_text``)."""
+    with open(path, "rb") as f:
+        text = decode_text(f.read())
+    out, bad = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            bad.append(f"line {n}: not JSON ({exc})")
+            continue
+        wrong = problem(obj)
+        if wrong:
+            bad.append(f"line {n}: {wrong}")
+        else:
+            out.append(obj)
+    if bad:
+        raise ValueError("; ".join(bad[:10]) + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
+    return out
 
 
 def did_you_mean(key: str, known: Iterable[str]) -> str:

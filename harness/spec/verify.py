@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.checker import Checker
+from harness.checker import Checker, json_lines
 
 __all__ = ["AnswerCheck", "VerifyPrompt", "VerifySpec", "schema_problem", "verify_from_spec"]
 
@@ -129,32 +129,18 @@ def _check(node: Any, path: str, check: Checker) -> AnswerCheck:
 
 
 def _read(full: str, path: str, check: Checker) -> tuple[VerifyPrompt, ...]:
-    """The prompt file's lines (JSON objects: ``prompt``, and optionally ``max_tokens``, ``answer``, ``contains``);
-    every malformed line named (the first ten)."""
-    out: list[VerifyPrompt] = []
-    bad: list[str] = []
-    with open(full, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as exc:
-                bad.append(f"line {n}: not JSON ({exc})")
-                continue
-            problem = _line_problem(obj)
-            if problem:
-                bad.append(f"line {n}: {problem}")
-                continue
-            out.append(VerifyPrompt(obj.get("prompt", ""), obj.get("max_tokens"), obj.get("answer"),
-                                    obj.get("contains"), tuple(obj.get("messages", ()))))
-    if bad:
-        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        check.fail(path, "; ".join(bad[:10]) + more + ". Each line: {\"prompt\": \"...\"} (or \"messages\") with "
-                   "optional \"max_tokens\" (an integer >= 1), \"answer\" (the reference) and \"contains\" (a text)")
-    elif not out:
+    """The prompt file's lines (JSON objects: ``prompt`` or ``messages``, and optionally ``max_tokens``, ``answer``,
+    ``contains``); every malformed line named (``checker.json_lines``)."""
+    try:
+        lines = json_lines(full, _line_problem)
+    except ValueError as exc:
+        check.fail(path, f"{exc}. Each line: {{\"prompt\": \"...\"}} (or \"messages\") with optional \"max_tokens\" "
+                   "(an integer >= 1), \"answer\" (the reference) and \"contains\" (a text)")
+        return ()
+    if not lines:
         check.fail(path, "the file has no prompt: one JSON object a line, {\"prompt\": \"...\"}")
-    return tuple(out)
+    return tuple(VerifyPrompt(obj.get("prompt", ""), obj.get("max_tokens"), obj.get("answer"), obj.get("contains"),
+                              tuple(obj.get("messages", ()))) for obj in lines)
 
 
 def _line_problem(obj: Any) -> str | None:

@@ -13,12 +13,11 @@ server's ``/tokenize`` is not built yet).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.checker import Checker
+from harness.checker import Checker, json_lines
 from harness.workload.corpus import Corpus
 from harness.workload.traces import MAX_TOKENS, TraceError
 
@@ -84,34 +83,16 @@ def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace 
 
 
 def read_mooncake(path: str, block_tokens: int) -> list[TraceRequest]:
-    """The trace's requests in file order; every malformed line named (the first ten) in one ``TraceError``."""
-    out: list[TraceRequest] = []
-    bad: list[str] = []
+    """The trace's requests in file order; every malformed line named (``checker.json_lines``) in one
+    ``TraceError``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text (byte {exc.start}): a Mooncake trace is JSON lines") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            bad.append(f"line {n}: not JSON ({exc})")
-            continue
-        problem = _problem(obj, block_tokens)
-        if problem:
-            bad.append(f"line {n}: {problem}")
-            continue
-        out.append(TraceRequest(float(obj["timestamp"]), obj["input_length"], obj["output_length"],
-                                tuple(obj["hash_ids"])))
-    if bad:
-        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        raise TraceError(f"{path}: " + "; ".join(bad[:10]) + more)
-    if not out:
+        lines = json_lines(path, lambda obj: _problem(obj, block_tokens))
+    except ValueError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    if not lines:
         raise TraceError(f"{path}: no request: one JSON object a line with {', '.join(_FIELDS)}")
-    return out
+    return [TraceRequest(float(o["timestamp"]), o["input_length"], o["output_length"], tuple(o["hash_ids"]))
+            for o in lines]
 
 
 def _problem(obj: object, block_tokens: int) -> str | None:
