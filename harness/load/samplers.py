@@ -8,10 +8,16 @@ picker per class, so a round robin cycles over the worker's requests (``spec/ada
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from harness.client.tokenize import file_tokenizer, server_tokenizer
+from harness.client.transport import tls_context
+from harness.endpoint import DEFAULT_HOST, header_values
 from harness.scenario import Workload
 from harness.spec.adapters import adapter_picker
 from harness.workload.images import ImageCache, ImageDrawer
@@ -20,6 +26,9 @@ from harness.workload.prefix_trace import TraceCursor, trace_salt
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import MixSampler, PlannedRequest, RequestSampler, TraceSampler
 from harness.workload.sessions import SessionSampler
+from harness.workload.token_blocks import CANDIDATES, BlockText, approximate, calibrate
+
+log = logging.getLogger("kneecap")
 
 __all__ = ["SHAPES_STREAM", "Samplers"]
 
@@ -40,7 +49,7 @@ class Samplers:
         self._samplers = 0
         self._images = ImageCache()
         """The worker's encoded images, shared by its users and classes."""
-        self._trace: TraceCursor | None = None
+        self._trace: tuple[TraceCursor, BlockText] | None = None
 
     def warm(self) -> None:
         """Build the prompt builders (their corpus: ~50 ms of CPU) before the load begins, not in its first step."""
@@ -49,6 +58,32 @@ class Samplers:
             self._class_prompts = [self._new_builder(c.workload) for c in w.mix]
         else:
             self._builder()
+        if w.trace is not None:
+            self._trace = self._trace_blocks()
+
+    def _trace_blocks(self) -> tuple[TraceCursor, BlockText]:
+        """``workload.trace``: the worker's cursor and the blocks' words, token-exact by the endpoint's /tokenize
+        where it has one (a few calls, before the load begins; every worker gets the same words)."""
+        sc = self.worker.scenario
+        trace, ep, prompts = sc.workload.trace, sc.endpoint, self._builder()
+        host = self.worker.env.host or ep.host or DEFAULT_HOST
+        verify = ep.tls.verify and not self.worker.source.option("insecure")
+        key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        headers = {**header_values(ep.headers, os.environ), **({"Authorization": f"Bearer {key}"} if key else {})}
+        corpus = prompts.corpus.words(0, min(CANDIDATES, prompts.corpus.n)).split()
+        if trace.tokenizer == "none":
+            words = approximate(corpus, "workload.trace.tokenizer is none")
+        elif trace.tokenizer == "server":
+            tls = tls_context(ep.tls.ca_file, verify) if host.startswith("https:") else None
+            words = calibrate(server_tokenizer(host, ep.model, headers=headers, context=tls), corpus, prompts.chat)
+        else:
+            words = calibrate(file_tokenizer(trace.tokenizer), corpus, prompts.chat)
+            if prompts.chat:
+                words = replace(words, note=f"{words.note} (a tokenizer file has no chat template: not counted)")
+        (log.info if words.exact else log.warning)("kneecap: trace blocks %s", words.note)
+        cursor = TraceCursor(trace, lambda: (self.worker.worker_index, self.worker.fleet_size), words.before,
+                             words.after)
+        return cursor, BlockText(words, trace.block_tokens, trace.max_id)
 
     def _builder(self) -> PromptBuilder:
         if self._main is None:
@@ -75,9 +110,10 @@ class Samplers:
         w = self.worker.scenario.workload
         if w.trace is not None:
             if self._trace is None:
-                self._trace = TraceCursor(w.trace, lambda: (self.worker.worker_index, self.worker.fleet_size))
-            return TraceSampler(self._trace, self._builder(), trace_salt(w.trace, self.worker.source.option("run_id"),
-                                                                         w.seed))
+                self._trace = self._trace_blocks()
+            cursor, blocks = self._trace
+            salt = trace_salt(w.trace, self.worker.source.option("run_id"), w.seed)
+            return TraceSampler(cursor, blocks, self._builder(), salt)
         self._samplers += 1
         stream = self.worker.worker_index * 100_000 + self._samplers
         if not w.mix:

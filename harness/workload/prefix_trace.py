@@ -4,25 +4,23 @@ own ceiling: the share of prompt tokens an unbounded prefix cache could serve. P
 
 The format (kvcache-ai/Mooncake, ``FAST25-release/traces``): JSON lines of ``timestamp`` (ms), ``input_length``,
 ``output_length`` and ``hash_ids``, one id per ``block_tokens`` tokens of the prompt (512 in Mooncake's traces), the
-last block cut to ``input_length``. The text of a block is a marker word (its id and the run's salt: different ids,
-different bytes) and then corpus words chosen by the id: the same id gives the same text wherever it recurs. A word
-is about a token; on a real tokenizer the blocks are approximate, not token-exact (issue 47's calibration by the
-server's ``/tokenize`` is not built yet).
+last block cut to ``input_length``. A block's text is made by ``token_blocks.BlockText``: the same id gives the same
+text wherever it recurs, token-exact where the endpoint's tokenizer was asked which words are one token.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.checker import Checker, json_lines
-from harness.workload.corpus import Corpus
 from harness.workload.traces import MAX_TOKENS, TraceError
 
-__all__ = ["FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "block_text", "ideal_cached",
-           "prefix_trace_from_spec", "prompt_text", "read_mooncake", "trace_salt"]
+__all__ = ["FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "ideal_cached", "prefix_trace_from_spec",
+           "read_mooncake", "trace_salt"]
 
 FORMATS = ("mooncake",)
 SALTS = ("run", "none", "request")
@@ -50,18 +48,24 @@ class PrefixTrace:
     text; "request": a salt per request, so no two share a block (the control: the server should hit ~0)."""
     server_block: int = 16
     """The server's KV block (vLLM's default 16): the ceiling counts whole blocks of it."""
+    tokenizer: str = "server"
+    """Which words are one token: "server" (the endpoint's ``/tokenize``, approximate where it has none), "none"
+    (approximate: the corpus's words), or the path of a ``tokenizer.json``."""
 
-    @property
-    def ceiling(self) -> list[int]:
+    def ceiling(self, before: int = 0, after: int = 0) -> list[int]:
         """Each request's ideal cached tokens (``ideal_cached``; 0 with a salt per request)."""
         if self.salt == "request":
             return [0] * len(self.requests)
-        return ideal_cached(self.requests, self.block_tokens, self.server_block)
+        return ideal_cached(self.requests, self.block_tokens, self.server_block, before, after)
+
+    @property
+    def max_id(self) -> int:
+        return max((max(r.hash_ids, default=0) for r in self.requests), default=0)
 
 
 def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace | None:
-    """``{file, format: mooncake, block_tokens, salt?, server_block?}``; problems go to ``check``."""
-    keys = ("file", "format", "block_tokens", "salt", "server_block")
+    """``{file, format: mooncake, block_tokens, salt?, server_block?, tokenizer?}``; problems go to ``check``."""
+    keys = ("file", "format", "block_tokens", "salt", "server_block", "tokenizer")
     if check.mapping(node, path, keys, required=("file", "block_tokens")) is None:
         return None
     check.string(node, "format", path, "mooncake", choices=FORMATS)
@@ -71,15 +75,30 @@ def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace 
     salt = {True: "run", False: "none"}.get(salt, salt) if isinstance(salt, bool) else salt  # YAML's on/off too
     if salt not in SALTS:
         check.fail(f"{path}.salt", f"must be one of {', '.join(SALTS)}; got {salt!r}")
+    tokenizer = node.get("tokenizer", "server")
+    if tokenizer not in ("server", "none"):
+        tokenizer = check.file(node, "tokenizer", path)
+        if tokenizer is not None and not _tokenizer_file(tokenizer):
+            check.fail(f"{path}.tokenizer", f"{node['tokenizer']} is not a tokenizer.json (a JSON object with a "
+                       "\"model\"); or say server (the endpoint's /tokenize) or none")
     full = check.file(node, "file", path)
-    if full is None or block is None or server is None:
+    if full is None or block is None or server is None or tokenizer is None:
         return None
     try:
         requests = read_mooncake(full, block)
     except TraceError as exc:
         check.fail(f"{path}.file", str(exc))
         return None
-    return PrefixTrace(node["file"], block, tuple(requests), str(salt), server)
+    return PrefixTrace(node["file"], block, tuple(requests), str(salt), server, tokenizer)
+
+
+def _tokenizer_file(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("model"), dict)
 
 
 def read_mooncake(path: str, block_tokens: int) -> list[TraceRequest]:
@@ -118,29 +137,15 @@ def _problem(obj: object, block_tokens: int) -> str | None:
     return None
 
 
-def block_text(block: int, block_tokens: int, salt: str, corpus: Corpus) -> str:
-    """The text of block ``block``: ``block_tokens`` words, the first a marker of the id and ``salt`` (two runs with
-    different salts share no block), then corpus words from an offset the id picks."""
-    digest = hashlib.blake2b(f"{salt}/{block}".encode(), digest_size=8).digest()
-    first = int.from_bytes(digest, "big") % corpus.n
-    marker = f"b{salt}x{block:x}"
-    return marker if block_tokens == 1 else f"{marker} {corpus.words(first, block_tokens - 1)}"
-
-
-def prompt_text(req: TraceRequest, block_tokens: int, salt: str, corpus: Corpus) -> str:
-    """A request's prompt: its blocks' texts in order, the last cut to ``input_tokens`` words in all."""
-    words: list[str] = []
-    for block in req.hash_ids:
-        words += block_text(block, block_tokens, salt, corpus).split(" ")
-    return " ".join(words[:req.input_tokens])
-
-
-def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_block: int) -> list[int]:
+def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_block: int, before: int = 0,
+                 after: int = 0) -> list[int]:
     """Per request, in order, the prompt tokens an unbounded prefix cache of ``server_block``-token blocks could
     serve: its longest prefix shared with an earlier request, in whole server blocks, and never its last token (an
-    engine computes at least one). Equal ids with a cut last block share up to the shorter cut."""
+    engine computes at least one). Equal ids with a cut last block share up to the shorter cut. ``before`` and
+    ``after``: template tokens around each prompt's text; those before are shared by every request after the
+    first."""
     root: dict[int, list] = {}  # id -> [longest text seen of the block (tokens), children]
-    out = []
+    out: list[int] = []
     for req in requests:
         common, level = 0, root
         for j, block in enumerate(req.hash_ids):
@@ -152,7 +157,8 @@ def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_blo
             if node[0] < mine or mine < block_tokens:
                 break
             level = node[1]
-        out.append(min(common, req.input_tokens - 1) // server_block * server_block)
+        shared = before + common if out else 0
+        out.append(min(shared, before + req.input_tokens + after - 1) // server_block * server_block)
         level = root
         for j, block in enumerate(req.hash_ids):  # then it is in the cache
             mine = min(block_tokens, req.input_tokens - j * block_tokens)
@@ -176,9 +182,10 @@ class TraceCursor:
     ``place()`` says when asked: every ``W``-th from ``w``), over again with another salt when it reaches the end (a
     fresh pass: new blocks)."""
 
-    def __init__(self, trace: PrefixTrace, place: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, trace: PrefixTrace, place: Callable[[], tuple[int, int]], before: int = 0,
+                 after: int = 0) -> None:
         self.trace, self.place = trace, place
-        self.ceiling = trace.ceiling
+        self.ceiling = trace.ceiling(before, after)
         self.sent = 0
 
     def next(self) -> tuple[TraceRequest, int, int]:

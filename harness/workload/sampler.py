@@ -16,8 +16,9 @@ from typing import Any
 from harness.workload.cancel import Cancel, Patience
 from harness.workload.images import ImageDrawer
 from harness.workload.lengths import JointEmpirical, Length
-from harness.workload.prefix_trace import TraceCursor, prompt_text
+from harness.workload.prefix_trace import TraceCursor
 from harness.workload.prompts import Prompt, PromptBuilder
+from harness.workload.token_blocks import BlockText
 
 __all__ = ["SHAPE_DRAWS", "MixSampler", "PlannedRequest", "RequestSampler", "TraceSampler", "length_bucket",
            "worker_rng"]
@@ -168,11 +169,12 @@ class MixSampler:
 
 class TraceSampler:
     """``workload.trace``: ``next()`` → the trace's next request on this worker (the users of a worker share its
-    ``cursor``), its prompt the blocks of its hash ids (``prefix_trace.prompt_text``; a pass after the first with a
-    salt of its own), as one user message (chat) or the prompt (completions), its target its trace length."""
+    ``cursor`` and ``blocks``), its prompt the blocks of its hash ids (a pass after the first with a salt of its
+    own), as one user message (chat) or the prompt (completions); its target its trace length and the template's
+    tokens around it."""
 
-    def __init__(self, cursor: TraceCursor, prompts: PromptBuilder, salt: str) -> None:
-        self.cursor, self.prompts, self.salt = cursor, prompts, salt
+    def __init__(self, cursor: TraceCursor, blocks: BlockText, prompts: PromptBuilder, salt: str) -> None:
+        self.cursor, self.blocks, self.prompts, self.salt = cursor, blocks, prompts, salt
 
     def builder(self, class_index: int | None) -> PromptBuilder:
         return self.prompts
@@ -182,10 +184,11 @@ class TraceSampler:
         salt = f"{self.salt}p{done}" if done else self.salt
         if self.cursor.trace.salt == "request":  # the control: no block shared, on any worker
             salt += f"r{secrets.token_hex(6)}"
-        text = prompt_text(req, self.cursor.trace.block_tokens, salt, self.prompts.corpus)
+        text = self.blocks.prompt(req.hash_ids, req.input_tokens, salt)
         n = req.input_tokens
-        prompt = Prompt([{"role": "user", "content": text}], None, n, n) if self.prompts.chat else \
-            Prompt(None, text, n, n)
+        target = self.blocks.words.before + n + self.blocks.words.after
+        prompt = Prompt([{"role": "user", "content": text}], None, n, target) if self.prompts.chat else \
+            Prompt(None, text, n, target)
         return PlannedRequest(prompt, req.output_tokens, ideal_cached=ideal)
 
     def shapes(self) -> list[PlannedRequest]:

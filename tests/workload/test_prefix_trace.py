@@ -8,12 +8,12 @@ import pathlib
 
 import pytest
 
-from harness.workload.corpus import Corpus
-from harness.workload.prefix_trace import TraceRequest, block_text, ideal_cached, prompt_text, read_mooncake
+from harness.workload.prefix_trace import TraceRequest, ideal_cached, read_mooncake
+from harness.workload.token_blocks import BlockText, approximate
 from harness.workload.traces import TraceError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CORPUS = Corpus(" ".join(f"w{i}" for i in range(500)))
+WORDS = approximate([f"w{i}" for i in range(500)], "a test")
 
 
 def test_the_shipped_sample_reads_and_its_ceiling_is_its_documented_share():
@@ -41,14 +41,18 @@ def test_every_malformed_line_is_named(tmp_path):
 
 
 def test_equal_ids_give_equal_text_and_different_ids_or_salts_different_text():
-    a, again, b = (block_text(i, 16, "s1", CORPUS) for i in (7, 7, 8))
-    assert a == again and a != b and len(a.split(" ")) == 16
-    assert block_text(7, 16, "s2", CORPUS) != a  # another run's salt: no shared block
-    one = prompt_text(TraceRequest(0, 40, 8, (7, 8, 9)), 16, "s1", CORPUS)
-    two = prompt_text(TraceRequest(0, 20, 8, (7, 8)), 16, "s1", CORPUS)
-    assert len(one.split(" ")) == 40 and len(two.split(" ")) == 20
-    assert one.startswith(a + " " + " ".join(b.split(" ")[:4]))  # block 7, then block 8 cut at 20 words in all
+    blocks = BlockText(WORDS, 16, 1000)
+    a, again, b = (blocks.block(i, "s1") for i in (7, 7, 8))
+    assert a == again and a != b and len(a) == 16
+    assert blocks.block(7, "s2") != a  # another run's salt: no shared block
+    assert len({tuple(blocks.block(i, "s1")) for i in range(1001)}) == 1001
+    one = blocks.prompt((7, 8, 9), 40, "s1")
+    two = blocks.prompt((7, 8), 20, "s1")
+    assert len(one.split()) == 40 and len(two.split()) == 20
+    assert one == " " + " ".join(a + b + blocks.block(9, "s1")[:8])  # block 7, 8, then 9 cut at 40 words in all
     assert one.startswith(two)
+    short = BlockText(WORDS, 2, 1000)  # too short for the id and the salt: their hash, in 2 words
+    assert short.block(7, "s1") != short.block(8, "s1") and len(short.block(7, "s1")) == 2
 
 
 def test_the_ideal_ceiling_of_a_hand_made_trace_is_its_hand_count():
@@ -60,6 +64,8 @@ def test_the_ideal_ceiling_of_a_hand_made_trace_is_its_hand_count():
             TraceRequest(0, 12, 1, (1, 2, 4))]   # 1, 2 and the 2 tokens of block 4 the second request had: 10
     assert ideal_cached(reqs, 4, 2) == [0, 8, 10, 0, 0, 10]
     assert ideal_cached(reqs, 4, 4) == [0, 8, 8, 0, 0, 8]  # in whole blocks of the server's size
+    # 3 template tokens before each prompt (shared by all after the first) and 2 after: 3 + shared, < 3 + n + 2
+    assert ideal_cached(reqs, 4, 2, before=3, after=2) == [0, 10, 14, 2, 4, 12]
 
 
 def test_the_scenario_reads_a_trace_and_refuses_lengths_beside_it(tmp_path):
@@ -70,7 +76,7 @@ def test_the_scenario_reads_a_trace_and_refuses_lengths_beside_it(tmp_path):
     path.write_text("name: t\nworkload:\n  trace: {file: t.jsonl, format: mooncake, block_tokens: 64, salt: off}\n")
     trace = load_scenario(str(path)).workload.trace
     assert trace is not None and trace.salt == "none" and trace.requests[0].hash_ids == (1, 2)
-    assert trace.ceiling == [0]
+    assert trace.ceiling() == [0]
     path.write_text("name: t\nworkload:\n  input_tokens: 5\n  trace: {file: t.jsonl, block_tokens: 64, salt: per}\n")
     with pytest.raises(ScenarioError) as err:
         load_scenario(str(path))
