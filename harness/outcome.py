@@ -100,6 +100,8 @@ def delivery_lines(summary: Summary) -> list[str]:
 
 
 SHORT_ANSWER_WARN = 0.01
+CEILING_GAP = 0.05
+"""``workload.trace``: a server hit rate this far below the trace's ceiling is named (a few points are block edges)."""
 """Above this share of short answers (over the run's measured steps) the verdict says so."""
 
 
@@ -125,19 +127,28 @@ def short_answers(summary: Summary) -> list[str]:
 
 
 def ceiling_lines(summary: Summary) -> list[str]:
-    """``workload.trace``: the server's prefix-cache hits beside the trace's own ceiling, by load."""
-    seen = [(st.level, st.prefix_cache, st.prefix_cache.ceiling)
+    """``workload.trace``: the server's prefix-cache hits beside the trace's own ceiling, by load; whether the blocks
+    were token-exact; a step the server hit well below the ceiling named with its KV cache's fill."""
+    seen = [(st, st.prefix_cache, st.prefix_cache.ceiling)
             for st in sorted(summary.steps, key=lambda st: st.level)
             if not isinstance(st.prefix_cache, UnsetType) and st.prefix_cache and st.prefix_cache.ceiling]
     if not seen:
         return []
-    parts = []
-    for level, cache, ceiling in seen:
-        hit = cache.server.hit_rate
-        parts.append(f"{level:g}: {'?' if hit is None else f'{hit:.0%}'} of a {float(ceiling['share']):.0%} ceiling")
+    parts, below = [], []
+    for st, cache, ceiling in seen:
+        hit, share = cache.server.hit_rate, float(ceiling["share"])
+        parts.append(f"{st.level:g}: {'?' if hit is None else f'{hit:.0%}'} of a {share:.0%} ceiling")
+        if hit is not None and hit < share - CEILING_GAP:
+            kv = st.server.kv_cache_usage_max if not isinstance(st.server, UnsetType) else None
+            below.append(f"at {st.level:g} the server hit {hit:.0%} against a {share:.0%} ceiling: its cache "
+                         f"evicts{'' if kv is None else f' (KV usage {kv:.0%})'} or holds less than the trace reuses")
+    blocks = {str(c.get("blocks")) for _, _, c in seen}
+    say = "token-exact blocks" if blocks == {"token-exact"} else \
+        "blocks approximate: the prompts' token counts were not the trace's, so its block edges are not the " \
+        "server's" if "approximate" in blocks else "blocks unmeasured: the server reported no prompt tokens"
     return ["prefix cache (trace): the server's hits against what an unbounded cache could serve, by load: "
-            + ", ".join(parts) + ("" if all(c.server.hit_rate is not None for _, c, _ in seen) else
-                                  " (?: the server reports no prefix-cache counters)")]
+            + ", ".join(parts) + f" ({say})" + ("" if all(c.server.hit_rate is not None for _, c, _ in seen) else
+                                               " (?: the server reports no prefix-cache counters)"), *below]
 
 
 def answers_lines(summary: Summary) -> list[str]:

@@ -65,8 +65,17 @@ def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
     if of:  # workload.trace: what an unbounded cache could have served, by the trace's own block ids
         ideal = bucket.extra.get("prefix_ceiling_tokens", 0)
         out["ceiling"] = {"source": "trace hash_ids", "prompt_tokens": of, "cached_tokens": ideal,
-                          "share": round(ideal / of, 4)}
+                          "share": round(ideal / of, 4), "blocks": _blocks(bucket)}
     return out
+
+
+def _blocks(bucket: Bucket) -> str:
+    """Whether the trace's blocks were as many tokens as planned, by the server's own prompt counts: "token-exact"
+    (every prompt counted its trace length and template), "approximate" (off: the ceiling's block edges are not
+    the server's), "unmeasured" (the server reported no prompt tokens)."""
+    if not bucket.prompt_error_n:
+        return "unmeasured"
+    return "token-exact" if bucket.prompt_error_sum == 0 else "approximate"
 
 
 def agent_stall(step: Bucket, baseline: Bucket) -> float | None:
