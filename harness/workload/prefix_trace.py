@@ -1,11 +1,15 @@
-"""Prefix-structured traces (Mooncake's FAST'25 format): requests that list the hash of each block of their prompt, so
-two that share leading ids share that prefix. Read, turned into prompt text block by block, and held against their
-own ceiling: the share of prompt tokens an unbounded prefix cache could serve. Pure.
+"""Prefix-structured traces (Mooncake's FAST'25 format, Alibaba's Qwen-Bailian): requests that list the hash of each
+block of their prompt, so two that share leading ids share that prefix. Read, turned into prompt text block by block,
+and held against their own ceiling: the share of prompt tokens an unbounded prefix cache could serve. Pure.
 
-The format (kvcache-ai/Mooncake, ``FAST25-release/traces``): JSON lines of ``timestamp`` (ms), ``input_length``,
-``output_length`` and ``hash_ids``, one id per ``block_tokens`` tokens of the prompt (512 in Mooncake's traces), the
-last block cut to ``input_length``. A block's text is made by ``token_blocks.BlockText``: the same id gives the same
-text wherever it recurs, token-exact where the endpoint's tokenizer was asked which words are one token.
+The formats: JSON lines of ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids``, one id per
+``block_tokens`` tokens of the prompt, the last block cut to ``input_length``. Mooncake (kvcache-ai/Mooncake,
+``FAST25-release/traces``): ``timestamp`` in ms, blocks of 512. Bailian (alibaba-edu/qwen-bailian-usagetraces-anon):
+``timestamp`` in seconds from the file's start, blocks of 16, and ``chat_id``, ``parent_chat_id`` (-1: none),
+``turn``, ``type``; a turn's ``input_length`` and ``hash_ids`` are its whole prompt, history included.
+
+A block's text is made by ``token_blocks.BlockText``: the same id gives the same text wherever it recurs,
+token-exact where the endpoint's tokenizer was asked which words are one token.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from typing import Any
 from harness.checker import Checker, json_lines
 from harness.workload.traces import MAX_TOKENS, TraceError
 
-__all__ = ["FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "ideal_cached", "prefix_trace_from_spec",
-           "read_mooncake", "trace_salt"]
+__all__ = ["BLOCK_TOKENS", "FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "ideal_cached",
+           "prefix_trace_from_spec", "read_trace", "trace_salt"]
 
-FORMATS = ("mooncake",)
+FORMATS = ("mooncake", "bailian")
+BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
+"""Each format's own block (the traces as published); ``block_tokens`` says otherwise for a trace made another way."""
+_MS = {"mooncake": 1.0, "bailian": 1000.0}
+"""``timestamp``'s unit in ms: Mooncake's are ms, Bailian's seconds from the file's start."""
 SALTS = ("run", "none", "request")
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -64,12 +72,13 @@ class PrefixTrace:
 
 
 def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace | None:
-    """``{file, format: mooncake, block_tokens, salt?, server_block?, tokenizer?}``; problems go to ``check``."""
+    """``{file, format?, block_tokens?, salt?, server_block?, tokenizer?}``; problems go to ``check``."""
     keys = ("file", "format", "block_tokens", "salt", "server_block", "tokenizer")
-    if check.mapping(node, path, keys, required=("file", "block_tokens")) is None:
+    if check.mapping(node, path, keys, required=("file",)) is None:
         return None
-    check.string(node, "format", path, "mooncake", choices=FORMATS)
-    block = check.number(node, "block_tokens", path, integer=True, minimum=1, maximum=1_000_000)
+    fmt = check.string(node, "format", path, "mooncake", choices=FORMATS)
+    block = check.number(node, "block_tokens", path, BLOCK_TOKENS.get(str(fmt), 512), integer=True, minimum=1,
+                         maximum=1_000_000)
     server = check.number(node, "server_block", path, 16, integer=True, minimum=1, maximum=1_000_000)
     salt = node.get("salt", "run")
     salt = {True: "run", False: "none"}.get(salt, salt) if isinstance(salt, bool) else salt  # YAML's on/off too
@@ -85,7 +94,7 @@ def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace 
     if full is None or block is None or server is None or tokenizer is None:
         return None
     try:
-        requests = read_mooncake(full, block)
+        requests = read_trace(full, block, str(fmt))
     except TraceError as exc:
         check.fail(f"{path}.file", str(exc))
         return None
@@ -101,28 +110,34 @@ def _tokenizer_file(path: str) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("model"), dict)
 
 
-def read_mooncake(path: str, block_tokens: int) -> list[TraceRequest]:
-    """The trace's requests in file order; every malformed line named (``checker.json_lines``) in one
-    ``TraceError``."""
+def read_trace(path: str, block_tokens: int, fmt: str = "mooncake") -> list[TraceRequest]:
+    """The trace's requests in file order, times in ms; every malformed line named (``checker.json_lines``) in one
+    ``TraceError``. Bailian's ``chat_id``, ``parent_chat_id``, ``turn`` and ``type`` are checked where given: a
+    turn's prefix comes from its ``hash_ids`` (its whole prompt, history included), so each line is sent as it is."""
     try:
-        lines = json_lines(path, lambda obj: _problem(obj, block_tokens))
+        lines = json_lines(path, lambda obj: _problem(obj, block_tokens, fmt))
     except ValueError as exc:
         raise TraceError(f"{path}: {exc}") from None
     if not lines:
         raise TraceError(f"{path}: no request: one JSON object a line with {', '.join(_FIELDS)}")
-    return [TraceRequest(float(o["timestamp"]), o["input_length"], o["output_length"], tuple(o["hash_ids"]))
+    ms = _MS[fmt]
+    return [TraceRequest(float(o["timestamp"]) * ms, o["input_length"], o["output_length"], tuple(o["hash_ids"]))
             for o in lines]
 
 
-def _problem(obj: object, block_tokens: int) -> str | None:
+def _problem(obj: object, block_tokens: int, fmt: str) -> str | None:
     if not isinstance(obj, dict):
         return f"expected an object, got {type(obj).__name__}"
     missing = [k for k in _FIELDS if k not in obj]
     if missing:
-        return f"missing {', '.join(missing)} (a Mooncake line has {', '.join(_FIELDS)})"
+        return f"missing {', '.join(missing)} (a {fmt} line has {', '.join(_FIELDS)})"
+    for key in ("chat_id", "parent_chat_id", "turn"):  # Bailian's session fields, where given
+        v = obj.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (-1 if key == "parent_chat_id" else 0):
+            return f"{key} must be an integer{' (-1: no parent)' if key == 'parent_chat_id' else ' >= 0'}, got {v!r}"
     t = obj["timestamp"]
     if isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0:
-        return f"timestamp must be a number of ms >= 0, got {t!r}"
+        return f"timestamp must be a number of {'ms' if fmt == 'mooncake' else 's'} >= 0, got {t!r}"
     for key in ("input_length", "output_length"):
         v = obj[key]
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from harness.workload.prefix_trace import TraceRequest, ideal_cached, read_mooncake
+from harness.workload.prefix_trace import TraceRequest, ideal_cached, read_trace
 from harness.workload.token_blocks import BlockText, approximate
 from harness.workload.traces import TraceError
 
@@ -17,10 +17,27 @@ WORDS = approximate([f"w{i}" for i in range(500)], "a test")
 
 
 def test_the_shipped_sample_reads_and_its_ceiling_is_its_documented_share():
-    reqs = read_mooncake(str(ROOT / "scenarios" / "traces" / "mooncake_sample.jsonl"), 64)
+    reqs = read_trace(str(ROOT / "scenarios" / "traces" / "mooncake_sample.jsonl"), 64)
     assert len(reqs) == 300 and reqs[0].hash_ids[:3] == (0, 1, 2)
     share = sum(ideal_cached(reqs, 64, 16)) / sum(r.input_tokens for r in reqs)
     assert share == pytest.approx(0.66, abs=0.005)  # scenarios/traces/README.md says 66%
+
+
+def test_a_bailian_trace_reads_in_ms_with_its_session_fields_checked(tmp_path):
+    reqs = read_trace(str(ROOT / "scenarios" / "traces" / "bailian_sample.jsonl"), 16, "bailian")
+    assert len(reqs) == 300 and reqs[0].t_ms == 28.0  # seconds in the file, ms here
+    share = sum(ideal_cached(reqs, 16, 16)) / sum(r.input_tokens for r in reqs)
+    assert share == pytest.approx(0.67, abs=0.005)  # scenarios/traces/README.md says 67%
+    good = {"chat_id": 3, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 20, "output_length": 8,
+            "type": "text", "turn": 1, "hash_ids": [1, 2]}
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in (good, {**good, "parent_chat_id": -2}, {**good, "turn": "2"},
+                                                      {**good, "timestamp": -1})) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_trace(str(path), 16, "bailian")
+    for expected in ("line 2: parent_chat_id must be an integer (-1: no parent), got -2",
+                     "line 3: turn must be an integer >= 0, got '2'", "line 4: timestamp must be a number of s >= 0"):
+        assert expected in str(err.value), str(err.value)
 
 
 def test_every_malformed_line_is_named(tmp_path):
@@ -30,7 +47,7 @@ def test_every_malformed_line_is_named(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{oops\n")
     with pytest.raises(TraceError) as err:
-        read_mooncake(str(path), 64)
+        read_trace(str(path), 64)
     text = str(err.value)
     for expected in ("line 2: 2 hash_ids for input_length 130: 3 blocks of 64 tokens expected",
                      "line 3: input_length must be an integer of tokens >= 1, got 0",

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
 from harness.client.tokenize import file_tokenizer
-from harness.workload.prefix_trace import read_mooncake
+from harness.workload.prefix_trace import read_trace
 from harness.workload.prompts import PromptBuilder
 from harness.workload.token_blocks import CANDIDATES, BlockText, calibrate, single_token_words
 
@@ -38,7 +38,7 @@ def test_every_trace_prompt_counts_its_planned_tokens_on_the_tokenizer(tokenizer
     words = calibrate(tokenize, WORDS, chat=False)
     assert words.exact and (words.before, words.after) == (1, 0), words.note  # the BOS
     assert words.note.startswith("token-exact: ") and 100 < len(words.digits) < len(set(WORDS))
-    reqs = read_mooncake(str(ROOT / "scenarios" / "traces" / "mooncake_sample.jsonl"), 64)
+    reqs = read_trace(str(ROOT / "scenarios" / "traces" / "mooncake_sample.jsonl"), 64)
     blocks = BlockText(words, 64, max(max(r.hash_ids) for r in reqs))
     for req in reqs[:60]:
         ids, _ = tokenize(blocks.prompt(req.hash_ids, req.input_tokens, "s1"), True)
