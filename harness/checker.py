@@ -186,13 +186,14 @@ class Checker:
             return default
         return value
 
-    def file(self, node: dict, key: str, path: str) -> str | None:
-        """A path relative to the scenario file's folder that must exist and be readable."""
+    def file(self, node: dict, key: str, path: str, folder: bool = False) -> str | None:
+        """A path relative to the scenario file's folder that must exist and be readable (``folder``: or be a
+        folder)."""
         value = self.string(node, key, path)
         if value is None:
             return None
         full = value if os.path.isabs(value) else os.path.join(self.base_dir, value)
-        if not os.path.isfile(full):
+        if not (os.path.isfile(full) or (folder and os.path.isdir(full))):
             self.fail(f"{path}.{key}", f"file not found: {value} (looked in {os.path.abspath(full)})")
             return None
         if not os.access(full, os.R_OK):

@@ -73,9 +73,9 @@ def trace_arrivals(load: LoadPlan, workload: Workload | None, check: Checker) ->
     step, as a file's are)."""
     if load.arrival != "trace" or load.trace_gaps is not None or check.problems:
         return load
-    if workload is None or workload.trace is None:
-        check.fail("load.arrival", "process: trace needs a file (file, column) or a workload.trace to take its "
-                                   "timestamps from")
+    if workload is None or workload.trace is None or workload.trace.tree is not None:
+        check.fail("load.arrival", "process: trace needs a file (file, column) or a JSON-lines workload.trace to "
+                                   "take its timestamps from (a weka trace's sessions arrive as the process says)")
         return load
     try:
         gaps = trace_gaps([r.t_ms / 1000 for r in workload.trace.requests])

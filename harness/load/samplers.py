@@ -8,27 +8,19 @@ picker per class, so a round robin cycles over the worker's requests (``spec/ada
 
 from __future__ import annotations
 
-import logging
-import os
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from harness.client.tokenize import file_tokenizer, server_tokenizer
-from harness.client.transport import tls_context
-from harness.endpoint import DEFAULT_HOST, header_values
+from harness.load.trace_kit import TraceKit
 from harness.scenario import Workload
 from harness.spec.adapters import adapter_picker
+from harness.workload.agent_tree import TreeSampler
 from harness.workload.images import ImageCache, ImageDrawer
 from harness.workload.mix import ClassPicker, FixedUsers
-from harness.workload.prefix_trace import TraceCursor, trace_salt
 from harness.workload.prompts import PromptBuilder
 from harness.workload.sampler import MixSampler, PlannedRequest, RequestSampler, TraceSampler
 from harness.workload.sessions import SessionSampler
-from harness.workload.token_blocks import CANDIDATES, BlockText, approximate, calibrate
-
-log = logging.getLogger("kneecap")
 
 __all__ = ["SHAPES_STREAM", "Samplers"]
 
@@ -49,7 +41,8 @@ class Samplers:
         self._samplers = 0
         self._images = ImageCache()
         """The worker's encoded images, shared by its users and classes."""
-        self._trace: tuple[TraceCursor, BlockText] | None = None
+        self._trace: TraceKit | None = None
+        """``workload.trace``: made at ``warm()``, before the load begins (it asks the endpoint's tokenizer)."""
 
     def warm(self) -> None:
         """Build the prompt builders (their corpus: ~50 ms of CPU) before the load begins, not in its first step."""
@@ -59,31 +52,12 @@ class Samplers:
         else:
             self._builder()
         if w.trace is not None:
-            self._trace = self._trace_blocks()
+            self._trace = TraceKit(self.worker, w.trace, self._builder())
 
-    def _trace_blocks(self) -> tuple[TraceCursor, BlockText]:
-        """``workload.trace``: the worker's cursor and the blocks' words, token-exact by the endpoint's /tokenize
-        where it has one (a few calls, before the load begins; every worker gets the same words)."""
-        sc = self.worker.scenario
-        trace, ep, prompts = sc.workload.trace, sc.endpoint, self._builder()
-        host = self.worker.env.host or ep.host or DEFAULT_HOST
-        verify = ep.tls.verify and not self.worker.source.option("insecure")
-        key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-        headers = {**header_values(ep.headers, os.environ), **({"Authorization": f"Bearer {key}"} if key else {})}
-        corpus = prompts.corpus.words(0, min(CANDIDATES, prompts.corpus.n)).split()
-        if trace.tokenizer == "none":
-            words = approximate(corpus, "workload.trace.tokenizer is none")
-        elif trace.tokenizer == "server":
-            tls = tls_context(ep.tls.ca_file, verify) if host.startswith("https:") else None
-            words = calibrate(server_tokenizer(host, ep.model, headers=headers, context=tls), corpus, prompts.chat)
-        else:
-            words = calibrate(file_tokenizer(trace.tokenizer), corpus, prompts.chat)
-            if prompts.chat:
-                words = replace(words, note=f"{words.note} (a tokenizer file has no chat template: not counted)")
-        (log.info if words.exact else log.warning)("kneecap: trace blocks %s", words.note)
-        cursor = TraceCursor(trace, lambda: (self.worker.worker_index, self.worker.fleet_size), words.before,
-                             words.after)
-        return cursor, BlockText(words, trace.block_tokens, trace.max_id)
+    def _trace_kit(self) -> TraceKit:
+        if self._trace is None:
+            self._trace = TraceKit(self.worker, self.worker.scenario.workload.trace, self._builder())
+        return self._trace
 
     def _builder(self) -> PromptBuilder:
         if self._main is None:
@@ -94,9 +68,13 @@ class Samplers:
         return PromptBuilder(api=self.worker.scenario.endpoint.api, shared_prefix_tokens=w.shared_prefix_tokens,
                              unique=w.unique_prompts, seed=w.seed, source=w.prompts)
 
-    def session_sampler(self) -> SessionSampler | None:
-        """One user's stream of sessions (None when the workload has none); the worker's shared calibration."""
+    def session_sampler(self) -> SessionSampler | TreeSampler | None:
+        """One user's stream of sessions (None when the workload has none); the worker's shared calibration. Agent
+        session traces (``workload.trace`` of ``format: weka``): the user's lane."""
         w = self.worker.scenario.workload
+        if w.trace is not None and w.trace.tree is not None:
+            self._samplers += 1
+            return self._trace_kit().lane(self.worker.worker_index * 100_000 + self._samplers)
         if w.sessions is None:
             return None
         self._samplers += 1
@@ -109,11 +87,7 @@ class Samplers:
         worker's place in it."""
         w = self.worker.scenario.workload
         if w.trace is not None:
-            if self._trace is None:
-                self._trace = self._trace_blocks()
-            cursor, blocks = self._trace
-            salt = trace_salt(w.trace, self.worker.source.option("run_id"), w.seed)
-            return TraceSampler(cursor, blocks, self._builder(), salt)
+            return self._trace_kit().sampler()
         self._samplers += 1
         stream = self.worker.worker_index * 100_000 + self._samplers
         if not w.mix:

@@ -77,16 +77,29 @@ class SessionTurns:
 
     def _turn(self, conn: Connection, sid: int, turn: list[Call], intended_start: float | None,
               task: SessionTask) -> list[RequestRecord]:
-        """A turn's calls: the main one on ``conn``, parallel sub-calls at the same time on spare connections."""
-        if len(turn) == 1:
+        """A turn's calls: the main one on ``conn``, parallel sub-calls at the same time on spare connections; each
+        with its ``chain`` after it on its connection (a sub-agent's requests)."""
+        if len(turn) == 1 and not turn[0].chain:
             return [self._request(conn, intended_start, turn[0], sid, task)]
         spare = self.spare
         subs = [(c, spare.pop() if spare else Connection(self.base, **self.tls_settings)) for c in turn[1:]]
-        jobs = [gevent.spawn(self._request, sc, None, c, sid, task) for c, sc in subs]
+        jobs = [gevent.spawn(self._calls, sc, None, c, sid, task) for c, sc in subs]
         try:
-            first = self._request(conn, intended_start, turn[0], sid, task)
+            first = self._calls(conn, intended_start, turn[0], sid, task)
             gevent.joinall(jobs)
         finally:
             gevent.killall(jobs, block=False)
             spare.extend(sc for _, sc in subs)
-        return [first, *(j.value for j in jobs)]
+        return [*first, *(r for j in jobs for r in j.value or ())]
+
+    def _calls(self, conn: Connection, intended_start: float | None, call: Call, sid: int,
+               task: SessionTask) -> list[RequestRecord]:
+        """A call, then its chain, each after its think time; a failed one ends the chain."""
+        recs = [self._request(conn, intended_start, call, sid, task)]
+        for nxt in call.chain:
+            if not recs[-1].ok:
+                break
+            if nxt.think_s:
+                gevent.sleep(nxt.think_s)
+            recs.append(self._request(conn, None, nxt, sid, task))
+        return recs

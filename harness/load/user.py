@@ -207,7 +207,8 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
                 extra = sampler.batch(batch) - 1
                 prompts += [sampler.next().prompt for _ in range(extra)]
         else:
-            prompts, max_tokens = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens
+            prompts, max_tokens, ideal = [Prompt(call.messages, call.text, 0, call.target_tokens)], call.max_tokens, \
+                call.ideal_cached
             cls = task.cls if task is not None else None
         if cls is not None:
             ep, headers = self.classes[cls]

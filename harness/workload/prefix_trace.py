@@ -14,20 +14,24 @@ token-exact where the endpoint's tokenizer was asked which words are one token.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.checker import Checker, json_lines
+from harness.workload.agent_trace import AgentTrace, TreePlan, read_weka
 from harness.workload.traces import MAX_TOKENS, TraceError
 
-__all__ = ["BLOCK_TOKENS", "FORMATS", "SALTS", "PrefixTrace", "TraceCursor", "TraceRequest", "ideal_cached",
-           "prefix_trace_from_spec", "read_trace", "trace_salt"]
+__all__ = ["BLOCK_TOKENS", "FORMATS", "SALTS", "PrefixTrace", "PrefixTrie", "TraceCursor", "TraceRequest",
+           "ideal_cached", "prefix_trace_from_spec", "read_trace", "trace_salt"]
 
-FORMATS = ("mooncake", "bailian")
+FORMATS = ("mooncake", "bailian", "weka")
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
+"""Weka sessions say their own (``block_size``)."""
+TREE_CHOICES = {"bust": ("first_turn", "none"), "start": ("random", "first")}
 """Each format's own block (the traces as published); ``block_tokens`` says otherwise for a trace made another way."""
 _MS = {"mooncake": 1.0, "bailian": 1000.0}
 """``timestamp``'s unit in ms: Mooncake's are ms, Bailian's seconds from the file's start."""
@@ -59,6 +63,9 @@ class PrefixTrace:
     tokenizer: str = "server"
     """Which words are one token: "server" (the endpoint's ``/tokenize``, approximate where it has none), "none"
     (approximate: the corpus's words), or the path of a ``tokenizer.json``."""
+    sessions: tuple[AgentTrace, ...] = ()
+    """``format: weka``: the recorded agent sessions, played as trees by the users (``agent_tree``)."""
+    tree: TreePlan | None = None
 
     def ceiling(self, before: int = 0, after: int = 0) -> list[int]:
         """Each request's ideal cached tokens (``ideal_cached``; 0 with a salt per request)."""
@@ -68,15 +75,18 @@ class PrefixTrace:
 
     @property
     def max_id(self) -> int:
-        return max((max(r.hash_ids, default=0) for r in self.requests), default=0)
+        ids = [r.hash_ids for r in self.requests] or [c.hash_ids for t in self.sessions for c, _ in t.root.walk()]
+        return max((max(h, default=0) for h in ids), default=0)
 
 
 def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace | None:
-    """``{file, format?, block_tokens?, salt?, server_block?, tokenizer?}``; problems go to ``check``."""
-    keys = ("file", "format", "block_tokens", "salt", "server_block", "tokenizer")
+    """``{file, format?, block_tokens?, salt?, server_block?, tokenizer?}`` (``weka``: ``bust?, start?,
+    think_cap_s?``); problems go to ``check``."""
+    keys = ("file", "format", "block_tokens", "salt", "server_block", "tokenizer", "bust", "start", "think_cap_s")
     if check.mapping(node, path, keys, required=("file",)) is None:
         return None
     fmt = check.string(node, "format", path, "mooncake", choices=FORMATS)
+    tree = _tree(node, path, check) if fmt == "weka" else None
     block = check.number(node, "block_tokens", path, BLOCK_TOKENS.get(str(fmt), 512), integer=True, minimum=1,
                          maximum=1_000_000)
     server = check.number(node, "server_block", path, 16, integer=True, minimum=1, maximum=1_000_000)
@@ -90,15 +100,28 @@ def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace 
         if tokenizer is not None and not _tokenizer_file(tokenizer):
             check.fail(f"{path}.tokenizer", f"{node['tokenizer']} is not a tokenizer.json (a JSON object with a "
                        "\"model\"); or say server (the endpoint's /tokenize) or none")
-    full = check.file(node, "file", path)
+    full = check.file(node, "file", path, folder=fmt == "weka")
     if full is None or block is None or server is None or tokenizer is None:
         return None
     try:
+        if tree is not None:
+            sessions = tuple(read_weka(full))
+            return PrefixTrace(node["file"], sessions[0].block_tokens, (), str(salt), server, tokenizer, sessions,
+                               dataclasses.replace(tree, per_request=salt == "request"))
         requests = read_trace(full, block, str(fmt))
     except TraceError as exc:
         check.fail(f"{path}.file", str(exc))
         return None
     return PrefixTrace(node["file"], block, tuple(requests), str(salt), server, tokenizer)
+
+
+def _tree(node: dict, path: str, check: Checker) -> TreePlan:
+    for key in ("bust", "start"):
+        if key in node and node[key] not in TREE_CHOICES[key]:
+            check.fail(f"{path}.{key}", f"must be one of {', '.join(map(str, TREE_CHOICES[key]))}; got {node[key]!r}")
+    cap = check.number(node, "think_cap_s", path, 10.0, minimum=0, maximum=86_400)
+    return TreePlan(bust=node.get("bust", "first_turn") == "first_turn", random_start=node.get("start") != "first",
+                    think_cap_s=float(cap if cap is not None else 10.0))
 
 
 def _tokenizer_file(path: str) -> bool:
@@ -154,33 +177,47 @@ def _problem(obj: object, block_tokens: int, fmt: str) -> str | None:
 
 def ideal_cached(requests: Sequence[TraceRequest], block_tokens: int, server_block: int, before: int = 0,
                  after: int = 0) -> list[int]:
-    """Per request, in order, the prompt tokens an unbounded prefix cache of ``server_block``-token blocks could
-    serve: its longest prefix shared with an earlier request, in whole server blocks, and never its last token (an
-    engine computes at least one). Equal ids with a cut last block share up to the shorter cut. ``before`` and
-    ``after``: template tokens around each prompt's text; those before are shared by every request after the
-    first."""
-    root: dict[int, list] = {}  # id -> [longest text seen of the block (tokens), children]
-    out: list[int] = []
-    for req in requests:
-        common, level = 0, root
-        for j, block in enumerate(req.hash_ids):
-            mine = min(block_tokens, req.input_tokens - j * block_tokens)
-            node = level.get(block)
+    """Per request, in order, the prompt tokens an unbounded prefix cache could serve (``PrefixTrie.offer``)."""
+    trie = PrefixTrie(block_tokens, server_block, before, after)
+    return [trie.offer(req.hash_ids, req.input_tokens) for req in requests]
+
+
+class PrefixTrie:
+    """An unbounded prefix cache of the blocks offered so far: ``offer(keys, tokens)`` is a prompt's tokens it could
+    serve — its longest prefix shared with an earlier prompt, in whole ``server_block``-token blocks, and never its
+    last token (an engine computes at least one) — and then holds the prompt. Equal keys with a cut last block share
+    up to the shorter cut. ``before`` and ``after``: template tokens around each prompt's text; those before are
+    shared by every prompt after the first."""
+
+    def __init__(self, block_tokens: int, server_block: int, before: int = 0, after: int = 0) -> None:
+        self.block_tokens, self.server_block, self.before, self.after = block_tokens, server_block, before, after
+        self.root: dict[Hashable, list] = {}  # key -> [longest text seen of the block (tokens), children]
+        self.offered = 0
+
+    def offer(self, keys: Sequence[Hashable], tokens: int) -> int:
+        b = self.block_tokens
+        common, level = 0, self.root
+        for j, key in enumerate(keys):
+            mine = min(b, tokens - j * b)
+            node = level.get(key)
             if node is None:
                 break
             common += min(mine, node[0])
-            if node[0] < mine or mine < block_tokens:
+            if node[0] < mine or mine < b:
                 break
             level = node[1]
-        shared = before + common if out else 0
-        out.append(min(shared, before + req.input_tokens + after - 1) // server_block * server_block)
-        level = root
-        for j, block in enumerate(req.hash_ids):  # then it is in the cache
-            mine = min(block_tokens, req.input_tokens - j * block_tokens)
-            node = level.setdefault(block, [0, {}])
+        shared = self.before + common if self.offered else 0
+        self.offered += 1
+        level = self.root
+        for j, key in enumerate(keys):  # then it is in the cache
+            mine = min(b, tokens - j * b)
+            if mine <= 0:
+                break
+            node = level.setdefault(key, [0, {}])
             node[0] = max(node[0], mine)
             level = node[1]
-    return out
+        whole = self.before + tokens + self.after
+        return min(shared, whole - 1) // self.server_block * self.server_block
 
 
 def trace_salt(trace: PrefixTrace, run_id: str | None, seed: int) -> str:

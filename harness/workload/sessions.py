@@ -91,6 +91,10 @@ class Call:
     target_tokens: int = 0
     """Target prompt length (calibration: the builder learns from the first turn's prompt only)."""
     compacted: bool = False
+    ideal_cached: int | None = None
+    """A trace's session (``agent_tree``): the prompt tokens an unbounded prefix cache could serve."""
+    chain: tuple[Call, ...] = ()
+    """Calls that follow this one on its connection, each after its ``think_s`` (a sub-agent's requests)."""
 
 
 class Session:

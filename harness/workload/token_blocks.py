@@ -130,9 +130,18 @@ class BlockText:
 
     def prompt(self, hash_ids: Sequence[int], tokens: int, salt: str) -> str:
         """A request's text: its blocks in order, cut to ``tokens`` words, a space before each (as calibrated)."""
+        return self.text([(block, salt) for block in hash_ids], tokens, f"{salt}/tail")
+
+    def text(self, blocks: Sequence[tuple[int, str]], tokens: int, tail: str) -> str:
+        """``tokens`` words: the ``(id, salt)`` blocks in order, then (a trace that lists whole blocks only) blocks
+        of the ``tail`` salt, the request's own."""
         out: list[str] = []
-        for block in hash_ids:
+        for block, salt in blocks:
             out += self.block(block, salt)
+        k = 0
+        while len(out) < tokens:
+            out += self.block(k, tail)
+            k += 1
         return " " + " ".join(out[:tokens])
 
 
