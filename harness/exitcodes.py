@@ -22,8 +22,9 @@ SLO_FAILED = 3
 """A valid result in which an SLO failed at a counted step up to the knee (every counted step without a knee)."""
 
 NO_VALID_RESULT = 4
-"""No valid result: no summary was written, or no step with successes counted (``analysis/counted.py``: its
-generator was unreliable, it was cut short)."""
+"""No valid result: no summary was written, no step with successes counted (``analysis/counted.py``: its generator
+was unreliable, it was cut short), or over 1% of the requests overflowed the model's context (``summary.json``
+``invalid``: the server did not run the workload's prompts)."""
 
 DEGRADED = 5
 """Otherwise OK, but the fleet lost a worker during the run: the steps it hit were re-run or not judged

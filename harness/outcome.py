@@ -313,6 +313,8 @@ def say_verdict(out: str, say: Callable[[str], None], report_cpu: list[float] | 
         steps = sorted({i for e in events for i in e.steps})
         say(("DEGRADED: " if lost else "fleet: ") + f"{len(lost)} worker(s) lost, {len(events) - len(lost)} joined; "
             f"steps {', '.join(map(str, steps)) or 'none'} not judged (their levels were re-run)")
+    if not isinstance(summary.invalid, UnsetType):
+        say(f"INVALID: {summary.invalid}")
     for line in _untrusted(summary) + delivery_lines(summary) + short_answers(summary) + answers_lines(summary) \
             + token_lines(summary) + ceiling_lines(summary):
         say(line)

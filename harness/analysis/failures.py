@@ -19,6 +19,8 @@ _HINTS = {
     "ttft_timeout": "no first token in time: the endpoint is overloaded, or raise endpoint.timeouts.ttft_s",
     "not_sse": "the endpoint did not stream: check the URL path (endpoint.api) and that it speaks OpenAI's API",
     "http_429": "the endpoint rate-limits: lower the load, or raise its limit",
+    "context_overflow": "the prompts and answers do not fit the model's context: a shorter workload, or a server "
+                        "with a longer max model length",
 }
 
 

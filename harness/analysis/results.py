@@ -314,6 +314,8 @@ class RunSummary:
     """With the scenario's ``cost:``: the prices, the test's tokens and cost, figures at the reference loads."""
     search: dict | None = None
     """A search's grid, state and path (``analysis/search.search_summary``); None for a staircase or constant run."""
+    invalid: str | None = None
+    """Why the figures are not the workload's (``analysis.verdict.invalid``: context overflows), or None."""
 
     @property
     def degraded(self) -> bool:
@@ -339,4 +341,6 @@ class RunSummary:
             out["cost"] = self.cost.to_json()
         if self.search is not None:
             out["search"] = self.search
+        if self.invalid:
+            out["invalid"] = self.invalid
         return out

@@ -16,7 +16,7 @@ from harness.analysis.results import RunSummary, StepResult, level_unit
 from harness.analysis.search import search_summary
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
-from harness.analysis.verdict import ExitFacts, run_exit_code, slo_verdict
+from harness.analysis.verdict import ExitFacts, invalid, run_exit_code, slo_verdict
 
 if TYPE_CHECKING:
     from harness.analysis.ledger import Ledger
@@ -60,7 +60,7 @@ def summarize(ledger: Ledger, steps: list[StepResult], facts: RunFacts) -> RunSu
                       knee_metric=sc.load.knee_metric, knee_reason=reason, knee_why=why, slo=slo, exit_code=code,
                       fleet_events=list(ledger.fleet_events), merge_errors=facts.merge_errors, cost=cost,
                       clocks=facts.clocks, clock_warnings=facts.clock_warnings,
-                      search=_search(ledger, stopped=facts.stop_reason is not None))
+                      search=_search(ledger, stopped=facts.stop_reason is not None), invalid=invalid(steps))
 
 
 def _search(ledger: Ledger, *, stopped: bool) -> dict | None:

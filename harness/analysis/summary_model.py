@@ -254,6 +254,8 @@ class Summary(_View, frozen=True, kw_only=True):
     clock_warnings: list[str] | UnsetType = UNSET
     cost: RunCost | UnsetType = UNSET
     search: Search | UnsetType = UNSET
+    invalid: str | UnsetType = UNSET
+    """Why the figures are not the workload's: over 1% of its requests overflowed the model's context."""
     incomplete: str | UnsetType = UNSET
     """Why the results stop short: the master was lost, these are the steps of its last checkpoint (``kneecap run``,
     ``outcome.keep_checkpoint``)."""

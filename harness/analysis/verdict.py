@@ -17,8 +17,17 @@ from harness.analysis.results import SloVerdict, StepResult
 from harness.spec.slo import Threshold
 from harness.workload.mix import TrafficClass
 
-__all__ = ["EXIT_NO_VALID_RESULT", "EXIT_SLO_FAILED", "ExitFacts", "exit_code", "run_exit_code", "slo_verdict",
-           "within_slo"]
+__all__ = [
+    "EXIT_NO_VALID_RESULT",
+    "EXIT_SLO_FAILED",
+    "OVERFLOW_LIMIT",
+    "ExitFacts",
+    "exit_code",
+    "invalid",
+    "run_exit_code",
+    "slo_verdict",
+    "within_slo",
+]
 
 # Aliases of the codes in harness.exitcodes, kept because this module has exported these names.
 EXIT_SLO_FAILED = exitcodes.SLO_FAILED
@@ -66,10 +75,26 @@ class ExitFacts:
     worker_lost: bool = False
 
 
+OVERFLOW_LIMIT = 0.01
+"""A run whose requests overflowed the model's context more often than this is invalid (AIPerf's AgentX rule)."""
+
+
+def invalid(steps: Sequence[StepResult]) -> str | None:
+    """Why the run's figures are not its workload's (its requests overflowed the model's context past
+    ``OVERFLOW_LIMIT``), or None."""
+    requests = sum(s.requests for s in steps)
+    n = sum(s.failures.get("context_overflow", 0) for s in steps)
+    if not requests or n / requests <= OVERFLOW_LIMIT:
+        return None
+    return (f"{n / requests:.1%} of requests ({n:,} of {requests:,}) overflowed the model's context (the limit is "
+            f"{OVERFLOW_LIMIT:.0%}): the server did not run the workload's prompts, so these figures are not the "
+            "workload's")
+
+
 def exit_code(steps: Sequence[StepResult], slo: SloVerdict | None) -> int:
-    """``exitcodes.OK``; ``SLO_FAILED`` when an SLO failed; ``NO_VALID_RESULT`` when no request succeeded or no
-    step with successes counted (its generator could not keep time, or it was cut short)."""
-    if not any(s.ok > 0 and not_counted(s) is None for s in steps):
+    """``exitcodes.OK``; ``SLO_FAILED`` when an SLO failed; ``NO_VALID_RESULT`` when no request succeeded, no step
+    with successes counted (its generator could not keep time, or it was cut short) or the run is ``invalid``."""
+    if not any(s.ok > 0 and not_counted(s) is None for s in steps) or invalid(steps):
         return exitcodes.NO_VALID_RESULT
     return exitcodes.SLO_FAILED if slo is not None and slo.passed is False else exitcodes.OK
 

@@ -45,7 +45,7 @@ import httptools
 from harness.client.openai import StreamTracker
 from harness.client.sse import DEFAULT_MAX_LINE, LineDecoder, OversizedLine
 from harness.client.stream import OutputTracker, StreamProtocolError
-from harness.metrics.record import RequestRecord
+from harness.metrics.record import RequestRecord, overflows
 
 __all__ = ["MAX_ERROR_BODY", "MAX_JSON_BODY", "BodyParser", "ResponseReader"]
 
@@ -289,7 +289,9 @@ class ResponseReader:
             retry = headers.get("retry-after")
             rec.retry_after_s = None if retry is None else self._retry_after_s(retry)
             return self._fail("http_429", f"HTTP 429 (Retry-After: {retry}): {message[:200]}", self._t)
-        return self._fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {message[:200]}", self._t)
+        kind = "http_5xx" if status >= 500 else \
+            "context_overflow" if overflows(body.decode("utf-8", "replace")) else "http_4xx"
+        return self._fail(kind, f"HTTP {status}: {message[:200]}", self._t)
 
     def _retry_after_s(self, value: str) -> float | None:
         """Retry-After as seconds from now: delay-seconds or an HTTP date (RFC 9110 10.2.3); None if neither."""

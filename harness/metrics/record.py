@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from operator import sub
 
-__all__ = ["ERROR_CLASSES", "WHOLE_MIN_CHUNKS", "RequestRecord", "Samples"]
+__all__ = ["ERROR_CLASSES", "OVERFLOW_PHRASES", "WHOLE_MIN_CHUNKS", "RequestRecord", "Samples", "overflows"]
 
 Samples = tuple[list[float], list[int] | None]
 """Several values of one metric from one request, and how many samples each stands for (None: one each)."""
@@ -28,6 +28,7 @@ ERROR_CLASSES = {
     "total_timeout": "request longer than timeouts.total_s",
     "http_429": "HTTP 429 (rate limited; Retry-After kept)",
     "http_4xx": "HTTP 4xx other than 429",
+    "context_overflow": "HTTP 4xx whose error says the prompt and answer pass the model's context length",
     "http_5xx": "HTTP 5xx",
     "not_sse": "HTTP 200 but not text/event-stream",
     "bad_response": "not parseable as HTTP, or a chunk's JSON of the wrong shape (usage counts as strings, ...)",
@@ -38,6 +39,15 @@ ERROR_CLASSES = {
     "oversized_line": "an SSE line over the client's limit",
     "client_error": "an exception in kneecap's own request path (a bug; its type is in the detail)",
 }
+
+OVERFLOW_PHRASES = ("context length", "maximum context", "context_length_exceeded", "prompt is too long")
+"""Words of an error body that make a 4xx a ``context_overflow`` (vLLM's, OpenAI's and Anthropic's; AIPerf's list)."""
+
+
+def overflows(body: str) -> bool:
+    """An error body saying the prompt and answer do not fit the model's context."""
+    low = body.lower()
+    return any(p in low for p in OVERFLOW_PHRASES)
 
 
 @dataclass(slots=True)

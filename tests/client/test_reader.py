@@ -145,6 +145,12 @@ OPENAI_ERROR = b'{"error": {"message": "The model `gpt-nope` does not exist.", "
     (reply("429 Too Many Requests", b'{"error": "slow down"}', "retry-after: 1.5"), "http_429", 429,
      "HTTP 429 (Retry-After: 1.5): slow down"),
     (reply("503 Service Unavailable", b"<html>busy</html>"), "http_5xx", 503, "HTTP 503: <html>busy</html>"),
+    # vLLM's words for a prompt and answer past the model's context; OpenAI's code without them
+    (reply("400 Bad Request", b'{"error": {"message": "This model\'s maximum context length is 4096 tokens. However, '
+           b'you requested 5000 tokens.", "code": 400}}'), "context_overflow", 400,
+     "HTTP 400: This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),
+    (reply("400 Bad Request", b'{"error": {"message": "too long", "code": "context_length_exceeded"}}'),
+     "context_overflow", 400, "HTTP 400: too long"),
     (reply("200 OK", b'{"choices": []}', "content-type: application/json"), "not_sse", 200,
      "HTTP 200 with content-type 'application/json', expected text/event-stream: "),
 ])

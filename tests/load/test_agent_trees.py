@@ -81,3 +81,21 @@ def test_think_times_are_kept_between_a_sessions_calls(tmp_path):
                  (fourth[0]["start"] - group_end, 0.4), (fifth[0]["start"] - end(fourth[0]), 0.25)]
         assert abs(a1["start"] - b[0]["start"]) < 0.02  # the sub-agents start at once
     assert all(abs(got - want) <= 0.02 for got, want in gaps), gaps
+
+
+def test_a_run_whose_prompts_overflow_the_models_context_is_invalid(tmp_path):
+    """The sample's contexts reach 2,600 tokens; a server of 2,000 refuses those: over 1% of the requests, so the run
+    is invalid (exit 4) and says why, each refusal classed ``context_overflow``."""
+    shutil.copytree(SAMPLE, tmp_path / "sessions")
+    r = kneecap_run(write_scenario(tmp_path, """
+        name: overflow
+        endpoint: {api: chat, model: sim-small}
+        workload:
+          trace: {file: sessions, format: weka, think_cap_s: 0.1}
+        load: {mode: constant, users: 3, duration_s: 4, step: {warmup_s: 0}}
+    """), "--sim-arg=--max-model-len=2000", out=tmp_path / "out")
+    assert r.code == 4, r.output
+    overflows = r.summary["steps"][0]["failures"]["context_overflow"]
+    assert overflows > 0 and "overflowed the model's context" in r.summary.get("invalid", ""), r.summary
+    assert "INVALID: " in r.output and "maximum context length" in r.summary["steps"][0]["failure_samples"][
+        "context_overflow"]
