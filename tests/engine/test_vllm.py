@@ -151,3 +151,27 @@ def test_a_prefix_trace_meets_vllms_own_prefix_cache(tmp_path, vllm: VllmServer)
     hit, ceiling = shares["run"]
     assert ceiling > 0.4 and hit == pytest.approx(ceiling, abs=0.02), shares
     assert shares["request"] == (0.0, 0.0), shares  # the control: no block shared, no hit
+
+
+def test_agent_sessions_meet_vllms_own_prefix_cache(tmp_path, vllm: VllmServer) -> None:
+    """``format: weka`` on vLLM: the shipped sessions played as trees by 3 lanes (sub-agents at once, a cache bust per
+    play, random starts), token-exact by vLLM's /tokenize; the server's hits land near the sessions' own ceiling (the
+    worker's unbounded cache of what it sent, in vLLM's 128-token blocks), and no request overflows its context."""
+    shutil.copytree(pathlib.Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "weka_sample",
+                    tmp_path / "sessions")
+    path = write_scenario(tmp_path, f"""
+        name: engine-agents
+        endpoint: {{host: "{vllm.url}", api: chat, model: {MODEL_NAME}}}
+        workload:
+          trace: {{file: sessions, format: weka, server_block: 128, think_cap_s: 1}}
+        load: {{mode: constant, users: 3, duration_s: 30, step: {{warmup_s: 1}}}}
+    """)
+    r = kneecap_run(path, out=tmp_path / "out", workers=None, lag_limit_ms=None, timeout=300)
+    assert r.code == 0, r.output
+    step = r.summary["steps"][0]
+    cache = step["prefix_cache"]
+    print({k: cache[k] for k in ("server", "ceiling")}, step["sessions"]["ended"], step["requests"])
+    assert step["prompt_length_error"] == 0 and "context_overflow" not in step["failures"], step["failures"]
+    # the step's /metrics delta and the requests it counts differ at its edges by a few long prompts: 5 points
+    assert cache["ceiling"]["share"] > 0.5 and cache["server"]["hit_rate"] == pytest.approx(
+        cache["ceiling"]["share"], abs=0.05), cache

@@ -20,7 +20,7 @@ SCENARIO = """
     endpoint: {api: chat, model: sim-tiny}
     workload: {input_tokens: 100, output_tokens: 20, seed: 7}
     load:
-      users: {start: 4, step: 4, max: 16}
+      users: {start: 8, step: 4, max: 16}
       step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 100, max_duration_s: 6}
     verify: {share: 0.3}
     slo: {answers_changed_rate: "rate<0.001"}
@@ -33,7 +33,7 @@ def test_answers_that_change_above_8_in_flight_are_found_there_and_fail_the_run(
                     out=tmp_path / "out")
     steps = r.summary["steps"]
     seen = {s["users"]: s.get("verify") for s in steps}
-    assert sorted(seen) == [4, 8, 12, 16], seen  # no knee within 64 slots: every level ran
+    assert sorted(seen) == [8, 12, 16], seen  # no knee within 64 slots: every level ran
     for users, v in seen.items():
         assert v and v["verified"] >= 20, (users, v)  # ~30% of 100+ requests, the first step's references apart
         if users <= 8:  # never a batch of more than 8: the answers are the references' (the A/A half of the test)
@@ -49,4 +49,4 @@ def test_answers_that_change_above_8_in_flight_are_found_there_and_fail_the_run(
     judged = {s["users"]: s["slo_passed"] for s in steps if s["counted"]}
     assert all(judged[u] for u in judged if u <= 8) and not any(judged[u] for u in judged if u > 8), judged
     assert r.code == 3, r.output  # the SLO failed at 12 users
-    assert "ANSWERS CHANGED: from 12 users on" in r.output and "By load: 4: 0% of" in r.output, r.output
+    assert "ANSWERS CHANGED: from 12 users on" in r.output and "By load: 8: 0% of" in r.output, r.output
