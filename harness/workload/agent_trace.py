@@ -90,6 +90,11 @@ class AgentTrace:  # not slots: prefix_ids is cached on the instance
         return len(self.root.walk())
 
     @functools.cached_property
+    def place(self) -> dict[int, int]:
+        """Each request's place in the session (``walk`` order), by its ``id()``: the same on every worker."""
+        return {id(call): i for i, (call, _) in enumerate(self.root.walk())}
+
+    @functools.cached_property
     def prefix_ids(self) -> frozenset[int]:
         """The ids of every agent's tool and system prefix (its first ``prefix_tokens`` of whole blocks)."""
         return frozenset(h for call, agent in self.root.walk()
@@ -113,7 +118,8 @@ def read_weka(path: str) -> list[AgentTrace]:
             continue
         for i, obj in enumerate(data if isinstance(data, list) else [data]):
             where = file if not isinstance(data, list) else f"{file}[{i}]"
-            trace = _trace(obj, where, os.path.splitext(os.path.basename(file))[0], problems)
+            stem = os.path.splitext(os.path.basename(file))[0]
+            trace = _trace(obj, where, stem if not isinstance(data, list) else f"{stem}[{i}]", problems)
             if trace is not None:
                 traces.append(trace)
     if problems:

@@ -23,6 +23,7 @@ with the ``chain`` of requests that follow it on its connection (a sub-agent's),
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Callable, Iterator
 
 from harness.workload.agent_trace import Agent, AgentCall, AgentTrace, TreePlan
@@ -99,7 +100,10 @@ class TreeSession:
         return calls[0]
 
     def _call(self, call: AgentCall, turn: int, index: int, think: float) -> Call:
-        own = f"{self.salt}/{turn}.{index}.{id(call)}"  # the request's own: its tail, or all with salt: request
+        # the request's own blocks: its tail (by its place in the session), or all of them with salt: request
+        own = f"{self.salt}/{self.trace.place[id(call)]}"
+        if self.plan.per_request:
+            own += f"/{secrets.token_hex(6)}"
         keys = [(h, own if self.plan.per_request else self.base if h in self.prefix else self.salt)
                 for h in call.hash_ids]
         text = self.blocks.text(keys, call.input_tokens, own)

@@ -87,6 +87,8 @@ def prefix_trace_from_spec(node: Any, path: str, check: Checker) -> PrefixTrace 
         return None
     fmt = check.string(node, "format", path, "mooncake", choices=FORMATS)
     tree = _tree(node, path, check) if fmt == "weka" else None
+    if tree is not None and "block_tokens" in node:
+        check.fail(f"{path}.block_tokens", "a weka session gives its own (block_size): remove block_tokens")
     block = check.number(node, "block_tokens", path, BLOCK_TOKENS.get(str(fmt), 512), integer=True, minimum=1,
                          maximum=1_000_000)
     server = check.number(node, "server_block", path, 16, integer=True, minimum=1, maximum=1_000_000)

@@ -30,7 +30,7 @@ def curve(summary: dict) -> list:
              s["throughput"]["output_tokens_per_s"], s["generator"]) for s in summary["steps"]]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])  # two draws of the same staircase (a third cost CI ~8 s, found nothing new)
 def test_knee_at_the_simulators_capacity(tmp_path, seed):
     r = kneecap_run(scenario(tmp_path, STAIRS), "--seed", str(seed), "--sim-arg=--max-num-seqs=8",
                     out=tmp_path / "out")
