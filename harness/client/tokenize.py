@@ -1,6 +1,7 @@
 """The endpoint's tokenizer, for token-exact trace blocks (``workload/token_blocks.py``): over HTTP, vLLM's ``POST
-/tokenize`` (SGLang serves the same form), one blocking call per question before the load begins; or from a local
-``tokenizer.json`` (Hugging Face's ``tokenizers``), which knows no chat template.
+/tokenize``, one blocking call per question before the load begins (a server whose answer lacks the tokens' pieces
+leaves the blocks approximate, saying so); or from a local ``tokenizer.json`` (Hugging Face's ``tokenizers``), which
+knows no chat template.
 
 The request: ``{"model", "prompt" | "messages", "add_special_tokens", "return_token_strs": true}``; the answer's
 ``tokens`` (ids) and ``token_strs`` (pieces). Chat messages are tokenized with the chat template and the generation
