@@ -93,9 +93,11 @@ def test_a_front_end_that_stalls_and_flushes_is_a_periodic_server_pause_not_a_la
     assert pauses["period_s"] == pytest.approx(2.0, abs=0.2), pauses
     assert pauses["recurring_median_ms"] == pytest.approx(150, abs=30), pauses
     lines = {(a["metric"], a["quantile"]): a["line"] for a in tail["attributions"]}
-    # p99's tail, or p95's when a slow machine left p99 too few requests to attribute (720 requests, 6 above it)
-    q = 0.99 if not any("too few tail requests" in lines[(m, 0.99)] for m in ("ttft_s", "e2e_s")) else 0.95
-    named = [line for (metric, at), line in lines.items() if metric in ("ttft_s", "e2e_s") and at == q
+    # named in the tail of the metric the stalls landed on: the closed-loop users run in step, so the stall period
+    # against their cycle decides whether the stalls catch them before their first tokens (TTFT's tail) or
+    # mid-stream (TPOT's and E2E's: in a fresh-clone CI of 2026-12-07 all 5 caught 16 of 16 decoding, the TTFT tail
+    # had no cause and TPOT's p95 named the pause, 23 of 23); p95 where p99 holds too few requests (6 of 720)
+    named = [line for (metric, _), line in lines.items() if metric in ("ttft_s", "tpot_s", "e2e_s")
              and "server-wide pause" in line and "every ~2.0 s" in line]
     assert named, lines
     # the pauses are not the reader's (a TIMING line may still say, rightly, that a starved machine's reader was late)
