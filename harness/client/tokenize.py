@@ -39,7 +39,7 @@ def file_tokenizer(path: str) -> Tokenize:
 
 
 def server_tokenizer(host: str, model: str | None, *, headers: dict[str, str], context: ssl.SSLContext | None,
-                     timeout_s: float = 10.0) -> Tokenize:
+                     timeout_s: float = 5.0) -> Tokenize:
     """A ``Tokenize`` asking ``{host}/tokenize``; it raises ``OSError`` (no answer, an HTTP error) or ``ValueError``
     (an answer that is not a tokenization)."""
     url = host.rstrip("/") + "/tokenize"

@@ -145,7 +145,7 @@ def test_a_prefix_trace_meets_vllms_own_prefix_cache(tmp_path, vllm: VllmServer)
         r = kneecap_run(path, out=tmp_path / salt, workers=None, lag_limit_ms=None, timeout=300)
         assert r.code == 0, r.output
         step = r.summary["steps"][0]
-        assert "trace blocks token-exact: " in r.output and step["prompt_length_error"] == 0, r.output
+        assert "(token-exact blocks)" in r.output and step["prompt_length_error"] == 0, r.output
         shares[salt] = (step["prefix_cache"]["server"]["hit_rate"], step["prefix_cache"]["ceiling"]["share"])
     print(shares)
     hit, ceiling = shares["run"]
