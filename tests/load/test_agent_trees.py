@@ -25,7 +25,7 @@ def test_the_sample_sessions_play_as_trees_and_the_server_serves_their_ceiling(t
         endpoint: {api: chat, model: sim-small}
         workload:
           trace: {file: sessions, format: weka, think_cap_s: 0.5}
-        load: {mode: constant, users: 3, duration_s: 6, step: {warmup_s: 0.5}}
+        load: {mode: constant, users: 3, duration_s: 5, step: {warmup_s: 0.5}}
     """), "--save-requests", "--sim-arg=--prefix-cache=on", out=tmp_path / "out")
     assert r.code == 0, r.output
     step = r.summary["steps"][0]
@@ -63,7 +63,7 @@ def test_think_times_are_kept_between_a_sessions_calls(tmp_path):
         endpoint: {api: chat, model: sim-small}
         workload:
           trace: {file: s.json, format: weka, start: first}
-        load: {mode: constant, users: 2, duration_s: 3.5, step: {warmup_s: 0}}
+        load: {mode: constant, users: 2, duration_s: 3, step: {warmup_s: 0}}
     """), "--save-requests", out=tmp_path / "out")
     assert r.code == 0, r.output
     plays: dict[int, dict[tuple[int, int], list[dict]]] = {}

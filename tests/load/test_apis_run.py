@@ -190,7 +190,7 @@ def test_an_embeddings_staircase_finds_the_simulators_knee(tmp_path):
         load:
           mode: staircase
           users: {start: 2, step: 1, max: 6}
-          step: {warmup_s: 0.5, min_duration_s: 2.5, min_requests: 40, max_duration_s: 4}
+          step: {warmup_s: 0.5, min_duration_s: 2, min_requests: 40, max_duration_s: 3}
     """, "--preset=tiny", "--max-num-seqs=4", "--iter-base-ms=20", "--prefill-per-ktoken-ms=1")
     summary, records, output = r.summary, r.records, r.output
     knee, steps = summary["knee"], summary["steps"]

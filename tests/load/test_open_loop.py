@@ -19,7 +19,7 @@ def test_open_loop_rates_and_saturation(tmp_path):
           mode: open_staircase
           rate: {start: 40, step: 120, max: 160}
           arrival: {process: constant}
-          step: {warmup_s: 1, min_duration_s: 4, min_requests: 1, max_duration_s: 4}
+          step: {warmup_s: 1, min_duration_s: 3, min_requests: 1, max_duration_s: 3}
     """, name="open.yaml")
     # warm-up 1 s: a worker's users start up to ~0.4 s after the first step begins on a busy machine (its scenario,
     # samplers and corpus at test start); the arrivals meanwhile go out late, in a burst, and a 0.5 s warm-up let a

@@ -55,7 +55,8 @@ def test_knee_at_the_simulators_capacity(tmp_path, seed):
 
 
 def test_no_knee_within_range(tmp_path):
-    load = STAIRS.replace("max: 16", "max: 10")
+    # 40 requests a step, not 60: at 2 users of 10 ms iterations ~10 requests/s, 60 held each step to its 5 s cap
+    load = STAIRS.replace("max: 16", "max: 10").replace("min_requests: 60", "min_requests: 40")
     r = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64",
                     "--sim-arg=--iter-base-ms=10", out=tmp_path / "out")  # TTFT well above OS scheduling noise
     summary, output = r.summary, r.output
@@ -64,7 +65,7 @@ def test_no_knee_within_range(tmp_path):
 
 
 def test_jitter_makes_no_false_knee(tmp_path):
-    load = STAIRS.replace("max: 16", "max: 10")
+    load = STAIRS.replace("max: 16", "max: 10").replace("min_requests: 60", "min_requests: 40")  # as above
     summary = kneecap_run(scenario(tmp_path, load), "--sim-arg=--max-num-seqs=64", "--sim-arg=--jitter=0.3",
                           "--sim-arg=--iter-base-ms=10", out=tmp_path / "out").summary
     assert not summary["knee"]["confirmed"], (summary["knee"], curve(summary))
