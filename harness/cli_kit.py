@@ -9,7 +9,7 @@ import click
 from harness import exitcodes
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Summary
+    from harness.summary import Summary
 
 __all__ = ["InputError", "read_run"]
 

@@ -22,12 +22,10 @@ from harness.analysis.classes import class_figures, class_tail_lines, mix_step, 
 from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.counted import WHY, not_counted
 from harness.analysis.plain import knee_words
-from harness.analysis.results import level_unit
-from harness.analysis.steps import LAG_LIMIT_MS, SHARED_STAMP_LIMIT
-from harness.analysis.summary_blocks import Generator
-from harness.analysis.summary_model import Step, Summary
+from harness.analysis.steps import SHARED_STAMP_LIMIT
 from harness.procs import Child
 from harness.report.validate import load_summary
+from harness.summary import Generator, Step, Summary, level_unit
 
 __all__ = ["keep_checkpoint", "say_verdict", "write_processes"]
 
@@ -51,7 +49,7 @@ def _untrusted(summary: Summary) -> list[str]:
     out = []
     for st in summary.steps:
         g = st.generator
-        limit = g.lag_limit_ms or LAG_LIMIT_MS  # UNSET in files from before load.step.max_lag_ms
+        limit = g.lag_limit_ms
         if not g.reliable and g.send_lag_p99_ms and g.send_lag_p99_ms > limit:
             out.append(f"UNRELIABLE: step {st.index} ({st.level:g}): its requests went out late (send lag p99 "
                        f"{g.send_lag_p99_ms} ms, limit {limit:g}; event-loop lag p99 {g.lag_p99_ms} ms): the load "
@@ -62,7 +60,7 @@ def _untrusted(summary: Summary) -> list[str]:
         elif not_counted(st) == "incomplete":
             out.append(f"NOT COUNTED: step {st.index} ({st.level:g}, {st.requests:,} requests): {WHY['incomplete']}, "
                        f"{_NOT_COUNTED}")
-        if g.stamps_flagged is True:
+        if g.stamps_flagged:
             d = st.delivery
             why = ("the reader fell behind and one receive brought several chunks under one time" if
                    isinstance(d, UnsetType) or d.cause is None else

@@ -28,12 +28,11 @@ from typing import Any
 import msgspec
 import yaml
 
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import Summary
 from harness.checker import decode_text
 from harness.report.validate import load_summary
 from harness.scenario import DEFAULT_SCENARIO, apply_overrides
 from harness.sinks.files import write_json_atomic
+from harness.summary import Summary, level_unit
 
 __all__ = ["INDEX", "Entry", "KneeFigures", "append", "display_path", "entry", "git_state", "index_for", "last",
            "parse_labels", "read_index", "record_run", "scenario_hash", "select"]

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from harness.analysis.cost import PROCESSES_SCHEMA
-from harness.analysis.results import SCHEMA
 from harness.cli import main as kneecap_cli
 from harness.scenario import ScenarioError, parse_scenario
+from harness.summary import SCHEMA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")

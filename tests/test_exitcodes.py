@@ -50,14 +50,15 @@ def test_run_exit_code_precedence_lives_in_one_place() -> None:
     lost a worker is DEGRADED; a failing one keeps its code; no counted step is no valid result."""
     import dataclasses
 
-    from harness.analysis.results import GeneratorHealth, SloVerdict, StepResult, Throughput
+    from harness.analysis.results import SloVerdict, StepResult
     from harness.analysis.verdict import ExitFacts, run_exit_code
+    from harness.summary import Generator, Throughput
 
     step = StepResult(index=0, mode="closed", level=4, duration_s=10, warmup_s=1, requests=10, ok=10, failures={},
                       warmup_requests=1, throughput=Throughput(requests_per_s=1, output_tokens_per_s=1,
                                                                input_tokens_per_s=1, goodput_per_s=1),
                       latency_ms={}, tokens_per_s_per_user={}, output_tokens_counted=0, prompt_length_error=None,
-                      generator=GeneratorHealth(lag_p99_ms=1, lag_max_ms=1, cpu_max_pct=10, reliable=True),
+                      generator=Generator(lag_p99_ms=1, lag_max_ms=1, cpu_max_pct=10, reliable=True),
                       complete=True)
     passed = SloVerdict(thresholds=[], passed=True, max_load_within_slo=4)
     failed = SloVerdict(thresholds=["ttft: p(99)<1"], passed=False, max_load_within_slo=None)

@@ -12,7 +12,8 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "harness"
-PURE = ("harness.metrics", "harness.spec", "harness.analysis", "harness.workload", "harness.scenario",
+PURE = ("harness.metrics", "harness.spec", "harness.summary", "harness.analysis", "harness.workload",
+        "harness.scenario",
         "harness.endpoint", "harness.checker",
         "harness.errors", "harness.exitcodes", "harness.sinks.config", "harness.client.sse", "harness.client.openai",
         "harness.client.reader", "harness.client.server_metrics",
@@ -28,6 +29,9 @@ PURE = ("harness.metrics", "harness.spec", "harness.analysis", "harness.workload
         "harness.capacity.knee_check", "harness.capacity.gate", "harness.capacity.gate_report")
 GLUE = ("locust", "gevent", "flask")
 UPWARD = {  # layer -> the layers above it, which it must not import
+    "harness.summary": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
+                        "harness.cli", "harness.run", "harness.sim", "harness.capacity", "harness.client",
+                        "harness.workload", "harness.metrics", "harness.scenario", "harness.endpoint", "harness.spec"),
     "harness.spec": ("harness.analysis", "harness.load", "harness.web", "harness.report", "harness.sinks",
                      "harness.cli", "harness.run", "harness.sim", "harness.capacity", "harness.client",
                      "harness.workload", "harness.scenario", "harness.endpoint"),

@@ -1,15 +1,12 @@
 """Answers under load (``verify:``): per step, how many re-asked reference prompts got another answer than at the
 start, where they first differed, how many answers failed the scenario's checks and which, with a few examples of
-each; written as a dict (``answers``), read as ``Verify`` (summary.json's ``steps[].verify``). Pure."""
+each; written as a dict (``answers``), read as ``harness.summary.Verify`` (summary.json's ``steps[].verify``). Pure."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 
-from msgspec import field
-
-from harness.analysis.summary_blocks import View
 from harness.metrics.aggregate import (
     ANSWER_AT_KEY,
     ANSWER_CHECK_KEY,
@@ -19,36 +16,7 @@ from harness.metrics.aggregate import (
     Bucket,
 )
 
-__all__ = ["ChangedAnswer", "FailedAnswer", "Verify", "answers", "failure_samples", "reference_lines"]
-
-
-class ChangedAnswer(View, frozen=True, kw_only=True):
-    prompt: int
-    at: int
-    reference: str
-    answer: str
-
-
-class FailedAnswer(View, frozen=True, kw_only=True):
-    prompt: int
-    failed: str
-    answer: str
-
-
-class Verify(View, frozen=True, kw_only=True):
-    """Answers compared with their references and checked (``analysis.answers``): ``first_difference_median`` a
-    word's index; ``changed_share`` None when only checked answers (the references) came in the step."""
-
-    verified: int
-    changed: int
-    changed_share: float | None = None
-    first_difference_median: int | None = None
-    examples: list[ChangedAnswer] = field(default_factory=list)
-    checked: int = 0
-    failed: int = 0
-    failed_share: float | None = None
-    failed_by: dict[str, int] = field(default_factory=dict)
-    check_examples: list[FailedAnswer] = field(default_factory=list)
+__all__ = ["answers", "failure_samples", "reference_lines"]
 
 
 def answers(bucket: Bucket) -> dict | None:

@@ -21,11 +21,12 @@ from typing import Any
 
 from harness.analysis.classes import ClassStep, class_rows
 from harness.analysis.decompose import ttft_split
-from harness.analysis.pricing import Tokens, metered_cost
+from harness.analysis.pricing import metered_cost
 from harness.analysis.step_columns import StepColumns
 from harness.analysis.tail import StepTails
 from harness.metrics.aggregate import CLASS_ANSWERS_KEY, CLASS_CANCEL_KEY
 from harness.spec.cost import CostSpec
+from harness.summary import Tokens
 
 __all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_counted", "add_rows_detail", "subset"]
 

@@ -17,12 +17,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.analysis.knee import StepPoint
-from harness.analysis.results import SloCheck
-from harness.analysis.summary_model import Step, Summary
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED, FLAG_LENGTH_ASKED, FLAG_SHORT
 from harness.metrics.vocabulary import CLASS_LATENCIES, HEADLINE
 from harness.spec.slo import Threshold
+from harness.summary import SloCheck, Step, Summary
 from harness.workload.mix import TrafficClass, Workload
 
 __all__ = ["QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",

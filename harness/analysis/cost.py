@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Step
+    from harness.summary import Step
 
 __all__ = ["PROCESSES_SCHEMA", "RoleCpu", "cost_line", "processes_block", "step_totals"]
 

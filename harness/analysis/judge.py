@@ -11,10 +11,10 @@ import math
 from typing import TYPE_CHECKING
 
 from harness.analysis.knee import StepPoint
-from harness.analysis.results import SloCheck
 from harness.metrics.aggregate import Bucket, ci_ranks
 from harness.metrics.sketch import Sketch
 from harness.spec.slo import Threshold
+from harness.summary import SloCheck
 
 if TYPE_CHECKING:
     from harness.analysis.server import ServerStep

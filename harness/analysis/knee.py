@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["QUEUED", "Knee", "KneeParams", "StepPoint", "by_load", "find_knee"]
+__all__ = ["QUEUED", "KneeFinding", "KneeParams", "StepPoint", "by_load", "find_knee"]
 
 QUEUED = 0.5
 """Requests waiting at the server on average over a step, at or above which the server says it was past capacity.
@@ -67,7 +67,9 @@ class KneeParams:
 
 
 @dataclass
-class Knee:
+class KneeFinding:
+    """What the knee finder found in the judged steps (summary.json says it as ``harness.summary.Knee``)."""
+
     found: bool
     confirmed: bool = False
     step_index: int | None = None
@@ -113,7 +115,7 @@ def by_load(points: list[StepPoint]) -> list[StepPoint]:
     return [latest[k] for k in sorted(latest)]
 
 
-def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label: str = "p99") -> Knee:
+def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label: str = "p99") -> KneeFinding:
     """Scan judged steps in order; unreliable steps (generator lagging) are skipped, not judged.
     ``label`` names the latency figure in the reason (e.g. "ttft p99_slo")."""
     pts = [p for p in points if p.reliable and p.p99 == p.p99]
@@ -141,8 +143,10 @@ def find_knee(points: list[StepPoint], params: KneeParams = KneeParams(), label:
         reason = (f"{label} rose {ratio:.1f}x ({a.p99:.0f} -> {b.p99:.0f} ms) from {a.load:g} to {b.load:g} load "
                   f"(latency elasticity {e_p:.1f}) while throughput grew {growth:+.0f}% (elasticity {e_t:.2f}): "
                   f"capacity is saturated past {a.load:g}")
-        return Knee(True, confirmed, a.index, a.load, a.p99, b.p99, a.throughput, b.throughput, confidence, reason)
+        return KneeFinding(True, confirmed, a.index, a.load, a.p99, b.p99, a.throughput, b.throughput, confidence,
+                           reason)
     if len(pts) >= 2:
-        return Knee(False, reason=f"no break up to {pts[-1].load:g}: {label} {pts[0].p99:.0f} -> {pts[-1].p99:.0f} ms, "
+        return KneeFinding(False, reason=f"no break up to {pts[-1].load:g}: "
+                                         f"{label} {pts[0].p99:.0f} -> {pts[-1].p99:.0f} ms, "
                                   f"throughput {pts[0].throughput:.0f} -> {pts[-1].throughput:.0f} tokens/s")
-    return Knee(False, reason="fewer than two judged steps")
+    return KneeFinding(False, reason="fewer than two judged steps")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import not_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from harness.analysis.cancel_slots import cancel_slots
 from harness.analysis.class_rows import add_counted, add_rows_detail
@@ -32,15 +32,15 @@ from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
-from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
+from harness.analysis.knee import KneeFinding, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
-from harness.analysis.pricing import StepCost, Tokens, floor_of, step_cost
-from harness.analysis.results import FleetEvent, SloCheck, StepResult, level_unit
+from harness.analysis.pricing import floor_of, step_cost
+from harness.analysis.results import StepResult
 from harness.analysis.search import PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep, TimeSeries
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.step_columns import StepColumns
-from harness.analysis.steps import Generator, StepInfo, step_health, step_result
+from harness.analysis.steps import GeneratorTally, StepInfo, step_health, step_result
 from harness.analysis.tail import StepTails, TailParams
 from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.analysis.timeline import timeline
@@ -50,6 +50,7 @@ from harness.metrics.by_step import Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.row_sample import RowSample
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
+from harness.summary import FleetEvent, SloCheck, StepCost, Tokens, level_unit
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -81,7 +82,7 @@ class StepState:
     """One step of the run: what was measured of it and, once its data is complete, what was concluded."""
 
     info: StepInfo
-    generator: Generator | None = None
+    generator: GeneratorTally | None = None
     """The workers' load-generator health over the step (loop lag, CPU, GC), merged."""
     server: ServerStep | None = None
     """The server's /metrics scrapes in the step's measured part (None: not scraped)."""
@@ -113,7 +114,7 @@ class Ledger:
     scenario: Scenario
     states: list[StepState] = field(default_factory=list)
     fleet: Fleet = field(default_factory=Fleet)
-    knee: Knee = field(default_factory=lambda: Knee(False, reason="not judged yet"))
+    knee: KneeFinding = field(default_factory=lambda: KneeFinding(False, reason="not judged yet"))
     fleet_events: list[FleetEvent] = field(default_factory=list)
     reporters: set[str] = field(default_factory=set)
     """Every worker that ever reported."""
@@ -166,7 +167,8 @@ class Ledger:
         self.states.append(StepState(info))
         return info
 
-    def fleet_change(self, kind: str, worker: str, now: float, wall: float, *, noticed_after_s: float) -> FleetEvent:
+    def fleet_change(self, kind: Literal["lost", "joined"], worker: str, now: float, wall: float, *,
+                     noticed_after_s: float) -> FleetEvent:
         """A worker ``lost`` or ``joined``, noticed at ``now``. A lost worker was last alive at its last report
         (or, if it never reported, up to ``noticed_after_s`` ago): every step running since then is marked and
         loses its judgement, and no longer waits for that worker's reports (what it had not delivered is gone)."""
@@ -245,7 +247,7 @@ class Ledger:
     def measured(self, index: int) -> Bucket:
         return self.fleet.bucket(index, "measure")
 
-    def judge(self, workers: int, *, final: bool = False) -> Knee:
+    def judge(self, workers: int, *, final: bool = False) -> KneeFinding:
         """Judge the steps whose data became complete (all ended steps when ``final``); re-find the knee."""
         for st in self.states:
             info = st.info
@@ -270,9 +272,9 @@ class Ledger:
         load = self.scenario.load
         return f"{load.knee_metric} p99_slo" + (f" of class {load.knee_class}" if load.knee_class else "")
 
-    def generator(self) -> Generator:
+    def generator(self) -> GeneratorTally:
         """A step's generator health, judged by the scenario's ``load.step.max_lag_ms``."""
-        return Generator(lag_limit_ms=self.scenario.load.step.max_lag_ms)
+        return GeneratorTally(lag_limit_ms=self.scenario.load.step.max_lag_ms)
 
     def point(self, st: StepState, now: float) -> StepPoint:
         """The step as the knee finder sees it: its judgement's, or (not judged yet) from its data so far."""
@@ -359,7 +361,8 @@ class Ledger:
         judged = [(s.index, s.judgement) for s in self.states if s.judgement is not None]
         # a search ends when its bracket is within the resolution (``load/control.py``), not at the first knee; only
         # a counted step fails an SLO (an unreliable generator's latencies are its own)
-        reason = stop_reason(Knee(False) if self.scenario.load.search else self.knee, [j.error_rate for _, j in judged],
+        knee = KneeFinding(False) if self.scenario.load.search else self.knee
+        reason = stop_reason(knee, [j.error_rate for _, j in judged],
                              [c.threshold for _, j in judged for c in j.slo
                               if c.abort_on_fail and not c.passed and j.why is None])
         if reason is not None and reason.startswith("error storm"):  # say which failures, and the likely fix

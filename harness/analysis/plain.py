@@ -4,8 +4,7 @@ figures, what each knee confidence means. The report's first screen, the console
 from __future__ import annotations
 
 from harness.analysis.counted import not_counted
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import Summary
+from harness.summary import Summary, level_unit
 
 __all__ = ["SURE", "figure", "knee_sentence", "knee_words", "rounded"]
 

@@ -12,12 +12,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from harness.analysis.knee import Knee
+from harness.analysis.knee import KneeFinding
 from harness.metrics.aggregate import ci_min_samples
 from harness.spec.load import LoadPlan, level_count
 
-__all__ = ["ERROR_STORM_RATE", "PLAN_ENDS", "Levels", "Step", "StepPlan", "p99_precision",
-           "stop_reason"]
+__all__ = ["ERROR_STORM_RATE", "PLAN_ENDS", "Levels", "StepPlan", "Tick", "p99_precision", "stop_reason"]
 
 ERROR_STORM_RATE = 0.5
 """Stop when a judged step failed more than half its requests: hammering a broken endpoint measures nothing."""
@@ -69,7 +68,9 @@ class Levels(Sequence[float]):
 
 
 @dataclass(frozen=True)
-class Step:
+class Tick:
+    """What the shape tells Locust at a tick: how many users, spawned at what rate."""
+
     users: int
     spawn_rate: float
 
@@ -160,7 +161,7 @@ def p99_precision(p99: float, ci: tuple[float, float] | None, n: int) -> float |
     return (ci[1] - ci[0]) / 2 / p99
 
 
-def stop_reason(knee: Knee, error_rates: list[float], aborted: list[str]) -> str | None:
+def stop_reason(knee: KneeFinding, error_rates: list[float], aborted: list[str]) -> str | None:
     """Why the run should stop now, or None: a confirmed knee, an error storm, an abort_on_fail threshold."""
     if knee.found and knee.confirmed:
         return f"knee confirmed at {knee.load:g}"

@@ -1,18 +1,7 @@
-"""A run's results as typed values: what the master computes, the web UI shows and ``summary.json`` holds. Pure.
-
-The models are built by the master (``analysis/ledger.py``) and turned into JSON only at the edge
-(``to_json``; ``sinks/files.py`` writes it). The JSON is schema ``kneecap.summary/3`` (docs/results.md);
-version 2 added, to version 1's fields, ``p99_slo`` in each SLO latency metric of a step (the p99 with
-failed requests ranked as misses, what the knee and the SLOs judge), ``knee.tail`` (which p99 the
-knee used), per step ``failure_samples``, ``fleet_changed``/``workers_lost``/``workers_joined``, and per
-run ``degraded`` and ``fleet_events``. Version 3 added per step ``prefix_cache`` (client- and server-side hit
-shares, each with its source), for session workloads ``sessions``, and where they apply ``stream`` and the latency
-metrics ``ttfo``, ``reasoning_time``, ``tpot_content``, ``tool_call`` (docs/results.md); later version-3 files add
-per step ``new_connections``/``new_connection_share``, ``cancelled``/``cancelled_share``/``cancelled_by``/
-``cancelled_output_tokens`` (when users hung up), and in ``generator`` ``cpu_s``, ``output_tokens``,
-``cpu_us_per_token``, ``gc_pause_max_ms``, and per step and per run ``cost`` when the scenario has ``cost:``
-(optional keys: absent in the first version-3 files). Readers
-of older files keep working: nothing was removed or renamed.
+"""A run's results as the master holds them while it runs: each step's figures and the run's, turned into
+summary.json (schema ``kneecap.summary/3``, docs/results.md) only at the edge (``to_json``; ``sinks/files.py``
+writes it). Their blocks are the summary model's own types (``harness.summary``), encoded as they are; the blocks
+still built as dicts are the analyses' (server, cache, tail, ...), decoded into those types by every reader. Pure.
 
 Load levels are users (closed loop) or requests/s (open loop); ``level_key`` names the JSON key.
 """
@@ -20,98 +9,15 @@ Load levels are users (closed loop) or requests/s (open loop); ``level_key`` nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from msgspec import UNSET, structs, to_builtins
 
 from harness.analysis.counted import not_counted
-from harness.analysis.knee import Knee
+from harness.analysis.knee import KneeFinding
+from harness.summary import SCHEMA, FleetEvent, Generator, RunCost, SloCheck, StepCost, Throughput, level_key
 
-if TYPE_CHECKING:
-    from harness.analysis.pricing import RunCost, StepCost
-
-__all__ = ["SCHEMA", "FleetEvent", "GeneratorHealth", "RunSummary", "SloCheck", "SloVerdict", "StepResult",
-           "Throughput", "level_key", "level_unit"]
-
-SCHEMA = "kneecap.summary/3"
-READABLE_SCHEMAS = ("kneecap.summary/1", "kneecap.summary/2", SCHEMA)
-
-
-def level_key(mode: str) -> str:
-    """The JSON key of a step's load level: ``users`` (closed loop) or ``rate_rps`` (open loop)."""
-    return "rate_rps" if mode == "open" else "users"
-
-
-def level_unit(mode: str) -> str:
-    return "req/s" if mode == "open" else "users"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Throughput:
-    requests_per_s: float
-    output_tokens_per_s: float
-    input_tokens_per_s: float
-    goodput_per_s: float
-
-
-SHARED_STAMP_LIMIT = 0.01
-"""A step where more than this share of successful requests had chunk times that may be late by more than 1 ms
-(``RequestRecord.shared_stamps``) is flagged (``stamps_flagged``, and a console line). It stays judged: an error of
-a few ms in a few % of requests moves ITL and fast TTFTs, not a knee's p99 (the loop lag's 10 ms limit is what
-makes a step unreliable); but then its p99s may carry the loop lag (``GeneratorHealth.tail_lag_ms``)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GeneratorHealth:
-    lag_p99_ms: float | None
-    lag_max_ms: float | None
-    cpu_max_pct: float
-    reliable: bool
-    """Loop-lag p99 (and, open loop, send-lag p99) within ``lag_limit_ms``: the generator did not add latency."""
-    lag_limit_ms: float | None = None
-    """The limit it was judged by (``load.step.max_lag_ms``, 10 ms unless the scenario says)."""
-    cpu_s: float | None = None
-    """CPU seconds (user + system) of all workers while the step ran, warm-up included; None from workers that
-    do not measure it."""
-    output_tokens: int = 0
-    """Output tokens streamed in the step, warm-up included: the same period as ``cpu_s``."""
-    cpu_us_per_token: float | None = None
-    """The client's cost: ``cpu_s`` / ``output_tokens``, in µs of worker CPU per streamed token."""
-    gc_pause_max_ms: float | None = None
-    runqueue_wait_s: float | None = None
-    """Seconds the workers' loops were runnable but not running in the step (the kernel's run-queue wait), the period
-    of ``cpu_s``: above ``cpu_s``, other processes held the cores; None where not measured."""
-    """The longest garbage-collector pause of any worker in the step (it stalls every stream of that worker)."""
-    shared_stamps: int = 0
-    """Measured successful requests with chunk times that may be late by more than 1 ms: a receive that came late
-    brought several chunks under one time (``RequestRecord.shared_stamps``)."""
-    shared_stamp_share: float = 0.0
-    """``shared_stamps`` over the step's measured successes."""
-    stamps_flagged: bool = False
-    """``shared_stamp_share`` above ``SHARED_STAMP_LIMIT``: said on the console."""
-    kernel_stamps: bool = True
-    """Every worker's receives were dated by the kernel (Linux's ``SO_TIMESTAMPNS``): a late read then moves no time,
-    only a shared one does."""
-    send_lag_p99_ms: float | None = None
-    """Open loop: the p99 of how late the step's requests went out; past ``lag_limit_ms`` the step is not reliable
-    (its latencies from the intended start carry the generator's lateness). None in a closed loop."""
-
-    @property
-    def tail_lag_ms(self) -> float:
-        """The loop lag that may have moved this step's p99 latencies: its p99 when more than 1% of the requests had
-        chunk times a late receive may have moved (``shared_stamps``), or when the receives were not the kernel's
-        (then every late read is a late time); else 0 — with kernel stamps, a request read late alone kept its
-        times (an embeddings step whose client lagged 4.5 ms had no late time at all)."""
-        if self.lag_p99_ms is None:
-            return 0.0
-        return self.lag_p99_ms if self.shared_stamp_share > SHARED_STAMP_LIMIT or not self.kernel_stamps else 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class SloCheck:
-    threshold: str
-    observed: float | str | None
-    """ms, tokens/s or a fraction; "inf" when the percentile falls on a failed request; None without data."""
-    passed: bool
-    abort_on_fail: bool
+__all__ = ["RunSummary", "SloVerdict", "StepResult"]
 
 
 @dataclass(kw_only=True)
@@ -140,7 +46,7 @@ class StepResult:
     tokens_per_s_per_user: dict
     output_tokens_counted: int
     prompt_length_error: float | None
-    generator: GeneratorHealth
+    generator: Generator
     fleet_changed: bool = False
     """A worker was lost or joined during the step: not judged (see ``analysis/ledger.py``)."""
     workers_lost: list[str] = field(default_factory=list)
@@ -213,14 +119,14 @@ class StepResult:
             out["warmup_shapes"] = self.warmup_shapes
         if self.mode == "open":
             out.update(arrivals_per_s=self.arrivals_per_s, dropped_arrivals=self.dropped_arrivals)
-        out.update(throughput=vars(self.throughput).copy(), latency_ms=self.latency_ms,
+        out.update(throughput=to_builtins(self.throughput), latency_ms=self.latency_ms,
                    tokens_per_s_per_user=self.tokens_per_s_per_user, output_tokens_counted=self.output_tokens_counted,
-                   prompt_length_error=self.prompt_length_error, generator=vars(self.generator).copy(),
+                   prompt_length_error=self.prompt_length_error, generator=to_builtins(self.generator),
                    fleet_changed=self.fleet_changed, workers_lost=list(self.workers_lost),
                    workers_joined=list(self.workers_joined), complete=self.complete)
         why = not_counted(self)
         out.update(counted=why is None, why=why, stationary=self.stationary, slo_passed=self.slo_passed,
-                   slo=[vars(c).copy() for c in self.slo], new_connections=self.new_connections,
+                   slo=to_builtins(self.slo), new_connections=self.new_connections,
                    new_connection_share=self.new_connection_share)
         if self.cancelled:
             out.update(cancelled=self.cancelled, cancelled_share=round(self.cancelled / (self.requests +
@@ -255,25 +161,12 @@ class StepResult:
         if self.adapters:
             out["adapters"] = dict(self.adapters)
         if self.cost is not None:
-            out["cost"] = self.cost.to_json()
+            out["cost"] = to_builtins(structs.replace(self.cost, index=UNSET, level=UNSET))
         if self.started_at is not None:
             out["started_at"] = self.started_at
         if self.ended is not None:
             out["ended"] = self.ended
         return out
-
-
-@dataclass(frozen=True, kw_only=True)
-class FleetEvent:
-    """A worker lost (missed its heartbeats, or quit) or joined while the run went on."""
-
-    kind: str
-    """"lost" or "joined"."""
-    worker: str
-    at: float
-    """Wall-clock time (s since the epoch) when the master noticed."""
-    steps: list[int]
-    """The steps it changed (the running one, and the one before when the loss may predate the step change)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -295,7 +188,7 @@ class RunSummary:
     stop_reason: str | None
     workers: int
     steps: list[StepResult]
-    knee: Knee
+    knee: KneeFinding
     knee_metric: str
     knee_reason: str
     """The knee finder's reason, plus the server's side when its /metrics were scraped."""
@@ -330,7 +223,7 @@ class RunSummary:
                "model": self.model, "started_at": self.started_at, "ended_at": self.ended_at, "mode": self.mode,
                "stop_reason": self.stop_reason, "workers": self.workers, "steps": [s.to_json() for s in self.steps],
                "knee": knee, "slo": vars(self.slo).copy(), "exit_code": self.exit_code, "degraded": self.degraded,
-               "fleet_events": [vars(e).copy() for e in self.fleet_events]}
+               "fleet_events": to_builtins(self.fleet_events)}
         if self.influx is not None:
             out["influx"] = self.influx
         if self.merge_errors:
@@ -338,7 +231,7 @@ class RunSummary:
         if self.clocks or self.clock_warnings:  # fleets only: local runs keep their bytes
             out.update(clocks=self.clocks, clock_warnings=self.clock_warnings)
         if self.cost is not None:
-            out["cost"] = self.cost.to_json()
+            out["cost"] = to_builtins(self.cost)
         if self.search is not None:
             out["search"] = self.search
         if self.invalid:

@@ -28,7 +28,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from harness.analysis.knee import Knee, KneeParams, StepPoint, by_load, find_knee
+from harness.analysis.knee import KneeFinding, KneeParams, StepPoint, by_load, find_knee
 from harness.analysis.steps import StepInfo
 
 __all__ = ["DRAIN_E2E_FACTOR", "PREDICTED", "Decision", "Probe", "SearchGrid", "choose", "drain_warmup",
@@ -111,7 +111,7 @@ class Decision:
     """"growing", "bracketing", "confirming", "done", "no knee"."""
     bracket: tuple[float, float] | None = None
     """(last good level, first level past the knee) once a knee shows."""
-    knee: Knee | None = None
+    knee: KneeFinding | None = None
     top: float | None = None
     """Growing: the highest level probed so far."""
 
@@ -122,12 +122,12 @@ def _latest(probes: list[Probe]) -> list[Probe]:
     return [by_index[pt.index] for pt in by_load([p.point for p in probes])]
 
 
-def judge(probes: list[Probe], params: KneeParams, label: str = "p99") -> Knee:
+def judge(probes: list[Probe], params: KneeParams, label: str = "p99") -> KneeFinding:
     """The staircase's knee over the probed levels, sorted by load."""
     return find_knee(by_load([p.point for p in probes]), params, label=label)
 
 
-def verdicts(levels: list[float], knee: Knee) -> list[str]:
+def verdicts(levels: list[float], knee: KneeFinding) -> list[str]:
     """Each level's verdict against the knee: "good" up to it, "past" beyond it ("good" everywhere without one)."""
     return ["good" if not knee.found or lv <= (knee.load or 0) else "past" for lv in levels]
 
@@ -189,7 +189,7 @@ def _latency_breaks(pts: list[Probe], params: KneeParams) -> list[tuple[float, f
     return out
 
 
-def _grow(pts: list[Probe], grid: SearchGrid, knee: Knee) -> Decision:
+def _grow(pts: list[Probe], grid: SearchGrid, knee: KneeFinding) -> Decision:
     top = pts[-1]
     if top.level >= grid.top - 1e-9:
         return Decision(None, f"no knee up to max {grid.top:g}", "no knee", knee=knee)
@@ -263,8 +263,9 @@ def search_line(decision: Decision | None, current: StepInfo | None, unit: str) 
     return f"no knee yet up to {decision.top or 0:g} {unit}{nxt}"
 
 
-def search_summary(*, mode: str, grid: SearchGrid, unit: str, steps: list[StepInfo], judged: set[int], knee: Knee,
-                   decision: Decision | None, current: StepInfo | None, stopped: bool = False) -> dict:
+def search_summary(*, mode: str, grid: SearchGrid, unit: str, steps: list[StepInfo], judged: set[int],
+                   knee: KneeFinding, decision: Decision | None, current: StepInfo | None,
+                   stopped: bool = False) -> dict:
     """summary.json's ``search``: the grid, where the search stands and its path (levels in visiting order, why
     each was chosen, its verdict against the knee, why it ended, how it was warmed). ``stopped``: the run ended
     (its stop reason is set), whoever ended it."""

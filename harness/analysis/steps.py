@@ -9,12 +9,13 @@ from typing import Any
 from harness.analysis.answers import answers, failure_samples
 from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
-from harness.analysis.results import SHARED_STAMP_LIMIT, GeneratorHealth, StepResult, Throughput
+from harness.analysis.results import StepResult
 from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHAPE_KEY, SHORT_KEY, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 from harness.spec.slo import LATENCY_METRICS
+from harness.summary import SHARED_STAMP_LIMIT, Generator, Throughput
 
-__all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "SHARED_STAMP_LIMIT", "Generator", "StepInfo", "connection_warning",
+__all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "GeneratorTally", "StepInfo", "connection_warning",
            "step_health", "step_result"]
 
 LAG_LIMIT_MS = 10.0
@@ -64,7 +65,7 @@ class StepInfo:
 
 
 @dataclass
-class Generator:
+class GeneratorTally:
     """Load-generator health merged over workers for one step."""
 
     lag: Sketch = field(default_factory=Sketch)
@@ -93,7 +94,7 @@ class Generator:
             self.wait_s = (self.wait_s or 0.0) + wait_s
 
     def health(self, output_tokens: int = 0, shared_stamps: int = 0, ok: int = 0,
-               send_lag_p99_s: float | None = None) -> GeneratorHealth:
+               send_lag_p99_s: float | None = None) -> Generator:
         """``output_tokens``: streamed in the step, warm-up included (the CPU's period), for CPU per token;
         ``shared_stamps`` of ``ok`` measured successes had chunk times that may be late; ``send_lag_p99_s``: open
         loop, how late the step's requests went out (``step_health``), judged by the same limit."""
@@ -110,15 +111,15 @@ class Generator:
             shared_stamps=shared_stamps, shared_stamp_share=round(share, 4),
             stamps_flagged=share > SHARED_STAMP_LIMIT, kernel_stamps=self.kernel_stamps, send_lag_p99_ms=send)
         if self.lag.count == 0:
-            return GeneratorHealth(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=sent_on_time,
+            return Generator(lag_p99_ms=None, lag_max_ms=None, cpu_max_pct=cpu, reliable=sent_on_time,
                                    lag_limit_ms=self.lag_limit_ms, **cost)
         p99 = self.lag.quantile(0.99) * 1000
-        return GeneratorHealth(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
+        return Generator(lag_p99_ms=round(p99, 3), lag_max_ms=round(self.lag.max * 1000, 3), cpu_max_pct=cpu,
                                reliable=p99 <= self.lag_limit_ms and sent_on_time, lag_limit_ms=self.lag_limit_ms,
                                **cost)
 
 
-def step_health(generator: Generator, bucket: Bucket, output_tokens: int = 0) -> GeneratorHealth:
+def step_health(generator: GeneratorTally, bucket: Bucket, output_tokens: int = 0) -> Generator:
     """The generator's health in the step whose measured data is ``bucket``: with its shared stamps (whether the loop
     lag may have reached the p99s) and, open loop, the p99 of how late its requests went out (``send_lag``)."""
     s = bucket.sketches.get("send_lag")
@@ -141,7 +142,7 @@ def _latency(bucket: Bucket) -> dict[str, dict]:
     return out
 
 
-def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, now: float, mode: str = "closed",
+def step_result(info: StepInfo, bucket: Bucket, generator: GeneratorTally | None, *, now: float, mode: str = "closed",
                 warmup: Bucket | None = None) -> StepResult:
     """One step's numbers; rates are over the measured part (after warm-up)."""
     duration = info.measured_s(now)
@@ -163,7 +164,7 @@ def step_result(info: StepInfo, bucket: Bucket, generator: Generator | None, *, 
         output_tokens_counted=bucket.counted_outputs,
         prompt_length_error=round(bucket.prompt_error_sum / bucket.prompt_error_n, 4)
         if bucket.prompt_error_n else None,
-        generator=step_health(generator or Generator(), bucket,
+        generator=step_health(generator or GeneratorTally(), bucket,
                               bucket.output_tokens + (warmup.output_tokens if warmup else 0)),
         fleet_changed=info.fleet_changed,
         workers_lost=list(info.workers_lost), workers_joined=list(info.workers_joined),

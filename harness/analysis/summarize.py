@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.analysis.pricing import run_cost
-from harness.analysis.results import RunSummary, StepResult, level_unit
+from harness.analysis.results import RunSummary, StepResult
 from harness.analysis.search import search_summary
 from harness.analysis.server import explain
 from harness.analysis.sessions import explain_cache
 from harness.analysis.verdict import ExitFacts, invalid, run_exit_code, slo_verdict
+from harness.summary import level_unit
 
 if TYPE_CHECKING:
     from harness.analysis.ledger import Ledger

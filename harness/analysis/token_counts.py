@@ -12,7 +12,7 @@ server over the step's successes) they are not the same traffic.
 
 from __future__ import annotations
 
-from harness.analysis.summary_model import Step
+from harness.summary import Step
 
 __all__ = ["TOKEN_GAP", "allowed_gap", "token_gap", "token_line"]
 

@@ -28,10 +28,9 @@ from typing import Any, overload
 from msgspec import UNSET
 
 from harness.analysis.counted import WHY, not_counted
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import Step, Summary
 from harness.analysis.verdict import within_slo
 from harness.capacity.cells import CellOutcome
+from harness.summary import Step, Summary, level_unit
 
 __all__ = ["SCHEMA", "X_FIGURE", "Y_FIGURE", "best_line", "capacity_map", "pareto"]
 

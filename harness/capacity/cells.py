@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Summary
+    from harness.summary import Summary
 
 __all__ = ["CellOutcome"]
 

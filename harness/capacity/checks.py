@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness.capacity.intervals import Interval
-from harness.spec.gate import Threshold
+from harness.spec.gate import GateThreshold
 
 __all__ = ["Check", "Decision", "GateResult"]
 
@@ -26,7 +26,7 @@ class Check:
     new: float | None
     change: float | None
     """NEW against BASE in the threshold's unit: relative (0.12 = +12%), points (0.004 = +0.4 pp), steps (-1)."""
-    threshold: Threshold
+    threshold: GateThreshold
     detectable: float | None
     """The smallest change in the bad direction (signed, the threshold's unit) at which this pair's intervals would
     have separated; None: nothing was detectable (no interval, too few samples)."""

@@ -12,8 +12,8 @@ from harness.capacity.runs_cmd import check_labels
 from harness.cli_kit import InputError, read_run
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Summary
     from harness.spec.gate import GateSpec
+    from harness.summary import Summary
 
 __all__ = ["compare"]
 

@@ -27,14 +27,14 @@ from urllib.parse import urlsplit
 from msgspec import UNSET
 
 from harness.analysis.counted import WHY, not_counted
-from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision, GateResult
 from harness.capacity.intervals import Interval, latency_interval, poisson_interval, separated, wilson_interval
 from harness.capacity.knee_check import knee_check
-from harness.spec.gate import GateSpec, Threshold
+from harness.spec.gate import GateSpec, GateThreshold
+from harness.summary import level_unit
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Step, Summary
+    from harness.summary import Step, Summary
 
 __all__ = ["NOISE_WIDEN", "Check", "Decision", "GateResult", "gate", "judged_steps", "mismatches"]
 
@@ -117,7 +117,7 @@ def _points_floor(b: Interval, requests: int, widen: float) -> float | None:
     return hi
 
 
-def _decide(t: Threshold, what: str, b: Interval, n: Interval, change: float, detectable: float | None,
+def _decide(t: GateThreshold, what: str, b: Interval, n: Interval, change: float, detectable: float | None,
             fmt: Callable[[float], str]) -> tuple[Decision, str]:
     """The rule, and its sentence: past the threshold AND the intervals separate, either way."""
     bad, good = separated(t.worse, b, n)
@@ -138,7 +138,7 @@ def _decide(t: Threshold, what: str, b: Interval, n: Interval, change: float, de
     return "no detectable change", f"{what} {figures} is within {t.text}; {floor}"
 
 
-def _percentile(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check | None:
+def _percentile(t: GateThreshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check | None:
     bp, np_ = bs.latency_ms.get(t.metric), ns.latency_ms.get(t.metric)
     if bp is None or np_ is None or not bp.count or not np_.count:
         return None
@@ -162,7 +162,7 @@ def _percentile(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen
     return Check(**common, detectable=detectable, decision=decision, why=why, base_ci=bi, new_ci=ni)
 
 
-def _rate(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check:
+def _rate(t: GateThreshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check:
     """Throughput (successful requests: a failure that ends at once is no work done) or goodput (requests that met
     every SLO) per second over the measured duration, Poisson on the count."""
     def of(st: Step) -> Interval | None:
@@ -184,7 +184,7 @@ def _rate(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: floa
                  detectable=detectable, decision=decision, why=why, base_ci=bi, new_ci=ni)
 
 
-def _errors(t: Threshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check:
+def _errors(t: GateThreshold, level: float, unit: str, bs: Step, ns: Step, widen: float) -> Check:
     """Failed / all requests, Wilson; judged steps have requests, so both intervals exist."""
     b, n = wilson_interval(bs.requests - bs.ok, bs.requests), wilson_interval(ns.requests - ns.ok, ns.requests)
     bi, ni = (b or Interval(0.0, 0.0, 1.0)).widen(widen), (n or Interval(0.0, 0.0, 1.0)).widen(widen)

@@ -31,7 +31,7 @@ from harness.metrics.aggregate import ci_min_samples
 from harness.metrics.vocabulary import CI_PERCENTILES, QUANTILE_OF
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Percentiles
+    from harness.summary import Percentiles
 
 __all__ = [
     "SKETCH_ACCURACY",

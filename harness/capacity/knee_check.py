@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, cast
 
 from msgspec import UNSET
 
-from harness.analysis.results import level_unit
 from harness.capacity.checks import Check, Decision
 from harness.capacity.intervals import latency_interval, separated, wilson_interval
 from harness.metrics.vocabulary import CI_PERCENTILES
-from harness.spec.gate import Threshold
+from harness.spec.gate import GateThreshold
+from harness.summary import level_unit
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Step, Summary
+    from harness.summary import Step, Summary
 
 __all__ = ["grid", "knee_check"]
 
@@ -58,13 +58,13 @@ def _evidence(metric: str, worse: int, lo: float, hi: float, b_steps: dict[float
     return None
 
 
-def _change(t: Threshold, step: float | None, base: float, new: float) -> float | None:
+def _change(t: GateThreshold, step: float | None, base: float, new: float) -> float | None:
     if t.unit == "steps":
         return None if not step else (new - base) / step
     return new / base - 1 if base else None
 
 
-def knee_check(t: Threshold, base: Summary, new: Summary, b_steps: dict[float, Step], n_steps: dict[float, Step],
+def knee_check(t: GateThreshold, base: Summary, new: Summary, b_steps: dict[float, Step], n_steps: dict[float, Step],
                widen: float) -> Check:
     """The knee's check (module docstring); ``b_steps``/``n_steps``: each run's judged steps by level."""
     unit = level_unit(new.mode)

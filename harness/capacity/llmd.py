@@ -32,7 +32,7 @@ from msgspec import UNSET
 from harness.analysis.counted import WHY, not_counted
 
 if TYPE_CHECKING:
-    from harness.analysis.summary_model import Percentiles, Sessions, Step, Summary
+    from harness.summary import Percentiles, Sessions, Step, Summary
 
 __all__ = ["FILE_PREFIX", "SCHEMA_COMMIT", "VERSION", "LlmdExport", "StepReport", "llmd_reports"]
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from harness.analysis.failures import top_failures
 from harness.analysis.ledger import Ledger
-from harness.analysis.plan import Step, p99_precision
-from harness.analysis.results import level_unit
+from harness.analysis.plan import Tick, p99_precision
 from harness.analysis.steps import StepInfo
 from harness.load.search_steps import SearchSteps
 from harness.metrics.aggregate import Bucket
 from harness.metrics.protocol import StepMessage
+from harness.summary import level_unit
 
 __all__ = ["NOTICED_AFTER_S", "PROGRESS_EVERY_S", "StepControl"]
 
@@ -61,7 +62,7 @@ class StepControl:
         self.search = SearchSteps(self) if ledger.search else None
         """A search's steps between two levels (``load/search_steps.py``); None for a staircase or constant plan."""
 
-    def tick(self, now: float) -> Step | None:
+    def tick(self, now: float) -> Tick | None:
         """The shape's tick: the users to run now, or None to stop (see ``load/shapes.py``)."""
         ledger = self.ledger
         plan, spawn = ledger.plan, ledger.scenario.load.spawn_rate
@@ -159,7 +160,7 @@ class StepControl:
         log.info("kneecap: SIGTERM: ending the plan, writing partial results")
         self.stop("interrupted")
 
-    def fleet_change(self, kind: str, worker: str) -> None:
+    def fleet_change(self, kind: Literal["lost", "joined"], worker: str) -> None:
         """A worker ``lost`` or ``joined`` (``load/wiring.py`` watches Locust's worker states; the master's
         ``finalize`` finds workers whose final report never came): say it and mark the steps it changed; while the
         plan runs, re-run the plan from the earliest level it changed, on the fleet as it is now
@@ -190,12 +191,12 @@ class StepControl:
         self.begin_step(first.level, first.level_index, why=f"re-run: the fleet changed during step {steps}")
         self.rebalance()
 
-    def _users(self, level: float, spawn: float) -> Step:
+    def _users(self, level: float, spawn: float) -> Tick:
         """Closed loop: the level is users. Open loop: one arrival driver per worker, whatever the rate."""
         if self.open_loop:
             w = self.workers()
-            return Step(w, float(w))
-        return Step(int(level), spawn)
+            return Tick(w, float(w))
+        return Tick(int(level), spawn)
 
     def _progress_line(self, cur: StepInfo, now: float, measured: int) -> str:
         ledger = self.ledger

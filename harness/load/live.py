@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import gevent
 
-from harness.analysis.knee import Knee
+from harness.analysis.knee import KneeFinding
 from harness.analysis.results import StepResult
 from harness.analysis.steps import StepInfo
 from harness.client.server_metrics import ServerSample
@@ -173,7 +173,8 @@ class Live:
         if self.sink is not None:
             self.sink.add([event_point(kind, text, load, tags=self.tags, ts_ms=int(time.time() * 1000))])
 
-    def close(self, steps: list[StepResult], knee: Knee, knee_reason: str, stop_reason: str | None) -> dict | None:
+    def close(self, steps: list[StepResult], knee: KneeFinding, knee_reason: str,
+              stop_reason: str | None) -> dict | None:
         """Stop the greenlets; with a sink, write the last window, the judged steps and the end events."""
         for g in self._greenlets:  # a write cut short keeps its lines queued (``InfluxSink.flush``)
             g.kill(block=True)

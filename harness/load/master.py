@@ -25,7 +25,6 @@ import gevent.lock
 
 from harness.analysis.answers import reference_lines
 from harness.analysis.ledger import Ledger
-from harness.analysis.pricing import cost_line
 from harness.analysis.results import RunSummary
 from harness.analysis.steps import connection_warning
 from harness.analysis.summarize import RunFacts, summarize
@@ -229,7 +228,7 @@ class MasterSide:
         if measured and not summary.clock_warnings:
             log.info("kneecap: worker clocks: %d within %.2f ms of the master's", *measured)
         if summary.cost is not None:
-            log.info("kneecap: %s", cost_line(summary.cost))
+            log.info("kneecap: %s", summary.cost.line)
         if self.scraper is not None:
             self.scraper.stop()
         if self.live is not None:

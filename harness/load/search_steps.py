@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from harness.analysis.ledger import Ledger
-from harness.analysis.results import level_unit
 from harness.analysis.search import Decision, drain_warmup
 from harness.analysis.steps import StepInfo
 from harness.metrics.protocol import StepMessage
+from harness.summary import level_unit
 
 __all__ = ["HOLD_MAX_S", "HOLD_WARMUP_S", "SearchSteps", "Steps"]
 

@@ -29,7 +29,7 @@ from harness.metrics.wire import decode_sketch, encode_sketch
 
 __all__ = ["ADAPTER_KEY", "ANSWER_AT_KEY", "ANSWER_CHECK_KEY", "ANSWER_EXAMPLES", "ANSWER_FAILED_KEY", "ANSWER_KEY",
            "BUSY_KEY", "CLASS_ANSWERS_KEY", "CLASS_CANCEL_KEY", "HELD_KEY", "LATENCIES", "REFERENCE_KEY", "SHAPE_KEY",
-           "SHORT_KEY", "Bucket", "Delta", "PrefixCache", "ci_min_samples", "ci_ranks", "quantile_ci",
+           "SHORT_KEY", "Bucket", "CacheCounts", "Delta", "ci_min_samples", "ci_ranks", "quantile_ci",
            "summarize_sketch"]
 
 ADAPTER_KEY = "adapter:"
@@ -81,7 +81,7 @@ _NUMBER = frozenset((int, float))
 
 
 @dataclass
-class PrefixCache:
+class CacheCounts:
     """The prefix cache as the client sees it: the successful requests whose usage reported cached tokens, their
     prompt tokens, those served from the server's cache, and how many of them reported it only in llama.cpp's
     ``timings.cache_n``."""
@@ -97,7 +97,7 @@ class PrefixCache:
         self.cached_tokens += cached_tokens
         self.from_timings += from_timings
 
-    def merge(self, other: PrefixCache) -> None:
+    def merge(self, other: CacheCounts) -> None:
         self.requests += other.requests
         self.prompt_tokens += other.prompt_tokens
         self.cached_tokens += other.cached_tokens
@@ -107,7 +107,7 @@ class PrefixCache:
         return [self.requests, self.prompt_tokens, self.cached_tokens, self.from_timings]
 
     @classmethod
-    def from_wire(cls, counts: list) -> PrefixCache:
+    def from_wire(cls, counts: list) -> CacheCounts:
         if len(counts) != 4:
             raise ValueError("cache has 4 counters")
         return cls(*(int(x) for x in counts))
@@ -139,7 +139,7 @@ class Bucket:
     """Output tokens the cancelled requests had received before the hang-up."""
     failure_samples: dict[str, str] = field(default_factory=dict)
     """One detail per failure class (the first seen), for the console and the summary to explain failures."""
-    cache: PrefixCache = field(default_factory=PrefixCache)
+    cache: CacheCounts = field(default_factory=CacheCounts)
     sessions: SessionStats | None = None
     """Session calls and ended sessions (``metrics.sessions``); None when the workload has no sessions."""
     new_connections: int = 0
@@ -338,7 +338,7 @@ class Bucket:
         _check_counts(d)
         fields = {name: d[key] for key, name in _WIRE_FIELDS}
         fields["failures"] = dict(fields["failures"])
-        cache = PrefixCache.from_wire(d["cache"]) if "cache" in d else PrefixCache()
+        cache = CacheCounts.from_wire(d["cache"]) if "cache" in d else CacheCounts()
         if "rc" in d:
             rows = RowColumns.from_wire(d["rc"])
         else:  # protocol version 1: rows by row

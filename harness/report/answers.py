@@ -8,10 +8,9 @@ import matplotlib.pyplot as plt
 from msgspec import UnsetType
 
 from harness.analysis.counted import not_counted
-from harness.analysis.results import level_key, level_unit
-from harness.analysis.summary_model import Step, Summary
 from harness.report.cells import e, n, table
 from harness.report.charts import svg_text
+from harness.summary import Step, Summary, level_key, level_unit
 
 __all__ = ["answers_section"]
 

@@ -16,8 +16,7 @@ import matplotlib.pyplot as plt
 from msgspec import UnsetType
 
 from harness.analysis.counted import not_counted
-from harness.analysis.results import level_key
-from harness.analysis.summary_model import Percentiles, Step, Summary
+from harness.summary import Percentiles, Step, Summary, level_key
 
 __all__ = [
     "capacity",

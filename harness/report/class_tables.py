@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from harness.analysis.results import level_key
-from harness.analysis.summary_model import Summary
 from harness.metrics.vocabulary import HEADLINE
 from harness.report.cells import n as _n
 from harness.report.cells import share as _share
 from harness.report.cells import table as _table
+from harness.summary import Summary, level_key
 
 __all__ = ["class_table", "compare_classes"]
 

@@ -14,9 +14,6 @@ import time
 from msgspec import UNSET
 
 from harness.analysis.counted import WHY, not_counted
-from harness.analysis.results import level_key
-from harness.analysis.steps import LAG_LIMIT_MS
-from harness.analysis.summary_model import Percentiles, RunCost, Search, SplitPart, Summary
 from harness.checker import decode_text
 from harness.metrics.vocabulary import HEADLINE
 from harness.report import charts
@@ -30,6 +27,7 @@ from harness.report.class_tables import class_table, compare_classes
 from harness.report.timeline import timeline_section
 from harness.report.validate import load_summary
 from harness.report.verdict import verdict_html
+from harness.summary import Percentiles, RunCost, Search, SplitPart, Summary, level_key
 
 __all__ = ["compare_html", "read_records", "read_summary", "report_html", "write_report"]
 
@@ -94,7 +92,7 @@ def _generator_table(s: Summary) -> str:
             "CPU µs/token", "late stamps %", "chunks a receive", "bunched by"]
     rows = [[st.index, _n(st.level), *map(_fig, (g.lag_p99_ms, g.lag_max_ms, g.gc_pause_max_ms, g.cpu_max_pct,
                                                   g.cpu_s, g.output_tokens, g.cpu_us_per_token)),
-             g.shared_stamp_share if g.shared_stamp_share is UNSET else round(g.shared_stamp_share * 100, 2),
+             round(g.shared_stamp_share * 100, 2),
              "" if d is UNSET else d.chunks_per_receive,
              "" if d is UNSET else _BUNCHED.get(d.cause, "")]
             for st in s.steps for g, d in ((st.generator, st.delivery),)]
@@ -282,9 +280,9 @@ def report_html(s: Summary, records: list[dict] | None = None) -> str:
         if any(st.server for st in steps):
             parts.append(f"<h2>Server metrics</h2>{charts.server_vs_load(s)}")
         if any(st.generator.lag_p99_ms is not None for st in steps):
-            limit = steps[0].generator.lag_limit_ms or LAG_LIMIT_MS  # UNSET before load.step.max_lag_ms
+            limit = steps[0].generator.lag_limit_ms
             parts.append(f"<h2>Generator health</h2>{charts.generator_chart(s, limit)}"
-                         + (_generator_table(s) if any(st.generator.cpu_s is not UNSET for st in steps) else ""))
+                         + (_generator_table(s) if any(st.generator.cpu_s is not None for st in steps) else ""))
     else:
         parts.append("<p>No step has data.</p>")
     parts.append("<h2>Workload sent</h2>" + _workload(records or []))

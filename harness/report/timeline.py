@@ -9,10 +9,8 @@ from matplotlib.collections import LineCollection
 from msgspec import UnsetType
 
 from harness.analysis.counted import not_counted
-from harness.analysis.results import level_key
-from harness.analysis.summary_blocks import Pauses
-from harness.analysis.summary_model import Step, Summary, Tail, Timeline
 from harness.report.charts import svg_text
+from harness.summary import Pauses, Step, Summary, Tail, Timeline, level_key
 
 __all__ = ["MOST", "chosen", "timeline_section"]
 

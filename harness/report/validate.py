@@ -28,9 +28,8 @@ from typing import Any, cast
 import msgspec
 import msgspec.inspect as mi
 
-from harness.analysis.results import READABLE_SCHEMAS, level_key
-from harness.analysis.summary_model import Summary
 from harness.checker import decode_text, did_you_mean
+from harness.summary import READABLE_SCHEMAS, Summary, level_key
 
 __all__ = ["as_summary", "load_summary", "parse_summary", "summary_problems"]
 

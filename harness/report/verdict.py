@@ -6,9 +6,8 @@ from __future__ import annotations
 from msgspec import UNSET
 
 from harness.analysis.plain import SURE, knee_words
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import Knee, Summary
 from harness.report.cells import e, n
+from harness.summary import Knee, Summary, level_unit
 
 __all__ = ["verdict_html"]
 

@@ -3,7 +3,7 @@
 Why not a framework: the simulator writes ~20 k SSE chunks per second from one engine loop; a
 synchronous ``transport.write`` per chunk costs a fraction of an awaited framework ``write()``
 (see ``benchmarks/sim_throughput.py``). The application gets a parsed ``Request`` and a
-``Connection`` to answer on, either in one piece (``respond``) or streamed with chunked transfer
+``ServerConnection`` to answer on, either in one piece (``respond``) or streamed with chunked transfer
 encoding (``start_stream``/``send_chunk``/``end_stream``). Keep-alive and pipelining are supported;
 requests on one connection are answered in order.
 
@@ -27,7 +27,7 @@ import httptools
 
 from harness.sim.openai import ApiError, error_body
 
-__all__ = ["Connection", "Request"]
+__all__ = ["Request", "ServerConnection"]
 
 
 @dataclass
@@ -50,10 +50,10 @@ def _status_line(status: int) -> bytes:
     return f"HTTP/1.1 {status} {phrase}\r\n".encode()
 
 
-class Connection(asyncio.Protocol):
+class ServerConnection(asyncio.Protocol):
     """One client connection. ``handler(request, connection)`` must answer each request exactly once."""
 
-    def __init__(self, handler: Callable[[Request, Connection], None], *, max_body_bytes: int,
+    def __init__(self, handler: Callable[[Request, ServerConnection], None], *, max_body_bytes: int,
                  accept_delay_s: float = 0.0) -> None:
         self._handler = handler
         self._accept_delay = accept_delay_s

@@ -11,7 +11,7 @@ from harness.sim.anthropic import MessagesWriter
 from harness.sim.chat_stream import ChatWriter
 from harness.sim.embeddings import EmbeddingsWriter
 from harness.sim.engine import Engine, Sequence
-from harness.sim.http import Connection
+from harness.sim.http import ServerConnection
 from harness.sim.metrics import ModelMetrics
 from harness.sim.openai import GenRequest
 from harness.sim.responses import ResponsesWriter
@@ -26,7 +26,7 @@ class Job:
                  "first_content", "first_reasoning", "first_tool_call", "gen", "gone", "held", "id", "last", "metrics",
                  "pending", "plain", "seq", "seqs", "status", "times", "unsent", "writer")
 
-    def __init__(self, gen: GenRequest, conn: Connection, seq: Sequence, arrival: float, fault: str | None, *,
+    def __init__(self, gen: GenRequest, conn: ServerConnection, seq: Sequence, arrival: float, fault: str | None, *,
                  engine: Engine, metrics: ModelMetrics) -> None:
         self.gen, self.conn, self.seq, self.arrival, self.fault = gen, conn, seq, arrival, fault
         # the engine of the model it runs on (its base model's, for a LoRA adapter) and that model's histograms

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Protocol
 
-__all__ = ["BlockPool", "Sequence"]
+__all__ = ["BlockPool", "PoolSequence"]
 
 
-class Sequence(Protocol):
+class PoolSequence(Protocol):
     """What the pool reads and writes of a running sequence (``engine.Sequence`` is one)."""
 
     blocks: int
@@ -64,7 +64,7 @@ class BlockPool:
         """Blocks in the prefix cache, referenced or not."""
         return len(self._refs)
 
-    def hits(self, seq: Sequence, tokens: int) -> int:
+    def hits(self, seq: PoolSequence, tokens: int) -> int:
         """Leading blocks of ``seq``'s first ``tokens`` tokens that are cached. At most ``(tokens - 1) // block_size``:
         the last token is always computed (its logits give the next token), in whole blocks as vLLM v1 does."""
         if not self.caching:
@@ -76,7 +76,7 @@ class BlockPool:
             h += 1
         return h
 
-    def allocate(self, seq: Sequence, tokens: int, hits: int) -> bool:
+    def allocate(self, seq: PoolSequence, tokens: int, hits: int) -> bool:
         """Give a sequence that holds nothing blocks for ``tokens``: its first ``hits`` blocks from the cache, the
         rest new. False, and nothing changes, when they do not fit."""
         keys, refs = seq.block_hashes, self._refs
@@ -94,7 +94,7 @@ class BlockPool:
         seq.blocks = hits + new
         return True
 
-    def grow(self, seq: Sequence, tokens: int) -> bool:
+    def grow(self, seq: PoolSequence, tokens: int) -> bool:
         """Make ``seq`` hold enough blocks for ``tokens``; False when there is no room."""
         new = -(-tokens // self.block_size) - seq.blocks
         if new <= 0:
@@ -105,7 +105,7 @@ class BlockPool:
         seq.blocks += new
         return True
 
-    def cache(self, seq: Sequence, computed: int) -> None:
+    def cache(self, seq: PoolSequence, computed: int) -> None:
         """Cache ``seq``'s full blocks within its first ``computed`` tokens, the KV it has computed."""
         if not self.caching:
             return
@@ -125,7 +125,7 @@ class BlockPool:
             self.empty += 1
         seq.shared = max(seq.shared, end)
 
-    def release(self, seq: Sequence) -> None:
+    def release(self, seq: PoolSequence) -> None:
         """Give back every block ``seq`` holds; cached ones stay cached, tail first in eviction order."""
         keys, refs, evictable = seq.block_hashes, self._refs, self._evictable
         for j in range(seq.shared - 1, -1, -1):

@@ -125,7 +125,9 @@ def _content_text(content: object, where: str, images: list[ImageInfo] | None = 
 
 
 @dataclass
-class Prompt:
+class PromptCount:
+    """A request's prompt as the simulator counts it: its tokens, and its prefix-cache units when asked."""
+
     tokens: int
     units: list | None
     """The prefix cache's units (``prefix.py``), when asked for."""
@@ -135,7 +137,7 @@ class Prompt:
 
 
 def chat_prompt(texts: list[tuple[str, str]], per_word: float, want_units: bool,
-                images: list[list[ImageInfo]] | None = None) -> Prompt:
+                images: list[list[ImageInfo]] | None = None) -> PromptCount:
     """Count a chat-like prompt from (role, text) per message: words × per_word + 4 per message + 3, plus the
     tokens of each message's images (``images``, one list per message, when there are any)."""
     total = 3
@@ -148,7 +150,7 @@ def chat_prompt(texts: list[tuple[str, str]], per_word: float, want_units: bool,
             rendered.append((role, [f"<image:{p.key}>" for p in pictures for _ in range(p.tokens)] + words
                              if pictures else words))
     flat = [p for pictures in images or () for p in pictures]
-    return Prompt(total, prefix.chat_units(rendered) if want_units else None, texts, flat)
+    return PromptCount(total, prefix.chat_units(rendered) if want_units else None, texts, flat)
 
 
 @dataclass
@@ -224,7 +226,7 @@ def _call_text(msg: dict) -> str:
 
 
 def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text: str = "",
-            patch_px: int = DEFAULT_PATCH_PX) -> Prompt:
+            patch_px: int = DEFAULT_PATCH_PX) -> PromptCount:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -253,9 +255,9 @@ def _prompt(kind: str, body: dict, per_word: float, want_units: bool, tools_text
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         words = prompt.split()
-        return Prompt(max(1, _count(len(words), per_word)), words if want_units else None)
+        return PromptCount(max(1, _count(len(words), per_word)), words if want_units else None)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return Prompt(len(prompt), prompt if want_units else None)
+        return PromptCount(len(prompt), prompt if want_units else None)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError(400, "the simulator serves one prompt per request; send a string, not a batch", param="prompt")
     raise ApiError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
@@ -321,7 +323,7 @@ def output_units(plan: Plan) -> list[str]:
     return head + output_words(plan.output_tokens - r)
 
 
-def finish_request(gen: GenRequest, prompt: Prompt, block_size: int | None) -> GenRequest:
+def finish_request(gen: GenRequest, prompt: PromptCount, block_size: int | None) -> GenRequest:
     """Fill in what follows from the plan: output tokens, finish reason, block keys."""
     gen.output_tokens, gen.finish_reason = gen.plan.output_tokens, gen.plan.finish
     if prompt.units is not None and block_size is not None:

@@ -10,7 +10,7 @@ and ``usage`` carries ``prompt_tokens_details.cached_tokens``; with it off that 
 
 Each finished generation request's engine stage times go to ``/metrics`` (``metrics.py``) and, with
 ``--timings on``, to llama.cpp's ``timings`` on its last chat/completions chunk (``chat_stream.py``).
-``--close-after-p`` and ``--accept-delay-ms`` are ``http.Connection``'s; the close draws have their own
+``--close-after-p`` and ``--accept-delay-ms`` are ``http.ServerConnection``'s; the close draws have their own
 seeded stream, so turning them on leaves every other draw (lengths, faults) as it was.
 
 The server knows no framing: each request gets a *writer* (``chat_stream.ChatWriter`` and its peers)
@@ -42,7 +42,7 @@ from harness.sim.embeddings import parse_embeddings
 from harness.sim.engine import Engine, EngineConfig, Iteration, Sequence
 from harness.sim.faults import HTTP_FAULTS, FaultConfig
 from harness.sim.front import FrontEnd
-from harness.sim.http import Connection, Request
+from harness.sim.http import Request, ServerConnection
 from harness.sim.job import Job as _Job
 from harness.sim.loop_stats import LoopStats
 from harness.sim.metrics import SimMetrics
@@ -139,7 +139,7 @@ class SimServer:
     async def serve(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: Connection(self.handle, max_body_bytes=body_limit(self.config),
+            lambda: ServerConnection(self.handle, max_body_bytes=body_limit(self.config),
                                accept_delay_s=self.config.accept_delay_ms / 1000), host, port, backlog=2048)
         self._loop_tasks = [loop.create_task(self._engine_loop(name)) for name in self.engines]
         if self.config.behavior.front_stall_every_s:
@@ -156,7 +156,7 @@ class SimServer:
             self._trace = None
 
     # -- routing ----------------------------------------------------------------------------
-    def handle(self, req: Request, conn: Connection) -> None:
+    def handle(self, req: Request, conn: ServerConnection) -> None:
         routes = {"/health": ("GET", self._health), "/v1/models": ("GET", self._models),
                   "/metrics": ("GET", self._metrics), "/sim/stats": ("GET", self._stats),
                   **{path: ("POST", self._generate) for path in _KINDS}}
@@ -170,24 +170,24 @@ class SimServer:
         except ApiError as err:
             conn.respond(err.status, err.render(), headers=err.headers)
 
-    def _health(self, req: Request, conn: Connection) -> None:
+    def _health(self, req: Request, conn: ServerConnection) -> None:
         conn.respond(200, b"", "text/plain")
 
-    def _models(self, req: Request, conn: Connection) -> None:
+    def _models(self, req: Request, conn: ServerConnection) -> None:
         created = int(self.loop_stats.started + self._wall_offset)
         cards = model_cards({name: e.config for name, e in self.engines.items()}, self.config.loras, created)
         conn.respond(200, json.dumps({"object": "list", "data": cards}).encode())
 
-    def _metrics(self, req: Request, conn: Connection) -> None:
+    def _metrics(self, req: Request, conn: ServerConnection) -> None:
         conn.respond(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
 
-    def _stats(self, req: Request, conn: Connection) -> None:
+    def _stats(self, req: Request, conn: ServerConnection) -> None:
         conn.respond(200, json.dumps(self.loop_stats.snapshot(self.engines)).encode())
         if "reset=1" in req.query.split("&"):
             self.loop_stats.reset()
 
     # -- generation -------------------------------------------------------------------------
-    def _generate(self, req: Request, conn: Connection) -> None:
+    def _generate(self, req: Request, conn: ServerConnection) -> None:
         kind = _KINDS[req.path.rstrip("/")]
         cfg = self.config
         if cfg.close_after_p and self._close_rng.random() < cfg.close_after_p:

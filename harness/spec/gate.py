@@ -32,7 +32,7 @@ from typing import Any, Literal
 from harness.checker import Checker
 from harness.metrics.vocabulary import CI_PERCENTILES, GATE_DEFAULT, GATE_LATENCIES
 
-__all__ = ["DEFAULTS", "LATENCY", "STATS", "GateSpec", "Threshold", "gate_from_spec", "parse_threshold"]
+__all__ = ["DEFAULTS", "LATENCY", "STATS", "GateSpec", "GateThreshold", "gate_from_spec", "parse_threshold"]
 
 LATENCY = GATE_LATENCIES
 """The latency metrics a gate may judge (``latency_ms`` in summary.json): the registry's ``gate`` ones."""
@@ -48,8 +48,8 @@ Unit = Literal["relative", "points", "steps"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Threshold:
-    """How much worse one statistic of one metric may get: ``Threshold(metric="ttft", stat="p99", limit=0.1,
+class GateThreshold:
+    """How much worse one statistic of one metric may get: ``GateThreshold(metric="ttft", stat="p99", limit=0.1,
     unit="relative", text="+10%")`` is "TTFT p99 regressed when it rose 10% or more"."""
 
     metric: str
@@ -82,7 +82,7 @@ class Threshold:
         return f"{self.metric} {self.stat}" if self.stat else self.metric
 
 
-def parse_threshold(metric: str, text: object, stat: str | None = None) -> Threshold:
+def parse_threshold(metric: str, text: object, stat: str | None = None) -> GateThreshold:
     """One threshold string for ``metric`` (module docstring's grammar); ValueError says what it expects."""
     if metric not in _WORSE:
         raise ValueError(f"unknown gate metric {metric!r}; choose one of {', '.join(_WORSE)}")
@@ -108,11 +108,11 @@ def parse_threshold(metric: str, text: object, stat: str | None = None) -> Thres
     if unit == "points" and limit >= 1:
         raise ValueError(f"an error rate is at most 100%; got {text!r}")
     written = f"{sign}{number} {suffix}" if unit == "steps" else f"{sign}{number}{suffix}"
-    return Threshold(metric=metric, stat=stat, limit=limit, unit=unit, text=written)
+    return GateThreshold(metric=metric, stat=stat, limit=limit, unit=unit, text=written)
 
 
-def _defaults() -> dict[tuple[str, str | None], Threshold]:
-    out: dict[tuple[str, str | None], Threshold] = {}
+def _defaults() -> dict[tuple[str, str | None], GateThreshold]:
+    out: dict[tuple[str, str | None], GateThreshold] = {}
     for metric in GATE_DEFAULT:  # itl is off: with one token a chunk it is TPOT again, counted twice
         for stat in STATS:
             out[metric, stat] = parse_threshold(metric, "+10%", stat)
@@ -125,12 +125,12 @@ def _defaults() -> dict[tuple[str, str | None], Threshold]:
 class GateSpec:
     """Every threshold the gate applies, by (metric, stat); a statistic left out is not gated."""
 
-    thresholds: Mapping[tuple[str, str | None], Threshold]
+    thresholds: Mapping[tuple[str, str | None], GateThreshold]
 
-    def get(self, metric: str, stat: str | None = None) -> Threshold | None:
+    def get(self, metric: str, stat: str | None = None) -> GateThreshold | None:
         return self.thresholds.get((metric, stat))
 
-    def latency(self) -> list[Threshold]:
+    def latency(self) -> list[GateThreshold]:
         """The latency thresholds in a stable order (metric, then p50, p95, p99)."""
         return [t for m in LATENCY for s in STATS if (t := self.get(m, s)) is not None]
 

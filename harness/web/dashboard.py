@@ -16,10 +16,9 @@ from msgspec import UnsetType
 
 from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.counted import not_counted
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import Step, Summary
 from harness.metrics.vocabulary import LIVE, PERCENTILES
 from harness.report.validate import as_summary
+from harness.summary import Step, Summary, level_unit
 from harness.web.why import cache_rows, knee_rows, sessions_rows, why_rows
 
 __all__ = ["COLUMNS", "MAX_HISTORY", "payload", "search_panel", "shown_knee"]

@@ -11,11 +11,10 @@ from msgspec import UnsetType
 
 from harness.analysis.ledger import Ledger
 from harness.analysis.plain import rounded
-from harness.analysis.results import level_unit
 from harness.analysis.steps import StepInfo, step_health
-from harness.analysis.summary_model import Summary
 from harness.metrics.aggregate import summarize_sketch
 from harness.report.validate import as_summary
+from harness.summary import Summary, level_unit
 from harness.web.dashboard import COLUMNS, payload
 from harness.web.page import PAGE
 from harness.web.why import cache_rows, knee_rows, sessions_text, why_rows

@@ -7,8 +7,7 @@ from msgspec import UnsetType
 
 from harness.analysis.decompose import UNKNOWN
 from harness.analysis.plain import knee_sentence
-from harness.analysis.results import level_unit
-from harness.analysis.summary_model import PrefixCache, SplitPart, Step, Summary, TtftSplit
+from harness.summary import PrefixCache, SplitPart, Step, Summary, TtftSplit, level_unit
 
 __all__ = ["cache_rows", "knee_rows", "sessions_rows", "sessions_text", "split_text", "why_rows"]
 

@@ -99,14 +99,14 @@ def test_worker_cpu_is_charged_to_the_step_it_was_spent_in_and_divided_by_its_to
 
 
 def test_the_step_divides_by_warmup_and_measured_tokens():
-    from harness.analysis.steps import Generator
+    from harness.analysis.steps import GeneratorTally
 
     warm, measured = _bucket(10, 0), _bucket(30, 0)  # 10 tokens each
-    r = step_result(StepInfo(0, 4, 0.0, warmup_s=1.0), measured, Generator(cpu_s=0.02), now=10.0, warmup=warm)
+    r = step_result(StepInfo(0, 4, 0.0, warmup_s=1.0), measured, GeneratorTally(cpu_s=0.02), now=10.0, warmup=warm)
     assert r.generator.output_tokens == 400 and r.generator.cpu_us_per_token == 50.0
     js = r.to_json()["generator"]
     assert js["cpu_s"] == 0.02 and js["gc_pause_max_ms"] is None
-    old = step_result(StepInfo(0, 4, 0.0), measured, Generator(), now=10.0).generator
+    old = step_result(StepInfo(0, 4, 0.0), measured, GeneratorTally(), now=10.0).generator
     assert old.cpu_s is None and old.cpu_us_per_token is None
 
 
@@ -114,7 +114,7 @@ def test_processes_block_and_the_console_line():
     import msgspec
 
     from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
-    from harness.analysis.summary_model import Summary
+    from harness.summary import Summary
     from tests.kit.summaries import written
 
     step = msgspec.convert(written(), Summary).steps[0]
@@ -139,27 +139,27 @@ def test_processes_block_and_the_console_line():
 
 
 def test_generator_and_step_points_carry_the_cost():
-    from harness.analysis.steps import Generator
+    from harness.analysis.steps import GeneratorTally
     from harness.sinks.points import generator_point, step_points
 
     line = generator_point("w1", 1.0, 2.0, 40.0, tags={"run": "x"}, ts_ms=1, window=3, cpu_s=1.5,
                            gc_pause_max_ms=0.8)
     assert "cpu_s=1.5" in line and "gc_pause_max_ms=0.8" in line
     assert "cpu_s" not in generator_point("w1", 1.0, 2.0, 40.0, tags={}, ts_ms=1, window=3)  # an older worker
-    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(cpu_s=0.005, gc_max_s=0.002), now=10.0)
+    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), GeneratorTally(cpu_s=0.005, gc_max_s=0.002), now=10.0)
     (client,) = [p for p in step_points(r, tags={}, ts_ms=1) if p.startswith("kneecap_step_client")]
     assert "cpu_us_per_token=50" in client and "gc_pause_max_ms=2" in client and "output_tokens=100i" in client
     assert "shared_stamp_share=0" in client
 
 
 def test_the_report_tabulates_the_generators_cost():
-    from harness.analysis.steps import Generator
+    from harness.analysis.steps import GeneratorTally
     from harness.metrics.sketch import Sketch
     from harness.report.html import report_html
 
     lag = Sketch()
     lag.add(0.002)
-    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), Generator(lag=lag, cpu_s=0.005, gc_max_s=0.002), now=10.0)
+    r = step_result(StepInfo(0, 4, 0.0), _bucket(10, 1), GeneratorTally(lag=lag, cpu_s=0.005, gc_max_s=0.002), now=10.0)
     page = report_html(_one_step(r))
     assert "<th>CPU µs/token</th>" in page and "<td>50.0</td>" in page and "<th>GC pause max</th>" in page
     assert "<th>late stamps %</th>" in page

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from harness.analysis.judge import evaluate_slo, is_stationary, miss_quantile, miss_quantile_ci
-from harness.analysis.knee import Knee
+from harness.analysis.knee import KneeFinding
 from harness.analysis.plan import StepPlan, stop_reason
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
@@ -89,10 +89,10 @@ def test_the_next_time_mark_is_the_min_duration_then_the_max():
 
 
 def test_stop_reasons():
-    assert stop_reason(Knee(True, confirmed=True, load=16), [0.0], []) == "knee confirmed at 16"
-    assert stop_reason(Knee(True, confirmed=False, load=16), [0.0], []) is None
-    assert "error storm" in stop_reason(Knee(False), [0.0, 0.8], [])
-    assert "abort_on_fail" in stop_reason(Knee(False), [0.0], ["ttft: p(99)<1000"])
+    assert stop_reason(KneeFinding(True, confirmed=True, load=16), [0.0], []) == "knee confirmed at 16"
+    assert stop_reason(KneeFinding(True, confirmed=False, load=16), [0.0], []) is None
+    assert "error storm" in stop_reason(KneeFinding(False), [0.0, 0.8], [])
+    assert "abort_on_fail" in stop_reason(KneeFinding(False), [0.0], ["ttft: p(99)<1000"])
 
 
 @pytest.mark.parametrize("mode, peak, cores, workers", [

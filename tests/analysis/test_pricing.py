@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
-from harness.analysis.pricing import Floor, StepCost, Tokens, cost_line, floor_of, run_cost, step_cost
-from harness.analysis.results import SloCheck
+from harness.analysis.pricing import Floor, floor_of, run_cost, step_cost
 from harness.checker import Checker
 from harness.spec.cost import HOURS_PER_MONTH, CostSpec, cost_from_spec
+from harness.summary import SloCheck, StepCost, Tokens
 
 NO_FLOOR = Floor(held=None, text="no floor given")
 HELD = Floor(held=True, text="held (tokens_per_s_per_user: p(5)>20, observed 31.0)")
@@ -95,10 +96,10 @@ def test_missing_parts_give_none_and_a_reason_never_a_division_error():
 def test_currency_is_a_label_passed_through():
     spec = CostSpec(per_month=4999, currency="INR", input_per_mtok=40, output_per_mtok=120)
     c = cost(spec)
-    assert c.currency == "INR" and c.to_json()["currency"] == "INR"
+    assert c.currency == "INR" and msgspec.to_builtins(c)["currency"] == "INR"
     run = run_cost(spec, [c], judged={0: None}, knee_index=0, max_load_within_slo=None, slo_given=False)
-    assert run.to_json()["currency"] == "INR" and run.to_json()["prices"]["currency"] == "INR"
-    assert "INR" in cost_line(run) and "USD" not in cost_line(run)
+    assert run.currency == "INR" and run.prices["currency"] == "INR"
+    assert "INR" in run.line and "USD" not in run.line and run.render("closed") == run.line
     assert CostSpec(per_hour=1).currency == "USD"
 
 
@@ -121,15 +122,15 @@ def test_the_run_reports_at_the_largest_load_within_slo_and_at_the_knee():
     assert list(run.at) == ["max_load_within_slo", "knee"] and run.at["knee"].index == 1
     assert run.tokens == Tokens(input=9_000_000, cached_input=3_000_000, output=6_000_000)
     assert run.test_cost == pytest.approx(3 * steps[0].test_cost)
-    line = cost_line(run)
+    line = run.line
     assert line.startswith("cost at 16 users (largest load within SLO): flat ") and "per 1M output tokens" in line
     assert "flat beats metered above" in line and "the test cost" in line
-    data = json.loads(json.dumps(run.to_json()))
+    data = json.loads(msgspec.json.encode(run))
     assert data["reference"] == "max_load_within_slo" and data["at"]["knee"]["level"] == 16
     # nothing within SLO, no knee: no reference load, and the line says why
     none = run_cost(spec, steps, judged={0: False, 1: False, 2: False}, knee_index=None, max_load_within_slo=None,
                     slo_given=True)
-    assert none.at == {} and cost_line(none).startswith("cost: no load met the SLO: no reference load")
+    assert none.at == {} and none.line.startswith("cost: no load met the SLO: no reference load")
     # neither an SLO nor a knee: the largest judged load, said so
     top = run_cost(spec, steps, judged={0: None, 1: None}, knee_index=None, max_load_within_slo=None, slo_given=False)
     assert list(top.at) == ["largest_load"] and top.at["largest_load"].index == 1

@@ -7,8 +7,8 @@ import copy
 
 import msgspec
 
-from harness.analysis.summary_model import Summary
 from harness.analysis.token_counts import token_gap, token_line
+from harness.summary import Summary
 from tests.kit.summaries import written
 
 

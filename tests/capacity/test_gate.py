@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from harness import exitcodes
-from harness.analysis.knee import Knee
+from harness.analysis.knee import KneeFinding
 from harness.analysis.results import RunSummary, SloVerdict
-from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.analysis.steps import GeneratorTally, StepInfo, step_result
 from harness.capacity.gate import gate, mismatches
 from harness.capacity.gate_report import console_lines, junit_xml, markdown
 from harness.checker import Checker
@@ -50,11 +50,11 @@ def _run(levels=(4, 8, 12), *, slower: float = 1.0, seed: int = 1, n: int = 2000
     for i, level in enumerate(levels):
         info = StepInfo(index=i, level=level, started=10.0 * i, warmup_s=1.0, ended=10.0 * i + 9)
         r = step_result(info, _bucket(n, slower * kw.get("at", {}).get(level, 1.0), seed * 100 + i, fail),
-                        Generator(lag=lag, cpu_max_pct=20.0), now=100.0)
+                        GeneratorTally(lag=lag, cpu_max_pct=20.0), now=100.0)
         r.complete, r.stationary, r.slo_passed = True, True, True
         steps.append(r)
-    k = Knee(True, confirmed=True, step_index=list(levels).index(knee), load=knee, confidence="high") \
-        if knee is not None else Knee(False)
+    k = KneeFinding(True, confirmed=True, step_index=list(levels).index(knee), load=knee, confidence="high") \
+        if knee is not None else KneeFinding(False)
     summary = RunSummary(run_id=f"r{seed}", scenario=scenario, host=host, model=model, started_at=1.7e9,
                          ended_at=1.7e9 + 60, mode="closed", stop_reason=None, workers=1, steps=steps, knee=k,
                          knee_metric="ttft", knee_reason="why", exit_code=0,

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import copy
 
-from harness.analysis.knee import Knee
-from harness.analysis.pricing import Tokens, floor_of, run_cost, step_cost
-from harness.analysis.results import FleetEvent, RunSummary, SloCheck, SloVerdict
-from harness.analysis.steps import Generator, StepInfo, step_result
+from harness.analysis.knee import KneeFinding
+from harness.analysis.pricing import floor_of, run_cost, step_cost
+from harness.analysis.results import RunSummary, SloVerdict
+from harness.analysis.steps import GeneratorTally, StepInfo, step_result
 from harness.metrics.aggregate import Bucket
 from harness.metrics.record import RequestRecord
 from harness.metrics.sketch import Sketch
 from harness.spec.cost import CostSpec
+from harness.summary import FleetEvent, SloCheck, Tokens
 
 __all__ = ["break_", "hand_made_v2", "version1", "with_classes", "written"]
 
@@ -38,7 +39,7 @@ def written(mode: str = "closed", cost: bool = False) -> dict:
     the cost view of a scenario with a ``cost:`` block."""
     lag = Sketch()
     lag.add(0.002)
-    gen = Generator(lag=lag, cpu_max_pct=40.0)
+    gen = GeneratorTally(lag=lag, cpu_max_pct=40.0)
     steps = []
     for i, level in enumerate((4, 8, 12)):
         info = StepInfo(index=i, level=level, started=10.0 * i, warmup_s=1.0, ended=10.0 * i + 9,
@@ -57,8 +58,9 @@ def written(mode: str = "closed", cost: bool = False) -> dict:
                            output_tokens_per_s=r.throughput.output_tokens_per_s, floor=floor_of([], r.slo))
     summary = RunSummary(run_id="r1", scenario="s", host="http://127.0.0.1:8000", model="m", started_at=1.7e9,
                       ended_at=1.7e9 + 60, mode=mode, stop_reason="knee confirmed at 8", workers=2, steps=steps,
-                      knee=Knee(True, confirmed=True, step_index=1, load=8, p99_before_ms=80.0, p99_after_ms=900.0,
-                                throughput_before=100.0, throughput_after=101.0, confidence="high", reason="why"),
+                      knee=KneeFinding(True, confirmed=True, step_index=1, load=8, p99_before_ms=80.0,
+                                       p99_after_ms=900.0, throughput_before=100.0, throughput_after=101.0,
+                                       confidence="high", reason="why"),
                       knee_metric="ttft", knee_reason="why", exit_code=5,
                       slo=SloVerdict(thresholds=["ttft: p(95)<500"], passed=True, max_load_within_slo=8),
                       fleet_events=[FleetEvent(kind="lost", worker="w2", at=1.7e9 + 30, steps=[2])],

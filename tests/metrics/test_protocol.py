@@ -8,7 +8,7 @@ import struct
 import msgpack
 import pytest
 
-from harness.metrics.aggregate import Bucket, PrefixCache
+from harness.metrics.aggregate import Bucket, CacheCounts
 from harness.metrics.protocol import PROTOCOL_VERSION, GeneratorSample, ProtocolError, Report, StepMessage
 from harness.metrics.record import RequestRecord
 from harness.metrics.row_columns import RowColumns
@@ -97,7 +97,7 @@ def test_every_bucket_field_survives_the_wire_by_name():
     sessions = SessionStats({"1": [31, 32, 33, 34, 35], "2-4": [41, 42, 43, 44, 45]}, 0.5, 51, 52, 53, 54, 55, 56, 57)
     b = Bucket(**{name: i + 2 for i, name in enumerate(fields)}, failures={"reset": 99},
                failure_samples={"reset": "connection reset by peer after 3 chunks"},
-               cache=PrefixCache(21, 22, 23, 24),
+               cache=CacheCounts(21, 22, 23, 24),
                sessions=sessions, extra={"inputs": 61, "exact_chunks": 62}, cancelled={"cancel": 71, "patience": 72},
                rows=_sample([[1, None, 3, 4, 5, 6, None, 1, 2, 70, None, 0, 1, None, None, None, None, None],
                                    [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 2, 1, 0, 5, 4, [120, 200], 3, 1]]))

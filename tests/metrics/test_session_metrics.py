@@ -7,7 +7,7 @@ import pytest
 
 from harness.analysis.judge import evaluate_slo, misses, step_point
 from harness.analysis.sessions import NOT_REPORTED, SERVER_SOURCE, agent_stall, cache_view, explain_cache, session_view
-from harness.metrics.aggregate import Bucket, PrefixCache
+from harness.metrics.aggregate import Bucket, CacheCounts
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
 from harness.spec.slo import parse_threshold, request_meets
@@ -38,7 +38,7 @@ def test_calls_and_sessions_add_merge_and_cross_the_wire():
     assert s.turns == {"1": [1, 1, 1, 1000, 0], "2-4": [3, 2, 1, 1000, 600]}
     assert (s.ended, s.failed, s.turn_sum) == (2, 1, 8)
     assert s.decode_tokens == 30 and s.decode_s == pytest.approx(3.0)
-    assert a.cache == PrefixCache(2, 2000, 600, 0)  # the call without cached_tokens is not in the share
+    assert a.cache == CacheCounts(2, 2000, 600, 0)  # the call without cached_tokens is not in the share
     assert a.sketches["ttft@turn:2-4"].count == 2 and a.sketches["session_duration"].count == 2
     assert a.sketches["session_ttft"].count == 1  # a failed session is a miss, not a value
     assert misses(a, "session_ttft") == 1 and misses(a, "ttft") == 1

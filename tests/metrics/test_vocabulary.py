@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 
-from harness.analysis.summary_model import Step, Throughput
 from harness.metrics import vocabulary
 from harness.metrics.aggregate import LATENCIES, Bucket
 from harness.metrics.extract import FIRST_SEEN
@@ -18,6 +17,7 @@ from harness.scenario import ScenarioError, parse_scenario
 from harness.sinks.points import WINDOW_METRICS
 from harness.sinks.schema import MEASUREMENTS, PERCENTILE_FIELDS
 from harness.spec.slo import LATENCY_METRICS, SESSION_METRICS, SLO_METRICS, parse_threshold, request_meets
+from harness.summary import Step, Throughput
 
 SKETCHED = ("latency", "distribution")
 

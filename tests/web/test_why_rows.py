@@ -7,8 +7,8 @@ import json
 import pathlib
 
 from harness.analysis.decompose import UNKNOWN
-from harness.analysis.summary_model import Summary
 from harness.report.validate import as_summary
+from harness.summary import Summary
 from harness.web.why import cache_rows, knee_rows, sessions_rows, why_rows
 from tests.kit.summaries import written
 

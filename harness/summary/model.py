@@ -1,6 +1,7 @@
-"""summary.json as typed values: the read side of ``results.py``, for every reader of a run's summary. Pure.
+"""summary.json as typed values: the whole file, for the master that writes it and every reader. Pure.
 
-``results.py`` writes the file; these msgspec Structs read all of it back, for the versions kneecap reads
+The blocks (``blocks.py``, ``why.py``, ``classes.py``, ``cost.py``) are built by the master (``analysis/``) and
+encoded at the edge (``analysis/results.py``); these Structs read all of a file back, for the versions kneecap reads
 (``kneecap.summary/1``, ``/2``, ``/3``, docs/results.md); ``report/validate.py`` checks a file against them::
 
     summary = load_summary(data, "summary.json")   # every problem with its key path, or the Summary
@@ -22,51 +23,35 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Meta, UnsetType
 
-from harness.analysis.answers import Verify
-from harness.analysis.summary_blocks import (
+from harness.summary.blocks import (
     Answers,
-    Attribution,
-    CacheClient,
-    CacheServer,
     CancelSlots,
     Delivery,
     Generator,
     Percentiles,
     PrefixCache,
-    RunCost,
     Server,
     Sessions,
     SloCheck,
-    SplitPart,
-    StepCost,
     Stream,
-    Tail,
     Throughput,
-    Timeline,
-    Tokens,
-    TrafficClassStep,
-    TtftClient,
-    TtftServer,
-    TtftSplit,
-    TurnBucket,
+    Verify,
 )
+from harness.summary.classes import TrafficClassStep
+from harness.summary.cost import RunCost, StepCost
+from harness.summary.view import View
+from harness.summary.why import Tail, Timeline, TtftSplit
 
-__all__ = ["Answers", "Attribution", "CacheClient", "CacheServer", "Clock", "Delivery", "FleetEvent", "Generator",
-           "Influx", "Knee", "Percentiles", "PrefixCache", "RunCost", "Search", "SearchStep", "Server", "Sessions",
-           "Slo", "SloCheck", "SplitPart", "Step", "StepCost", "Stream", "Summary", "Tail", "Throughput", "Timeline",
-           "Tokens", "TtftClient", "TtftServer", "TtftSplit", "TurnBucket", "Verify"]
+__all__ = ["Clock", "FleetEvent", "Influx", "Knee", "Search", "SearchStep", "Slo", "Step", "Summary"]
 
 _CLOSED = Meta(extra={"level": "closed"})
 _OPEN = Meta(extra={"level": "open"})
 
 
-class _View(Struct, kw_only=True, frozen=True):
-    """A block of summary.json (as ``summary_blocks.View``): read-only, unknown keys ignored."""
-
-class Step(_View, frozen=True, kw_only=True):
-    """One entry of ``steps[]`` (``results.StepResult``)."""
+class Step(View, frozen=True, kw_only=True):
+    """One entry of ``steps[]`` (written from ``analysis.results.StepResult``)."""
 
     index: int
     users: Annotated[float | UnsetType, _CLOSED] = UNSET
@@ -141,7 +126,7 @@ class Step(_View, frozen=True, kw_only=True):
         return self.users if self.rate_rps is UNSET else self.rate_rps  # type: ignore[return-value]  # users or rate_rps is set
 
 
-class Knee(_View, frozen=True, kw_only=True):
+class Knee(View, frozen=True, kw_only=True):
     found: bool
     confirmed: bool
     step_index: int | None
@@ -167,20 +152,24 @@ class Knee(_View, frozen=True, kw_only=True):
         return None if level is UNSET else level
 
 
-class Slo(_View, frozen=True, kw_only=True):
+class Slo(View, frozen=True, kw_only=True):
     thresholds: list[str]
     passed: bool | None
     max_load_within_slo: float | None
 
 
-class FleetEvent(_View, frozen=True, kw_only=True):
+class FleetEvent(View, frozen=True, kw_only=True):
+    """A worker lost (missed its heartbeats, or quit) or joined while the run went on."""
+
     kind: Literal["lost", "joined"]
     worker: str
     at: float
+    """Wall-clock time (s since the epoch) when the master noticed."""
     steps: list[int]
+    """The steps it changed (the running one, and the one before when the loss may predate the step change)."""
 
 
-class Clock(_View, frozen=True, kw_only=True):
+class Clock(View, frozen=True, kw_only=True):
     """A worker's wall clock against the master's (``metrics.clocks``)."""
 
     offset_ms: float | None
@@ -190,7 +179,7 @@ class Clock(_View, frozen=True, kw_only=True):
     drift_ms: float | UnsetType | None = UNSET
 
 
-class Influx(_View, frozen=True, kw_only=True):
+class Influx(View, frozen=True, kw_only=True):
     """The InfluxDB sink's account (``sinks.influx``)."""
 
     url: str | UnsetType = UNSET
@@ -201,7 +190,7 @@ class Influx(_View, frozen=True, kw_only=True):
     last_error: str | None = None
 
 
-class SearchStep(_View, frozen=True, kw_only=True):
+class SearchStep(View, frozen=True, kw_only=True):
     """One level a search visited (``analysis/search.search_summary``)."""
 
     step: int
@@ -213,7 +202,7 @@ class SearchStep(_View, frozen=True, kw_only=True):
     warmup: str
 
 
-class Search(_View, frozen=True, kw_only=True):
+class Search(View, frozen=True, kw_only=True):
     """A search's grid, where it stands and its path in visiting order (``load.mode: search | open_search``)."""
 
     mode: Literal["search", "open_search"]
@@ -228,7 +217,7 @@ class Search(_View, frozen=True, kw_only=True):
     path: list[SearchStep]
 
 
-class Summary(_View, frozen=True, kw_only=True):
+class Summary(View, frozen=True, kw_only=True):
     """A whole summary.json (module docstring)."""
 
     schema: str
