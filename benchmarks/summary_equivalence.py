@@ -51,8 +51,10 @@ TIMING = {"started_at", "ended_at", "run_id", "latency_ms", "throughput", "token
           "warmup_requests", "duration_s", "generator", "server", "ttft_split", "tail", "output_tokens_counted",
           "prompt_length_error", "new_connections", "new_connection_share", "stationary", "complete", "knee",
           "processes", "clocks", "prefix_cache", "cost", "at", "observed", "exact_chunk_counts", "count",
-          "length_asked", "streams", "receives"}
+          "length_asked", "streams", "receives", "timeline"}
 """Fields whose values depend on timing (counts of requests or samples, latencies, ports, worker ids)."""
+TIMED_KEYS = ("steps[].ttft_split.",)
+"""Blocks where a ``note`` is there or not by timing: a TTFT part's figure that came out negative says why."""
 
 
 def key_paths(value: object, prefix: str = "") -> set[str]:
@@ -64,7 +66,7 @@ def key_paths(value: object, prefix: str = "") -> set[str]:
         return out
     if isinstance(value, list):
         return set().union(*(key_paths(v, prefix + "[]") for v in value)) if value else {prefix + "[]"}
-    return {prefix}
+    return set() if prefix.endswith(".note") and prefix.startswith(TIMED_KEYS) else {prefix}
 
 
 def stable(value: object) -> object:
