@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from msgspec import structs, to_builtins
+
 from harness.analysis.knee import StepPoint
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.rows import FLAG_FAILED, FLAG_LENGTH_ASKED, FLAG_SHORT
@@ -24,7 +26,7 @@ from harness.spec.slo import Threshold
 from harness.summary import SloCheck, Step, Summary
 from harness.workload.mix import TrafficClass, Workload
 
-__all__ = ["QUANTILES", "ClassStep", "class_figures", "class_point", "class_rows", "class_steps",
+__all__ = ["QUANTILES", "ClassStep", "class_checks", "class_figures", "class_point", "class_rows", "class_steps",
            "class_tail_lines", "mix_step", "probe_line", "probe_step"]
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -73,7 +75,12 @@ class ClassStep:
     ``failed``, ``failed_share``); None: none of its requests was a verify request."""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return to_builtins(asdict(self))  # its SLO checks are the summary's Structs
+
+
+def class_checks(classes: Sequence[ClassStep]) -> list[SloCheck]:
+    """Every class's SLO checks named by their class (``[name] threshold``), for the step's verdict."""
+    return [structs.replace(c, threshold=f"[{k.name}] {c.threshold}") for k in classes for c in k.slo]
 
 
 def class_steps(cols: Mapping[str, Sequence[Any]], classes: Sequence[TrafficClass], rows_seen: int) -> list[ClassStep]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from harness.analysis.cancel_slots import cancel_slots
 from harness.analysis.class_rows import add_counted, add_rows_detail
-from harness.analysis.classes import ClassStep, class_point, class_steps, probe_step
+from harness.analysis.classes import ClassStep, class_checks, class_point, class_steps, probe_step
 from harness.analysis.counted import why_not
 from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
@@ -321,8 +321,7 @@ class Ledger:
         if sc.workload.mix:  # each class apart, its SLO judged with the step's (and so in the verdict and exit code)
             st.classes = class_steps(cols, sc.workload.mix, seen)
             assert st.judgement is not None  # _judge set it before the rows were handed here
-            st.judgement.slo.extend(dataclasses.replace(c, threshold=f"[{k.name}] {c.threshold}")
-                                    for k in st.classes for c in k.slo)
+            st.judgement.slo.extend(class_checks(st.classes))
             if sc.load.knee_class is not None:  # the knee follows this class's requests alone
                 st.judgement = dataclasses.replace(st.judgement, point=class_point(
                     cols, sc.workload.class_names.index(sc.load.knee_class), sc.load.knee_metric, index=info.index,

@@ -7,6 +7,8 @@ import os
 import tempfile
 from typing import IO, Any
 
+from msgspec import Struct, to_builtins
+
 __all__ = ["ANSWERS", "CHECKPOINT", "JsonLinesWriter", "write_json_atomic", "write_text_atomic"]
 
 ANSWERS = "answers.jsonl"
@@ -16,9 +18,14 @@ CHECKPOINT = "checkpoint.json"
 """The master's summary as it stands, rewritten during the run, removed once ``summary.json`` is written."""
 
 
+def _plain(obj: object) -> object:
+    """What JSON cannot say by itself: a summary block (a msgspec Struct) as its fields, anything else as text."""
+    return to_builtins(obj) if isinstance(obj, Struct) else str(obj)
+
+
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
-    write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False, default=str) + "\n", ".json")
+    write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False, default=_plain) + "\n", ".json")
 
 
 def write_text_atomic(path: str, text: str, suffix: str = "") -> None:
@@ -50,7 +57,7 @@ class JsonLinesWriter:
 
     def write(self, obj: dict) -> None:
         if self._f is not None:
-            self._f.write(json.dumps(obj, default=str) + "\n")
+            self._f.write(json.dumps(obj, default=_plain) + "\n")
             self.count += 1
 
     def close(self) -> None:
