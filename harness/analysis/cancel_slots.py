@@ -11,13 +11,15 @@ server's side too, which the words say.
 
 from __future__ import annotations
 
+from harness.summary import CancelSlots
+
 __all__ = ["MARGIN", "cancel_slots"]
 
 MARGIN = (0.15, 1.0)
 """The server may hold up to the client's concurrency × (1 + 0.15) + 1 and still count as having freed the slots."""
 
 
-def cancel_slots(busy_ms: int, measured_s: float, server: dict | None, cancelled: int) -> dict | None:
+def cancel_slots(busy_ms: int, measured_s: float, server: dict | None, cancelled: int) -> CancelSlots | None:
     """The step's verdict, or None when it has no hang-ups, no measured time or no running gauge from the server."""
     running = (server or {}).get("running_mean")
     if not cancelled or measured_s <= 0 or running is None:
@@ -28,5 +30,5 @@ def cancel_slots(busy_ms: int, measured_s: float, server: dict | None, cancelled
     words = (f"the server held {held:.1f} requests on average (running + waiting) against the {client:.1f} this "
              "test had in flight: " + ("it freed the slots of the users who hung up" if freed else
                                        "it kept working after users hung up (or another client shares it)"))
-    return {"client_in_flight_mean": round(client, 3), "server_in_system_mean": round(held, 3), "freed": freed,
-            "words": words}
+    return CancelSlots(client_in_flight_mean=round(client, 3), server_in_system_mean=round(held, 3), freed=freed,
+                       words=words)

@@ -18,6 +18,7 @@ extra chunks, ``late_chunks``, are the reader's), so a late reader does not pass
 from __future__ import annotations
 
 from harness.metrics.aggregate import HELD_KEY
+from harness.summary import Delivery
 
 __all__ = ["BATCHED_CHUNKS", "BUFFERED_SHARE", "delivery"]
 
@@ -27,7 +28,7 @@ BATCHED_CHUNKS = 1.5
 """Chunks per receive (the reader's late ones counted as one) from which the server writes several at once."""
 
 
-def delivery(extra: dict[str, int]) -> dict | None:
+def delivery(extra: dict[str, int]) -> Delivery | None:
     """The step's ``delivery`` block from its bucket's counters: streams, receives, chunks per receive (the reader's
     late extras left out), streams held on the way or whole, the size the path held (KiB, the most common), the
     cause (``"path"``, ``"server_writes"`` or None: one chunk a receive) and its line; None without streams."""
@@ -41,19 +42,19 @@ def delivery(extra: dict[str, int]) -> dict | None:
     sizes = {int(k[len(HELD_KEY):]): n for k, n in extra.items() if k.startswith(HELD_KEY)}
     held_kb = max(sizes, key=lambda kb: (sizes[kb], kb)) if sizes else None
     share = (held + whole) / streams  # disjoint: a held stream came in two receives or more
-    out: dict = {"streams": streams, "receives": receives, "chunks_per_receive": round(chunks / receives, 2),
-                 "on_time_chunks_per_receive": round(per, 2), "held_streams": held, "whole_streams": whole,
-                 "held_kb": held_kb, "cause": None, "line": ""}
+    cause, line = None, ""
     if share >= BUFFERED_SHARE:
         how = [f"{held:,} with events cut at ~{held_kb} KB and finished later" if held else "",
                f"{whole:,} whole in one receive" if whole else ""]
-        out["cause"] = "path"
-        out["line"] = (f"{share:.0%} of the streams came held on the way ({', '.join(h for h in how if h)}): "
+        cause = "path"
+        line = (f"{share:.0%} of the streams came held on the way ({', '.join(h for h in how if h)}): "
                        "something between kneecap and the engine held the bytes (a gateway's or proxy's response "
                        "buffer, or a server that does not stream); TTFT and ITL here are that path's, not the "
                        "server's")
     elif per >= BATCHED_CHUNKS:
-        out["cause"] = "server_writes"
-        out["line"] = (f"the chunks came ~{per:.1f} a receive, on time: the server writes several at once (a stream "
+        cause = "server_writes"
+        line = (f"the chunks came ~{per:.1f} a receive, on time: the server writes several at once (a stream "
                        "interval, batched writes); ITL per chunk is that cadence (zero within a write), not an error")
-    return out
+    return Delivery(streams=streams, receives=receives, chunks_per_receive=round(chunks / receives, 2),
+                    on_time_chunks_per_receive=round(per, 2), held_streams=held, whole_streams=whole, held_kb=held_kb,
+                    cause=cause, line=line)

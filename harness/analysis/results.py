@@ -15,7 +15,20 @@ from msgspec import UNSET, structs, to_builtins
 
 from harness.analysis.counted import not_counted
 from harness.analysis.knee import KneeFinding
-from harness.summary import SCHEMA, FleetEvent, Generator, RunCost, SloCheck, StepCost, Throughput, level_key
+from harness.summary import (
+    SCHEMA,
+    Answers,
+    CancelSlots,
+    Delivery,
+    FleetEvent,
+    Generator,
+    RunCost,
+    SloCheck,
+    StepCost,
+    Stream,
+    Throughput,
+    level_key,
+)
 
 __all__ = ["RunSummary", "SloVerdict", "StepResult"]
 
@@ -60,17 +73,17 @@ class StepResult:
     """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
     sessions: dict | None = None
     """Sessions workloads: ended sessions, their figures, TTFT by turn, agent stall (``analysis.sessions``)."""
-    stream: dict | None = None
+    stream: Stream | None = None
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
     requests whose per-token ITL is unknown (several tokens per chunk, not counted), reasoning tokens counted
     from chunks, embeddings inputs/s (``analysis.steps``)."""
-    answers: dict | None = None
+    answers: Answers | None = None
     """Whether answers were as long as asked (``analysis.steps.answer_lengths``); None when none asked for an
     exact length."""
     verify: dict | None = None
     """``verify:``: answers compared with their references, how many changed (``analysis.answers``); None when none
     was compared."""
-    delivery: dict | None = None
+    delivery: Delivery | None = None
     """How the chunks came: one a receive, several a write (the server's), or held on the path
     (``analysis.delivery``); None without streams."""
     ttft_split: dict | None = None
@@ -100,7 +113,7 @@ class StepResult:
     """``cancelled`` by reason: "cancel", "patience"."""
     cancelled_output_tokens: int = 0
     """Output tokens the cancelled requests received before the hang-up."""
-    cancelled_slots: dict | None = None
+    cancelled_slots: CancelSlots | None = None
     """With hang-ups and the server's running gauge: did the server free their slots (``analysis.cancel_slots``)."""
     cost: StepCost | None = None
     """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
@@ -133,7 +146,7 @@ class StepResult:
                        self.cancelled), 4), cancelled_by=dict(self.cancelled_by),
                        cancelled_output_tokens=self.cancelled_output_tokens)
             if self.cancelled_slots is not None:
-                out["cancelled_slots"] = self.cancelled_slots
+                out["cancelled_slots"] = to_builtins(self.cancelled_slots)
         if self.server is not None:
             out["server"] = self.server
         if self.prefix_cache is not None:
@@ -141,11 +154,11 @@ class StepResult:
         if self.sessions is not None:
             out["sessions"] = self.sessions
         if self.stream is not None:
-            out["stream"] = self.stream
+            out["stream"] = to_builtins(self.stream)
         if self.answers is not None:
-            out["answers"] = self.answers
+            out["answers"] = to_builtins(self.answers)
         if self.delivery is not None:
-            out["delivery"] = self.delivery
+            out["delivery"] = to_builtins(self.delivery)
         if self.verify is not None:
             out["verify"] = self.verify
         if self.ttft_split is not None:

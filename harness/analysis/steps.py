@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UNSET, convert
+
 from harness.analysis.answers import answers, failure_samples
 from harness.analysis.delivery import delivery
 from harness.analysis.judge import miss_quantile
@@ -13,7 +15,7 @@ from harness.analysis.results import StepResult
 from harness.metrics.aggregate import ADAPTER_KEY, LATENCIES, SHAPE_KEY, SHORT_KEY, Bucket, summarize_sketch
 from harness.metrics.sketch import Sketch
 from harness.spec.slo import LATENCY_METRICS
-from harness.summary import SHARED_STAMP_LIMIT, Generator, Throughput
+from harness.summary import SHARED_STAMP_LIMIT, Answers, Generator, Percentiles, Stream, Throughput
 
 __all__ = ["CONNECT_SHARE_WARN", "LAG_LIMIT_MS", "GeneratorTally", "StepInfo", "connection_warning",
            "step_health", "step_result"]
@@ -190,7 +192,7 @@ def connection_warning(steps: list[StepResult]) -> str | None:
             "on the client: this is what users of that server pay")
 
 
-def answer_lengths(bucket: Bucket) -> dict | None:
+def answer_lengths(bucket: Bucket) -> Answers | None:
     """Whether the answers were as long as asked: of the successful answers that asked for an exact length
     (``ignore_eos``/``min_tokens``), how many ended short, why (``finish_reason``), and the output tokens got over
     asked; None when none asked (natural lengths, an API without the ask, embeddings)."""
@@ -199,26 +201,21 @@ def answer_lengths(bucket: Bucket) -> dict | None:
     if not asked:
         return None
     short = x.get("short_answers", 0)
-    return {"length_asked": asked, "short": short, "short_share": round(short / asked, 4),
-            "short_by_finish_reason": {k[len(SHORT_KEY):]: v for k, v in sorted(x.items()) if k.startswith(SHORT_KEY)},
-            "tokens_got_over_asked": round(x.get("tokens_got", 0) / x["tokens_asked"], 4)
-            if x.get("tokens_asked") else None}
+    why = {k[len(SHORT_KEY):]: v for k, v in sorted(x.items()) if k.startswith(SHORT_KEY)}
+    return Answers(length_asked=asked, short=short, short_share=round(short / asked, 4), short_by_finish_reason=why,
+                   tokens_got_over_asked=round(x.get("tokens_got", 0) / x["tokens_asked"], 4)
+                   if x.get("tokens_asked") else None)
 
 
-def _stream(bucket: Bucket, duration: float) -> dict | None:
+def _stream(bucket: Bucket, duration: float) -> Stream | None:
     """What the streams said about themselves, when it applies: exact tokens per chunk, what was inferred."""
     x = bucket.extra
     tpc = bucket.sketches.get("tokens_per_chunk")
     if not x and tpc is None:
         return None
-    out: dict = {"exact_chunk_counts": x.get("exact_chunks", 0), "itl_token_unknown": x.get("itl_token_unknown", 0),
-                 "reasoning_tokens_counted": x.get("reasoning_counted", 0)}
-    if x.get("continuous_usage_refused"):
-        out["continuous_usage_refused"] = x["continuous_usage_refused"]
-    if x.get("usage_below_chunks"):
-        out["usage_below_chunks"] = x["usage_below_chunks"]
-    if tpc is not None:
-        out["tokens_per_chunk"] = summarize_sketch(tpc, scale=1.0)
-    if x.get("inputs"):
-        out["inputs_per_s"] = round(x["inputs"] / duration, 3)
-    return out
+    return Stream(exact_chunk_counts=x.get("exact_chunks", 0), itl_token_unknown=x.get("itl_token_unknown", 0),
+                  reasoning_tokens_counted=x.get("reasoning_counted", 0),
+                  continuous_usage_refused=x.get("continuous_usage_refused") or UNSET,
+                  usage_below_chunks=x.get("usage_below_chunks") or UNSET,
+                  tokens_per_chunk=UNSET if tpc is None else convert(summarize_sketch(tpc, scale=1.0), Percentiles),
+                  inputs_per_s=round(x["inputs"] / duration, 3) if x.get("inputs") else UNSET)

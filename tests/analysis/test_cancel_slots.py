@@ -10,16 +10,16 @@ from harness.analysis.cancel_slots import MARGIN, cancel_slots
 def test_the_clients_concurrency_by_littles_law_against_the_servers_gauges():
     # 8 requests in flight for 10 s: 80,000 ms of requests; the server held 7.6 running + 0.6 waiting
     got = cancel_slots(80_000, 10.0, {"running_mean": 7.6, "waiting_mean": 0.6}, cancelled=12)
-    assert got["client_in_flight_mean"] == 8.0 and got["server_in_system_mean"] == pytest.approx(8.2)
-    assert got["freed"] is True and "it freed the slots" in got["words"]
+    assert got.client_in_flight_mean == 8.0 and got.server_in_system_mean == pytest.approx(8.2)
+    assert got.freed is True and "it freed the slots" in got.words
 
 
 @pytest.mark.parametrize("held, freed", [(8 * (1 + MARGIN[0]) + MARGIN[1], True), (8 * (1 + MARGIN[0]) + 1.01, False),
                                          (14.0, False)])
 def test_a_server_holding_more_than_the_client_sent_kept_working(held, freed):
     got = cancel_slots(80_000, 10.0, {"running_mean": held, "waiting_mean": None}, cancelled=3)
-    assert got["freed"] is freed
-    assert ("kept working after users hung up (or another client shares it)" in got["words"]) is not freed
+    assert got.freed is freed
+    assert ("kept working after users hung up (or another client shares it)" in got.words) is not freed
 
 
 @pytest.mark.parametrize("busy, seconds, server, cancelled", [

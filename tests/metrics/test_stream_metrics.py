@@ -37,7 +37,7 @@ def test_reasoning_and_tool_metrics_and_the_step_summary():
     assert lat["tpot_content"]["p50"] == pytest.approx(500 / 50, rel=0.01)  # 51 answer tokens over 0.5 s
     assert lat["tool_call"]["count"] == 10 and "p99_slo" in lat["ttfo"] and "p99_slo" in lat["reasoning_time"]
     stream = step_result(StepInfo(0, 4, 0.0), b, None, now=10.0).stream
-    assert stream["reasoning_tokens_counted"] == 10 and stream["exact_chunk_counts"] == 0
+    assert stream.reasoning_tokens_counted == 10 and stream.exact_chunk_counts == 0
 
 
 def test_embeddings_inputs_per_second():
@@ -45,4 +45,4 @@ def test_embeddings_inputs_per_second():
     for _ in range(20):
         b.add(RequestRecord(start=0, e2e_s=0.05, prompt_tokens=800, inputs=8))
     r = step_result(StepInfo(0, 2, 0.0), b, None, now=10.0)
-    assert r.stream["inputs_per_s"] == pytest.approx(16.0) and r.throughput.input_tokens_per_s == 1600
+    assert r.stream.inputs_per_s == pytest.approx(16.0) and r.throughput.input_tokens_per_s == 1600
