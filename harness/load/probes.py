@@ -10,7 +10,6 @@ arrivals. Probes never count in the step's metrics: their records go to the rows
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Any, Protocol
@@ -21,8 +20,8 @@ from gevent.pool import Group
 
 from harness.client.apis import exchange
 from harness.client.openai import request_head
+from harness.client.target import Target
 from harness.client.transport import Connection, stream_request
-from harness.endpoint import DEFAULT_HOST, header_values
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import PROBE_CLASS
 from harness.scenario import Scenario
@@ -37,6 +36,7 @@ class ProbeHost(Protocol):
 
     told: Event
     fleet_size: int
+    target: Target
     env: Any
     source: Any
 
@@ -54,9 +54,7 @@ def start_probes(worker: ProbeHost) -> ProbeDriver | None:
     spec = worker.scenario.load.probes
     if spec is None:
         return None
-    ep = worker.scenario.endpoint
-    tls = {"ca_file": ep.tls.ca_file, "verify": ep.tls.verify and not worker.source.option("insecure")}
-    driver = ProbeDriver(worker, spec, worker.env.host or ep.host or DEFAULT_HOST, tls)
+    driver = ProbeDriver(worker, spec, worker.target)
     driver.start()
     return driver
 
@@ -64,16 +62,15 @@ def start_probes(worker: ProbeHost) -> ProbeDriver | None:
 class ProbeDriver:
     """One worker's share of the probes, from the first step message to ``stop()``."""
 
-    def __init__(self, worker: ProbeHost, spec: ProbeSpec, host: str, tls: dict[str, Any]) -> None:
-        self.worker, self.host, self.tls = worker, host, tls
+    def __init__(self, worker: ProbeHost, spec: ProbeSpec, target: Target) -> None:
+        self.worker, self.target = worker, target
         self.spec = spec
         ep = worker.scenario.endpoint
         # a builder of their own: probes never move the users' prompt calibration
         self.prompts = PromptBuilder(api=ep.api, seed=worker.scenario.workload.seed)
         self.rng = random.Random(f"kneecap/{worker.scenario.workload.seed}/{worker.worker_index}/probes")
         self.ep = ep
-        self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-        self.headers = header_values(ep.headers, os.environ)
+        self.api_key, self.headers = target.api_key, target.headers
         self.group = Group()
         self.idle: list[Connection] = []
         self._loop: gevent.Greenlet | None = None
@@ -102,7 +99,7 @@ class ProbeDriver:
             self.group.spawn(self._probe)
 
     def _probe(self) -> None:
-        conn = self.idle.pop() if self.idle else Connection(self.host, **self.tls)
+        conn = self.idle.pop() if self.idle else self.target.connection()
         start = time.perf_counter()
         try:
             rec = self._send(conn)

@@ -16,7 +16,7 @@ import gevent
 
 from harness.analysis.ledger import Ledger
 from harness.client.server_metrics import ServerSample, scrape
-from harness.client.transport import tls_context
+from harness.client.target import Target
 from harness.scenario import Scenario
 
 __all__ = ["SCRAPE_EVERY_S", "Scraper", "metrics_url"]
@@ -37,7 +37,8 @@ def metrics_url(scenario: Scenario, host: str | None) -> str | None:
 
 
 class Scraper:
-    """Usage: ``Scraper(scenario, options, host=..., ledger=..., measuring=...).start()``; ``stop()`` at the end."""
+    """Usage: ``Scraper(scenario, options, host=..., ledger=..., measuring=...).start()``; ``stop()`` at the end.
+    ``host``: ``--host`` or ``endpoint.host`` (none: no /metrics to guess)."""
 
     def __init__(self, scenario: Scenario, options: Any, *, host: str | None, ledger: Ledger,
                  measuring: Callable[[], bool]) -> None:
@@ -45,9 +46,8 @@ class Scraper:
         self.measuring = measuring
         """True past the running step's warm-up: only then do scrapes count for the step's server summary."""
         self.url = metrics_url(scenario, host)
-        tls = scenario.endpoint.tls  # the endpoint's own TLS settings apply to its /metrics too
-        verify = tls.verify and not getattr(options, "insecure", False)
-        self._tls = tls_context(tls.ca_file, verify) if (self.url or "").startswith("https:") else None
+        target = Target.of(scenario.endpoint, host, insecure=bool(getattr(options, "insecure", False)))
+        self._tls = target.tls() if (self.url or "").startswith("https:") else None  # the endpoint's TLS: its too
         self.last_sample: ServerSample | None = None
         self._greenlet: gevent.Greenlet | None = None
 

@@ -3,7 +3,7 @@
 Each task is one whole session (``harness.workload.sessions``): turn by turn, the think time slept between
 turns, parallel sub-calls on spare connections; the calls keep their streamed text (``keep_text``) so the
 next turn resends it; the ended session goes to the recorder. A mixin: ``LLMUser`` provides ``sessions``,
-``spare``, ``base``, ``tls_settings``, ``kneecap`` and ``_request``.
+``spare``, ``target``, ``kneecap`` and ``_request``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import gevent
 
+from harness.client.target import Target
 from harness.client.transport import Connection
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
@@ -38,8 +39,7 @@ class SessionTurns:
 
     sessions: Any
     spare: list[Connection]
-    base: str
-    tls_settings: dict
+    target: Target
     kneecap: Any
     _request: Callable[..., RequestRecord]
     """One request: ``(conn, intended_start, call, session, task) -> RequestRecord`` (``LLMUser._request``)."""
@@ -82,7 +82,7 @@ class SessionTurns:
         if len(turn) == 1 and not turn[0].chain:
             return [self._request(conn, intended_start, turn[0], sid, task)]
         spare = self.spare
-        subs = [(c, spare.pop() if spare else Connection(self.base, **self.tls_settings)) for c in turn[1:]]
+        subs = [(c, spare.pop() if spare else self.target.connection()) for c in turn[1:]]
         jobs = [gevent.spawn(self._calls, sc, None, c, sid, task) for c, sc in subs]
         try:
             first = self._calls(conn, intended_start, turn[0], sid, task)

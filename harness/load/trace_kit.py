@@ -6,14 +6,11 @@ or, for agent sessions (``format: weka``), a lane per user over the worker's blo
 from __future__ import annotations
 
 import logging
-import os
 import random
 from dataclasses import replace
 from typing import Any
 
 from harness.client.tokenize import file_tokenizer, server_tokenizer
-from harness.client.transport import tls_context
-from harness.endpoint import DEFAULT_HOST, header_values
 from harness.workload.agent_tree import TreeSampler
 from harness.workload.prefix_trace import PrefixTrace, PrefixTrie, TraceCursor, trace_salt
 from harness.workload.prompts import PromptBuilder
@@ -46,12 +43,10 @@ class TraceKit:
         if trace.tokenizer == "none":
             words = approximate(corpus, "workload.trace.tokenizer is none")
         elif trace.tokenizer == "server":
-            host = self.worker.env.host or ep.host or DEFAULT_HOST
-            verify = ep.tls.verify and not self.worker.source.option("insecure")
-            key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-            headers = {**header_values(ep.headers, os.environ), **({"Authorization": f"Bearer {key}"} if key else {})}
-            tls = tls_context(ep.tls.ca_file, verify) if host.startswith("https:") else None
-            words = calibrate(server_tokenizer(host, ep.model, headers=headers, context=tls), corpus, prompts.chat)
+            t = self.worker.target
+            tls = t.tls() if t.https else None
+            words = calibrate(server_tokenizer(t.base, ep.model, headers=t.auth_headers(), context=tls), corpus,
+                              prompts.chat)
         else:
             words = calibrate(file_tokenizer(trace.tokenizer), corpus, prompts.chat)
             if prompts.chat:

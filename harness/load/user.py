@@ -38,7 +38,7 @@ from harness.endpoint import header_values
 from harness.load.session_turns import SessionTask, SessionTurns
 from harness.load.user_report import RequestReports
 from harness.metrics.record import RequestRecord
-from harness.scenario import DEFAULT_HOST, Endpoint
+from harness.scenario import Endpoint
 from harness.spec.timeouts import SCALED, Timeouts
 from harness.workload.arrivals import arrival_times
 from harness.workload.prompts import Prompt
@@ -73,13 +73,10 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         self.kneecap.wait_for_step()
         scenario = self.kneecap.scenario
         ep = scenario.endpoint
-        base = self.environment.host or ep.host or DEFAULT_HOST
-        insecure = bool(self.kneecap.source.option("insecure"))  # kneecap run's or Locust's --insecure
-        self.tls_settings = {"ca_file": ep.tls.ca_file, "verify": ep.tls.verify and not insecure}
-        self.conn = Connection(base, **self.tls_settings)
+        self.target = target = self.kneecap.target  # --host or endpoint.host, TLS, key, headers: the worker's
+        self.conn = target.connection()
         self.path = f"{self.conn.base_path}{ep.path}"
-        self.api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-        self.headers = header_values(ep.headers, os.environ)
+        self.api_key, self.headers = target.api_key, target.headers
         classes = [scenario.class_endpoint(c) for c in scenario.workload.mix]
         self.classes = [(e, header_values(e.headers, os.environ)) for e in classes]
         """``workload.mix``: each class's endpoint and headers, by class index."""
@@ -94,7 +91,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
         self.spare: list[Connection] = []
         """Connections for a session turn's parallel sub-calls (and open-loop sessions), kept for reuse."""
         self.backoff = Backoff(honor_retry_after=ep.retry_after == "honor")
-        self.base, self.in_flight = base, Group()
+        self.in_flight = Group()
 
     def on_stop(self) -> None:
         self.kneecap.samplers.release(getattr(self, "sampler", None))
@@ -157,7 +154,7 @@ class LLMUser(SessionTurns, RequestReports, FastHttpUser):
                     self.in_flight.spawn(self._pooled, idle, due)
 
     def _pooled(self, idle: list[Connection], due: float) -> None:
-        conn = idle.pop() if idle else Connection(self.base, **self.tls_settings)
+        conn = idle.pop() if idle else self.target.connection()
         try:
             self._task(conn, due)  # open loop: an arrival is a request, or a new session
         finally:

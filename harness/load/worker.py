@@ -16,7 +16,7 @@ from typing import Any
 from gevent.event import Event
 
 from harness.analysis.plan import StepPlan
-from harness.client.connection import tls_context
+from harness.client.target import Target
 from harness.load.clock import worker_clock
 from harness.load.context import ScenarioSource
 from harness.load.generator import LAG_PERIOD_S, GcPauses, GeneratorMonitor
@@ -98,6 +98,9 @@ class WorkerSide:
 
     def on_test_start(self) -> None:
         """The scenario is known now (workers: the master's options came with the spawn message)."""
+        self.target = Target.of(self.scenario.endpoint, self.env.host, insecure=bool(self.source.option("insecure")))
+        if self.target.https:  # load the CAs now, not in a step's time
+            self.target.tls()
         self.samplers = Samplers(self)
         self.samplers.warm()  # the prompt corpus (~50 ms) now, not in a step's time
         self.shapes = ShapeWarmup(self.samplers.shapes())
@@ -109,9 +112,6 @@ class WorkerSide:
         self.recorder.worker = self.worker_index
         w = self.scenario.workload
         self._hangups = any(x.cancel or x.patience for x in (w, *(c.workload for c in w.mix)))
-        ep = self.scenario.endpoint
-        if (self.env.host or ep.host or "").startswith("https:"):  # load the CAs now, not in a step's time
-            tls_context(ep.tls.ca_file, ep.tls.verify and not self.source.option("insecure"))
         self.stop_probes()
         self._probes = start_probes(self)  # load.probes: this worker's share, from the first step on
         self.generator.start()
