@@ -1,6 +1,6 @@
 """Cost of explaining a step's tail: ``python -m benchmarks.tail_attribution``.
 
-Protects: ``harness.analysis.tail.explain_tail`` over all four metrics and both quantiles stays < 200 ms of
+Protects: ``harness.analysis.why.attribute.explain_tail`` over all four metrics and both quantiles stays < 200 ms of
 CPU at 100k requests in a step (the master runs it once per judged step). Reference measured in the same
 run: a plain ``sorted()`` of the step's 100k (or 10k) TTFT values; ``ratio_vs_sorted`` is ours / that.
 Rows are synthetic (3% of prompts 10× longer, TTFT growing with prompt length), so every test runs and
@@ -8,8 +8,8 @@ the answer is known. CPU time (``time.process_time``), best of 5. One JSON line 
 
 ``master_step`` lines: what the master really does per judged step, on the rows as it keeps them (joined by
 column as the workers' reports came, ``metrics.row_columns``: ``join_ms`` is that, paid report by report during the
-step, not at its end): explain the tail (``analysis.tail_rows.explain_rows``) and split TTFT
-(``analysis.decompose.ttft_split``), each part on its own and ``total_ms`` both as the ledger does it (GC paused,
+step, not at its end): explain the tail (``analysis.why.rows.explain_rows``) and split TTFT
+(``analysis.why.decompose.ttft_split``), each part on its own and ``total_ms`` both as the ledger does it (GC paused,
 one ``StepColumns`` whose arrays both read);
 plus the rows' msgpack bytes per request, and ``ratio_vs_sorted``: ``total_ms`` over the same run's ``sorted()`` of
 100k TTFT values (the machine's speed factored out, roughly; the VM's figures vary ±30% between runs).
@@ -26,10 +26,10 @@ from collections.abc import Callable
 import msgpack
 
 from benchmarks.common import git_rev
-from harness.analysis.decompose import ttft_split
 from harness.analysis.step_columns import StepColumns
-from harness.analysis.tail import TailRow, explain_tail
-from harness.analysis.tail_rows import explain_rows, gc_paused
+from harness.analysis.why.attribute import TailRow, explain_tail
+from harness.analysis.why.decompose import ttft_split
+from harness.analysis.why.rows import explain_rows, gc_paused
 from harness.metrics.record import RequestRecord
 from harness.metrics.row_columns import RowColumns
 from harness.metrics.rows import ROW_FIELDS, encode_row

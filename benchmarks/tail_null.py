@@ -1,7 +1,7 @@
 """Tail attribution on a null, end to end: ``python -m benchmarks.tail_null [--runs 20] [--keep DIR]``.
 
-Protects: ``analysis/tail.py`` names no cause when there is none. ``tests/load/test_tail_run.py`` checks that an
-injected cause is named; this checks the other side over ``--runs`` real ``kneecap run``s with nothing injected,
+Protects: ``analysis/why/attribute.py`` names no cause when there is none. ``tests/load/test_tail_run.py`` checks
+that an injected cause is named; this checks the other side over ``--runs`` real ``kneecap run``s with nothing injected,
 and counts the (metric, quantile) attributions whose verdict is "cause" or "time" (false causes by design).
 
 The null, and why it is one. The simulator (preset small, ``--jitter 0.1``: the iteration time's only variation,

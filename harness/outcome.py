@@ -18,9 +18,9 @@ from collections.abc import Callable
 from msgspec import UnsetType
 
 from harness import exitcodes
-from harness.analysis.classes import class_figures, class_tail_lines, mix_step, probe_line
-from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+from harness.analysis.cost.client_cpu import RoleCpu, cost_line, processes_block, step_totals
 from harness.analysis.counted import WHY, not_counted
+from harness.analysis.mix.classes import class_figures, class_tail_lines, mix_step, probe_line
 from harness.analysis.plain import knee_words
 from harness.analysis.steps import SHARED_STAMP_LIMIT
 from harness.procs import Child

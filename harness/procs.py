@@ -14,7 +14,7 @@
   files and shows their warnings and errors on the console as they happen, a few lines per process per
   10 s at most, each prefixed with the process's name.
 - Each child is reaped with ``os.wait4`` (``Child.poll``/``wait``), which keeps its resource usage: the CPU
-  seconds of every role of the run (``processes.json``, ``analysis/cost.py``).
+  seconds of every role of the run (``processes.json``, ``analysis/cost/client_cpu.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ knee-seeking shape, N workers, all owned by this process (``procs.py``: their ow
 output in RESULTS/NAME.log). Ctrl-C, SIGTERM and SIGHUP reach only this process, which asks the master
 to stop (SIGTERM: it ends the plan) and so still gets a valid, partial summary. The same files come out
 of a plain ``locust --master``/``--worker`` run (README); ``processes.json`` (each process's CPU, the
-client's cost per streamed token, ``analysis/cost.py``) only from ``kneecap run``, which reaps them; and so
+client's cost per streamed token, ``analysis/cost/client_cpu.py``) only from ``kneecap run``, which reaps them; and so
 is the run's line in the run store (``run_store.py``: RESULTS/index.jsonl, and the run folder's run.json).
 """
 

@@ -74,7 +74,7 @@ class Scenario:
     description: str = ""
     source: str = "<scenario>"
     cost: CostSpec | None = None
-    """The ``cost:`` block (``spec.cost``; the figures: ``analysis.pricing``); None: no cost view."""
+    """The ``cost:`` block (``spec.cost``; the figures: ``analysis.cost.pricing``); None: no cost view."""
     gate: GateSpec | None = None
     """The ``gate:`` block over the defaults (``spec.gate``, ``kneecap compare --gate``); None: not given."""
     verify: VerifySpec | None = None

@@ -19,7 +19,7 @@ import click
 import pytest
 import yaml
 
-from harness.analysis.cost import PROCESSES_SCHEMA
+from harness.analysis.cost.client_cpu import PROCESSES_SCHEMA
 from harness.cli import main as kneecap_cli
 from harness.scenario import ScenarioError, parse_scenario
 from harness.summary import SCHEMA

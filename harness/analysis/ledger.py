@@ -25,25 +25,25 @@ from operator import not_
 from typing import TYPE_CHECKING, Literal
 
 from harness.analysis.cancel_slots import cancel_slots
-from harness.analysis.class_rows import add_counted, add_rows_detail
-from harness.analysis.classes import ClassStep, class_checks, class_point, class_steps, probe_step
+from harness.analysis.cost.pricing import floor_of, step_cost
 from harness.analysis.counted import why_not
-from harness.analysis.decompose import ttft_split
 from harness.analysis.failures import hint, top_failures
 from harness.analysis.halves import Halves
 from harness.analysis.judge import evaluate_slo, is_stationary, step_point
 from harness.analysis.knee import KneeFinding, KneeParams, StepPoint, by_load, find_knee
+from harness.analysis.mix.classes import ClassStep, class_checks, class_point, class_steps, probe_step
+from harness.analysis.mix.rows import add_counted, add_rows_detail
 from harness.analysis.plan import PLAN_ENDS, StepPlan, stop_reason
-from harness.analysis.pricing import floor_of, step_cost
 from harness.analysis.results import StepResult
 from harness.analysis.search import PREDICTED, Decision, Probe, SearchGrid, choose, search_line
 from harness.analysis.server import ServerStep, TimeSeries
 from harness.analysis.sessions import cache_view, session_view
 from harness.analysis.step_columns import StepColumns
 from harness.analysis.steps import GeneratorTally, StepInfo, step_health, step_result
-from harness.analysis.tail import StepTails, TailParams
-from harness.analysis.tail_rows import explain_rows, gc_paused
 from harness.analysis.timeline import timeline
+from harness.analysis.why.attribute import StepTails, TailParams
+from harness.analysis.why.decompose import ttft_split
+from harness.analysis.why.rows import explain_rows, gc_paused
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import BUSY_KEY, Bucket
 from harness.metrics.by_step import Fleet
@@ -94,11 +94,11 @@ class StepState:
     tails: StepTails | None = None
     """Tail attribution of the step's request rows, worked out once when it is judged."""
     ttft_split: dict | None = None
-    """Where the step's TTFT went (``analysis/decompose.py``), worked out once when it is judged."""
+    """Where the step's TTFT went (``analysis/why/decompose.py``), worked out once when it is judged."""
     timeline: dict | None = None
     """Its requests over time (``analysis/timeline.py``), for the report."""
     classes: list[ClassStep] | None = None
-    """``workload.mix``: each class's figures (``analysis/classes.py``), worked out once when it is judged."""
+    """``workload.mix``: each class's figures (``analysis/mix/classes.py``), worked out once when it is judged."""
     probes: ClassStep | None = None
     """``load.probes``: the probe requests' figures, apart from the step's (``load/probes.py``)."""
 

@@ -88,19 +88,19 @@ class StepResult:
     (``analysis.delivery``); None without streams."""
     ttft_split: dict | None = None
     """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
-    where it says, each with its source (``analysis.decompose``); judged steps only."""
+    where it says, each with its source (``analysis.why.decompose``); judged steps only."""
     timeline: dict | None = None
     """Its requests over time, sampled (``analysis.timeline``); judged steps with request rows only."""
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
-    rest, in words (``analysis.tail``); judged steps with request rows only."""
+    rest, in words (``analysis.why.attribute``); judged steps with request rows only."""
     adapters: dict[str, int] = field(default_factory=dict)
     """``endpoint.adapters``: measured requests per LoRA adapter (the ones that got any); empty without adapters."""
     probes: dict | None = None
-    """``load.probes``: the probe requests apart (``analysis.classes.probe_step``: requests, failures, latencies);
+    """``load.probes``: the probe requests apart (``analysis.mix.classes.probe_step``: requests, failures, latencies);
     judged steps only."""
     classes: list[dict] | None = None
-    """``workload.mix``: each class's share, latencies, failures and SLO (``analysis.classes``); judged steps with
+    """``workload.mix``: each class's share, latencies, failures and SLO (``analysis.mix.classes``); judged steps with
     request rows only."""
     new_connections: int = 0
     """Measured requests that opened a connection (TCP, and TLS for https) inside their own time."""
@@ -116,7 +116,8 @@ class StepResult:
     cancelled_slots: CancelSlots | None = None
     """With hang-ups and the server's running gauge: did the server free their slots (``analysis.cancel_slots``)."""
     cost: StepCost | None = None
-    """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even (``analysis.pricing``)."""
+    """With the scenario's ``cost:``: tokens, test cost, per 1M output tokens, break-even
+    (``analysis.cost.pricing``)."""
     started_at: float | None = None
     """Wall clock (epoch s, the master's) when the step began; its measured part starts ``warmup_s`` later."""
     ended: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.analysis.pricing import run_cost
+from harness.analysis.cost.pricing import run_cost
 from harness.analysis.results import RunSummary, StepResult
 from harness.analysis.search import search_summary
 from harness.analysis.server import explain

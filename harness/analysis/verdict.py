@@ -51,7 +51,7 @@ def slo_verdict(steps: list[StepResult], thresholds: tuple[Threshold, ...], knee
                 classes: Sequence[TrafficClass] = ()) -> SloVerdict:
     """Passed: every SLO held at every counted step up to the knee's load (every counted step when there is no
     knee); None when no counted step was judged. ``max_load_within_slo``: ``within_slo``. A mix's classes' own
-    thresholds count as the scenario's (each step judged them, ``analysis/classes.py``), named "[class] metric"."""
+    thresholds count as the scenario's (each step judged them, ``analysis/mix/classes.py``), named "[class] metric"."""
     texts = [t.text for t in thresholds] + [f"[{c.name}] {t.text}" for c in classes for t in c.slo]
     if not texts:
         return SloVerdict(thresholds=[], passed=None, max_load_within_slo=None)

@@ -122,7 +122,7 @@ class MasterSide:
         # the first judging imported them in that thread, the loop waiting 12-22 ms (benchmarks/fleet_merge.py)
         import numpy.ma  # noqa: F401
 
-        import harness.analysis.tail_counts  # noqa: F401
+        import harness.analysis.why.counts  # noqa: F401
         gevent.get_hub().threadpool.apply(int)
         large_blocks_mapped()  # a master's numpy temporaries: the heap grew around them (harness/procs.py)
         # What is alive now (modules, Locust, the scenario: ~60k objects) lives as long as the process: out of the

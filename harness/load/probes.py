@@ -5,7 +5,7 @@ new request meets at the load the users make (queue and prefill scheduling), apa
 so it is a clean interference signal at every step. The fleet's rate is shared out: each of N workers sends every
 N-th probe (its offset its worker index), one greenlet per probe, so a slow server delays answers, never
 arrivals. Probes never count in the step's metrics: their records go to the rows only, class ``PROBE_CLASS``
-(``analysis.classes`` reports them as ``steps[].probes``).
+(``analysis.mix.classes`` reports them as ``steps[].probes``).
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ A row is a list of small integers (msgpack packs most in 1-3 bytes; ~25-35 bytes
 - ``t_ms``: the send, in ms since the worker's step began (the master puts it on its own clock for joins);
 - ``worker``: the worker's index;
 - ``headers``, ``connect`` (new connections), ``server_prefill`` (llama.cpp's ``timings.prompt_ms``): the parts of
-  TTFT the client and the server can name, in tenths of a millisecond (``analysis.decompose``);
+  TTFT the client and the server can name, in tenths of a millisecond (``analysis.why.decompose``);
 - ``gaps``: the stream's silences between output chunks far longer than its own usual gap, and before its first
   token when the server held it (``long_gaps``), flat ``[start, length, ...]`` in ms since the send; ``[]`` when
   it had none, None when the stream was too short to say (fewer than ``GAP_MIN_CHUNKS`` chunks) or failed. A
   silence that ended in a late receive of several chunks has a negative length: the reader was behind and the
   kernel dated those chunks by the newest (a starved client would otherwise show every stream silent at once). The
-  master finds server-wide pauses in them (``analysis.pauses``);
+  master finds server-wide pauses in them (``analysis.why.pauses``);
 - ``send`` (writing the request, its connect left out) and ``lag`` (the worker's loop lag just before the send):
   the client's own part, in tenths of a millisecond; None where not measured;
 - ``class``: the request's class in ``workload.mix`` (its index), ``PROBE_CLASS`` (−1) for a probe request

@@ -58,7 +58,7 @@ class Metric:
     """Where ``sinks/`` writes it: "measurement.field", or a bare measurement whose points carry this metric's name
     in the ``metric`` tag and its percentiles as fields (``sinks.schema.PERCENTILE_FIELDS``)."""
     per_class: bool = False
-    """A mix's class reports it apart: its requests' rows carry it (``analysis/classes.py``), so a class's own SLO
+    """A mix's class reports it apart: its requests' rows carry it (``analysis/mix/classes.py``), so a class's own SLO
     and a knee on one class may use it (with ``slo``, ``knee``)."""
     gate: Literal["on", "off"] | None = None
     """``kneecap compare --gate`` may judge its percentiles: "on" by default, "off" unless the ``gate:`` block asks."""

@@ -175,7 +175,8 @@ def _tail_line(attributions: list, metric: str) -> str:
 
 
 def _tail_table(s: Summary) -> str:
-    """Per step: why its tail requests are slow, in words, per latency metric (``analysis.tail``): p99's, else p95's."""
+    """Per step: why its tail requests are slow, in words, per latency metric (``analysis.why.attribute``): p99's,
+    else p95's."""
     key = level_key(s.mode)
     rows = []
     for st in s.steps:

@@ -38,7 +38,7 @@ def timeline_section(summary: Summary) -> str:
 
 
 def _pauses(s: Step) -> list[tuple[float, float]]:
-    """(start s, length s) of the step's server-wide pauses (``analysis.pauses``)."""
+    """(start s, length s) of the step's server-wide pauses (``analysis.why.pauses``)."""
     if isinstance(s.tail, UnsetType) or isinstance(s.tail.pauses, UnsetType):
         return []
     return [(p.start_s, p.length_ms / 1000) for p in s.tail.pauses.listed]

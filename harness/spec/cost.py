@@ -1,6 +1,6 @@
 """The scenario's ``cost:`` block as typed values: a flat price, metered prices per million tokens, a currency. Pure.
 
-``analysis/pricing.py`` turns it into what a token costs at each load (docs/cost.md).
+``analysis/cost/pricing.py`` turns it into what a token costs at each load (docs/cost.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ class ClassSpeed(View, frozen=True, kw_only=True):
     p1: float
 
 class ClassCost(View, frozen=True, kw_only=True):
-    """A class's cost (``analysis.class_rows``): its share of the output tokens; metered, what its requests cost."""
+    """A class's cost (``analysis.mix.rows``): its share of the output tokens; metered, what its requests cost."""
 
     currency: str
     output_share: float | None = None
@@ -24,7 +24,7 @@ class ClassCost(View, frozen=True, kw_only=True):
     per_request: float | None = None
 
 class TrafficClassStep(View, frozen=True, kw_only=True):
-    """One class of a mix in one step (``analysis.classes.ClassStep``)."""
+    """One class of a mix in one step (``analysis.mix.classes.ClassStep``)."""
 
     name: str
     weight_share: float | None

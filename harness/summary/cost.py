@@ -1,5 +1,5 @@
 """What capacity cost, typed (summary.json's ``steps[].cost`` and ``cost``), and its verdict line said from the figures.
-``analysis/pricing.py`` computes the figures; docs/cost.md explains each. Pure."""
+``analysis/cost/pricing.py`` computes the figures; docs/cost.md explains each. Pure."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class Tokens(View, frozen=True, kw_only=True):
 
 
 class StepCost(View, frozen=True, kw_only=True):
-    """One step's figures (``analysis.pricing``); None where a part is missing, with the reason in ``notes``. A step's
-    own copy leaves out ``index`` and ``level`` (its step says them); ``RunCost.at``'s copies carry them."""
+    """One step's figures (``analysis.cost.pricing``); None where a part is missing, with the reason in ``notes``. A
+    step's own copy leaves out ``index`` and ``level`` (its step says them); ``RunCost.at``'s copies carry them."""
 
     currency: str
     tokens: Tokens

@@ -14,7 +14,7 @@ __all__ = ["Attribution", "PauseSeen", "Pauses", "SplitPart", "Tail", "Timeline"
 
 
 class Attribution(View, frozen=True, kw_only=True):
-    """Why one quantile's tail of one metric is slow (``analysis.tail.TailAttribution``)."""
+    """Why one quantile's tail of one metric is slow (``analysis.why.attribute.TailAttribution``)."""
 
     metric: str = ""
     quantile: float = 0.0
@@ -38,7 +38,7 @@ class PauseSeen(View, frozen=True, kw_only=True):
     workers: list[Any] = []
 
 class Pauses(View, frozen=True, kw_only=True):
-    """The step's server-wide pauses (``analysis.pauses.StepPauses``)."""
+    """The step's server-wide pauses (``analysis.why.pauses.StepPauses``)."""
 
     count: int = 0
     min_ms: float = 0.0
@@ -96,7 +96,7 @@ class TtftServer(View, frozen=True, kw_only=True, omit_defaults=True):
     network_client_queue: SplitPart | None = None
 
 class TtftSplit(View, frozen=True, kw_only=True):
-    """Where TTFT goes (``analysis.decompose.ttft_split``)."""
+    """Where TTFT goes (``analysis.why.decompose.ttft_split``)."""
 
     client: TtftClient
     server: TtftServer

@@ -14,8 +14,8 @@ from typing import Any
 
 from msgspec import UnsetType
 
-from harness.analysis.classes import class_figures, mix_step
 from harness.analysis.counted import not_counted
+from harness.analysis.mix.classes import class_figures, mix_step
 from harness.metrics.vocabulary import LIVE, PERCENTILES
 from harness.report.validate import as_summary
 from harness.summary import Step, Summary, level_unit
@@ -120,7 +120,7 @@ def _sessions_panel(summary: Summary) -> dict | None:
 
 
 def _classes_panel(summary: Summary) -> dict | None:
-    """A mix's classes at the knee's step, else the last judged one: one figure per class (``analysis.classes``)."""
+    """A mix's classes at the knee's step, else the last judged one: one figure per class (``analysis.mix.classes``)."""
     step = mix_step(summary)
     if step is None:
         return None

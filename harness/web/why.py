@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from msgspec import UnsetType
 
-from harness.analysis.decompose import UNKNOWN
 from harness.analysis.plain import knee_sentence
+from harness.analysis.why.decompose import UNKNOWN
 from harness.summary import PrefixCache, SplitPart, Step, Summary, TtftSplit, level_unit
 
 __all__ = ["cache_rows", "knee_rows", "sessions_rows", "sessions_text", "split_text", "why_rows"]
@@ -33,8 +33,8 @@ def knee_rows(summary: Summary, search: dict | None = None) -> list[dict]:
 
 def why_rows(summary: Summary) -> list[dict]:
     """Fleet changes (the steps they voided), clock warnings, the cost line (from its figures), and for the last
-    judged step where its TTFT went and what its tail requests share (``analysis/decompose.py``,
-    ``analysis/tail.py``)."""
+    judged step where its TTFT went and what its tail requests share (``analysis/why/decompose.py``,
+    ``analysis/why/attribute.py``)."""
     rows = []
     for e in summary.fleet_events:
         voided = f": step {', '.join(map(str, e.steps))} not judged, level re-run" if e.steps else ""

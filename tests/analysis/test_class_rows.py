@@ -1,13 +1,13 @@
-"""Each class's own tail, TTFT split, tokens, cost and hang-ups (``analysis/class_rows.py``). Pure."""
+"""Each class's own tail, TTFT split, tokens, cost and hang-ups (``analysis/mix/rows.py``). Pure."""
 
 from __future__ import annotations
 
 import math
 import random
 
-from harness.analysis.class_rows import MIN_ROWS, NOT_PER_CLASS, add_counted, add_rows_detail, subset
-from harness.analysis.classes import class_steps
-from harness.analysis.tail_rows import columns, explain_rows
+from harness.analysis.mix.classes import class_steps
+from harness.analysis.mix.rows import MIN_ROWS, NOT_PER_CLASS, add_counted, add_rows_detail, subset
+from harness.analysis.why.rows import columns, explain_rows
 from harness.metrics.aggregate import CLASS_CANCEL_KEY
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row

@@ -1,4 +1,4 @@
-"""Each class of a mix measured apart (``analysis/classes.py``): from row columns, by their definitions. Pure."""
+"""Each class of a mix measured apart (``analysis/mix/classes.py``): from row columns, by their definitions. Pure."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import pytest
 import yaml
 
-from harness.analysis.classes import class_point, class_steps, probe_step
-from harness.analysis.tail_rows import columns
+from harness.analysis.mix.classes import class_point, class_steps, probe_step
+from harness.analysis.why.rows import columns
 from harness.metrics.aggregate import ci_ranks
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import encode_row

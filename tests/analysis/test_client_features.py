@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from harness.analysis.tail import TailParams, TailRow, explain_tail
+from harness.analysis.why.attribute import TailParams, TailRow, explain_tail
 
 
 def _rows(lagged: bool, sub_ms: bool = False) -> list[TailRow]:

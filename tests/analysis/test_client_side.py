@@ -113,7 +113,7 @@ def test_the_step_divides_by_warmup_and_measured_tokens():
 def test_processes_block_and_the_console_line():
     import msgspec
 
-    from harness.analysis.cost import RoleCpu, cost_line, processes_block, step_totals
+    from harness.analysis.cost.client_cpu import RoleCpu, cost_line, processes_block, step_totals
     from harness.summary import Summary
     from tests.kit.summaries import written
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from harness.analysis.decompose import NEGATIVE, UNKNOWN, ttft_split
+from harness.analysis.why.decompose import NEGATIVE, UNKNOWN, ttft_split
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import ROW_FIELDS, encode_row
 

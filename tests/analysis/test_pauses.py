@@ -1,4 +1,4 @@
-"""Server-wide pauses from synthetic chunk timelines (``analysis/pauses.py``): pure, the truth is the script."""
+"""Server-wide pauses from synthetic chunk timelines (``analysis/why/pauses.py``): pure, the truth is the script."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from harness.analysis.pauses import WAIT_FACTOR, StepPauses, find_pauses, in_pause_ms
-from harness.analysis.tail import pause_words
-from harness.analysis.tail_rows import explain_rows
+from harness.analysis.why.attribute import pause_words
+from harness.analysis.why.pauses import WAIT_FACTOR, StepPauses, find_pauses, in_pause_ms
+from harness.analysis.why.rows import explain_rows
 from harness.metrics.rows import long_gaps
 
 
@@ -158,7 +158,7 @@ def test_a_short_blip_between_periodic_pauses_keeps_the_period():
 def test_a_mixed_tail_names_both_causes_with_their_shares():
     """Half the slow requests waited for their first token through a pause, half had a long prompt: both named, each
     with its count."""
-    from harness.analysis.tail import TailRow, explain_tail
+    from harness.analysis.why.attribute import TailRow, explain_tail
 
     rng = random.Random(7)
     rows, truth = [], {"in_pause_first": set(), "prompt_tokens": set()}

@@ -1,8 +1,8 @@
-"""Victims of a long prefill from rows (``analysis/prefill_hol.py``): pure, on hand-made send times and TTFTs."""
+"""Victims of a long prefill from rows (``analysis/why/prefill_hol.py``): pure, on hand-made send times and TTFTs."""
 
 from __future__ import annotations
 
-from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
+from harness.analysis.why.prefill_hol import LongPrefills, long_prompt_threshold
 
 
 def test_a_long_prompt_is_long_against_its_own_step():

@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from harness.analysis.pricing import Floor, floor_of, run_cost, step_cost
+from harness.analysis.cost.pricing import Floor, floor_of, run_cost, step_cost
 from harness.checker import Checker
 from harness.spec.cost import HOURS_PER_MONTH, CostSpec, cost_from_spec
 from harness.summary import SloCheck, StepCost, Tokens

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.analysis.rank_tests import (
+from harness.analysis.why.rank_tests import (
     chi2_independence,
     chi2_sf,
     fisher_exact,

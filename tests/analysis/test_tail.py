@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from harness.analysis.tail import StepTails, TailParams, TailRow, explain_tail
+from harness.analysis.why.attribute import StepTails, TailParams, TailRow, explain_tail
 
 
 def step(seed: int, cause: str | None = None, n: int = 10_000, duration_s: float = 60.0) -> list[TailRow]:

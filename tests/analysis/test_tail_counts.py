@@ -1,4 +1,4 @@
-"""The tail tests' arrays (``analysis/tail_counts.py``) against the literal definitions, on random columns."""
+"""The tail tests' arrays (``analysis/why/counts.py``) against the literal definitions, on random columns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.analysis.rank_tests import mann_whitney_counts
-from harness.analysis.tail_counts import (
+from harness.analysis.why.counts import (
     as_counter,
     code_column,
     counts,
@@ -20,6 +19,7 @@ from harness.analysis.tail_counts import (
     separation,
     share_above,
 )
+from harness.analysis.why.rank_tests import mann_whitney_counts
 
 
 def _column(rng: np.random.Generator, n: int, levels: int, missing: float) -> list:

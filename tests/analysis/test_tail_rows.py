@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from harness.analysis.prefill_hol import long_prompt_threshold
-from harness.analysis.tail import TailParams, explain_tail
-from harness.analysis.tail_rows import NEAREST_S, _nearest, columns, explain_rows
+from harness.analysis.why.attribute import TailParams, explain_tail
+from harness.analysis.why.prefill_hol import long_prompt_threshold
+from harness.analysis.why.rows import NEAREST_S, _nearest, columns, explain_rows
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import FLAG_AFTER_ERROR, FLAG_NEW_CONNECTION, ROW_FIELDS, encode_row
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.analysis.server import ServerStep, TimeSeries
-from harness.analysis.tail_rows import _nearest
+from harness.analysis.why.rows import _nearest
 
 
 def test_a_time_series_reads_as_its_pairs():

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import copy
 
+from harness.analysis.cost.pricing import floor_of, run_cost, step_cost
 from harness.analysis.knee import KneeFinding
-from harness.analysis.pricing import floor_of, run_cost, step_cost
 from harness.analysis.results import RunSummary, SloVerdict
 from harness.analysis.steps import GeneratorTally, StepInfo, step_result
 from harness.metrics.aggregate import Bucket

@@ -100,7 +100,7 @@ def test_the_server_is_not_blamed_for_a_client_made_ttft_tail(starved):
             for rec in r.records if rec["phase"] == "measure" and rec["ok"] and rec.get("response_id") in jobs]
     assert len(rows) > 200, len(rows)
     values = sorted(v for v, _, _ in rows)
-    bound = values[int(0.95 * (len(values) - 1))]  # the p95 tail as analysis/tail.py cuts it
+    bound = values[int(0.95 * (len(values) - 1))]  # the p95 tail as analysis/why/attribute.py cuts it
     tail, rest = [x for x in rows if x[0] > bound], [x for x in rows if x[0] <= bound]
     measured_gap = median(v for v, _, _ in tail) - median(v for v, _, _ in rest)
     server_gap = median(s for _, s, _ in tail) - median(s for _, s, _ in rest)

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from harness.analysis.pauses import MIN_STREAMS
+from harness.analysis.why.pauses import MIN_STREAMS
 from tests.kit.run import kneecap_run, write_scenario
 from tests.kit.sim import start_sim
 
@@ -70,12 +70,12 @@ def test_pauses_and_long_prompts_are_both_named_with_their_shares(tmp_path):
     firsts = [row["first_token"] for row in served.values() if row["prompt_tokens"] >= 1000 and row["first_token"]]
     # A stall that a long prefill ended at once (one stop of 420 ms) may be taken for that prefill by any client;
     # the stalls it can surely tell apart are those no long prompt's first token ended: none came within the
-    # client's window for "at once" (5 ms + 10% of the pause: analysis/pauses.py, StepPauses.without_prefills; a
+    # client's window for "at once" (5 ms + 10% of the pause: analysis/why/pauses.py, StepPauses.without_prefills; a
     # 5 ms window here once counted 23 tail requests through stalls the client could not tell apart, 20 named).
     # And a client sees a stall only through the streams in flight through it, at least MIN_STREAMS of them: those
     # decoding, and those that had waited for their first token past 4× the step's median TTFT (the stalls line a
     # closed loop's users up, so one may catch every request still waiting: a run here once had one such stall, 5
-    # tail requests, when waits did not count; analysis/pauses.py). Its share lies between.
+    # tail requests, when waits did not count; analysis/why/pauses.py). Its share lies between.
     seen = [(s, e) for s, e in stalls
             if sum(1 for row in served.values() if row["arrival"] < s and row["finished"] > e) >= MIN_STREAMS]
     alone = [(s, e) for s, e in seen if not any(abs(b - e) < 0.005 + 0.1 * (e - s) for b in firsts)]

@@ -26,7 +26,7 @@ LONG = ("{input_tokens: {dist: mixture, components: [{weight: 0.97, dist: fixed,
 CASES = {  # cause: (workload, load, simulator flags, the metric and tail quantile, the feature named first)
     "long_prompts": (LONG, CLOSED_2, ["--prefill-per-ktoken-ms=60"], ("ttft_s", 0.95), "prompt_tokens"),
     # A stall holds every request in flight (8), most of them decoding: E2E's tail, not TTFT's (~1 a stall); every
-    # decoding stream stops at once, so the client sees server-wide pauses (analysis/pauses.py) and their period
+    # decoding stream stops at once, so the client sees server-wide pauses (analysis/why/pauses.py) and their period
     "engine_stalls": (SHORT, CLOSED, ["--engine-stall-every-s=2", "--engine-stall-s=0.3"], ("e2e_s", 0.95),
                       "in_pause"),
     # Eight users: the short prompts sent while a long one is prefilled wait for it (the simulator prefills a

@@ -23,7 +23,7 @@ import pathlib
 import msgspec
 import pytest
 
-from harness.analysis.decompose import UNKNOWN
+from harness.analysis.why.decompose import UNKNOWN
 from harness.report import validate
 from harness.report.validate import as_summary, load_summary, parse_summary, summary_problems
 from harness.summary import Percentiles, SplitPart, Summary

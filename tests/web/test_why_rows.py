@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from harness.analysis.decompose import UNKNOWN
+from harness.analysis.why.decompose import UNKNOWN
 from harness.report.validate import as_summary
 from harness.summary import Summary
 from harness.web.why import cache_rows, knee_rows, sessions_rows, why_rows

@@ -3,7 +3,7 @@
 For each latency metric (TTFT, TPOT, E2E, TTFO) and tail quantile (p99, p95), the tail is the requests
 strictly above the step's quantile of that metric (rank ``floor(q·(n−1))``, as ``metrics/sketch.py``);
 requests without the metric (failures, one-token answers) are left out of it. Each feature is tested,
-tail against rest, with a test suited to it (``analysis/rank_tests.py``):
+tail against rest, with a test suited to it (``analysis/why/rank_tests.py``):
 
 - numbers (prompt, output and cached tokens, in flight on the worker, waiting at the server, session
   turn): Mann–Whitney U; the effect is the ratio of medians ("4.1× longer prompts (median 3,900 vs 950
@@ -40,9 +40,7 @@ from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.pauses import StepPauses
-from harness.analysis.rank_tests import holm
-from harness.analysis.tail_features import (
+from harness.analysis.why.features import (
     CAUSES,
     FEATURES,
     MISSING,
@@ -58,11 +56,13 @@ from harness.analysis.tail_features import (
     share_phrase,
     time_test,
 )
+from harness.analysis.why.pauses import StepPauses
+from harness.analysis.why.rank_tests import holm
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from harness.analysis.tail_counts import Coded
+    from harness.analysis.why.counts import Coded
 
 __all__ = ["CAUSES", "METRICS", "FeatureTest", "StepTails", "TailAttribution", "TailParams", "TailRow",
            "explain_columns", "explain_tail", "pause_words"]
@@ -101,7 +101,7 @@ class TailRow:
     after_error: bool | None = None
     """The previous request on this connection failed."""
     in_pause: bool | None = None
-    """In flight through a server-wide pause (``analysis/pauses.py``); None when the stream could not say."""
+    """In flight through a server-wide pause (``analysis/why/pauses.py``); None when the stream could not say."""
     in_pause_first: bool | None = None
     """Waited for its first token through a server-wide pause: the part of ``in_pause`` that can hold a TTFT back."""
     send_ms: float | None = None
@@ -114,7 +114,7 @@ class TailRow:
     late_first: bool | None = None
     """Its first chunk came in such a receive (``metrics.rows.FLAG_LATE_FIRST``): its TTFT may be the reader's."""
     behind_long_prefill: bool | None = None
-    """Waited for its first token while a long prompt was prefilled (``analysis/prefill_hol.py``); None for a long
+    """Waited for its first token while a long prompt was prefilled (``analysis/why/prefill_hol.py``); None for a long
     prompt itself."""
 
 

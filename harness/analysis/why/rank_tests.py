@@ -1,4 +1,4 @@
-"""The tests behind tail attribution (``analysis/tail.py``), in pure Python: no numpy, no scipy. Pure.
+"""The tests behind tail attribution (``analysis/why/attribute.py``), in pure Python: no numpy, no scipy. Pure.
 
 - ``mann_whitney_u``: two-sided Mann–Whitney U, the normal approximation with the tie correction and a
   continuity correction (scipy's ``mannwhitneyu(..., method="asymptotic")``). Its error against the exact

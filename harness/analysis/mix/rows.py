@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from harness.analysis.classes import ClassStep, class_rows
-from harness.analysis.decompose import ttft_split
-from harness.analysis.pricing import metered_cost
+from harness.analysis.cost.pricing import metered_cost
+from harness.analysis.mix.classes import ClassStep, class_rows
 from harness.analysis.step_columns import StepColumns
-from harness.analysis.tail import StepTails
+from harness.analysis.why.attribute import StepTails
+from harness.analysis.why.decompose import ttft_split
 from harness.metrics.aggregate import CLASS_ANSWERS_KEY, CLASS_CANCEL_KEY
 from harness.spec.cost import CostSpec
 from harness.summary import Tokens

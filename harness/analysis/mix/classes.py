@@ -62,7 +62,7 @@ class ClassStep:
     """Requests of this class a user hung up on (outside ``requests``, as the step's ``cancelled``)."""
     cancelled_share: float | None = None
     tail: dict | None = None
-    """Its own tail attribution among its requests (``analysis.class_rows``); None: too few rows."""
+    """Its own tail attribution among its requests (``analysis.mix.rows``); None: too few rows."""
     ttft_split: dict | None = None
     tokens: dict[str, int] | None = None
     """Its measured requests' tokens: uncached ``input``, ``cached_input``, ``output``."""
@@ -84,7 +84,7 @@ def class_checks(classes: Sequence[ClassStep]) -> list[SloCheck]:
 
 
 def class_steps(cols: Mapping[str, Sequence[Any]], classes: Sequence[TrafficClass], rows_seen: int) -> list[ClassStep]:
-    """Every class's figures from the step's row ``columns`` (``analysis.tail_rows.columns``); ``rows_seen``: the
+    """Every class's figures from the step's row ``columns`` (``analysis.why.rows.columns``); ``rows_seen``: the
     measured requests the rows stand for (more than the rows past ``ROWS_CAP``)."""
     n = len(cols["flags"])
     by_class = class_rows(cols, len(classes))

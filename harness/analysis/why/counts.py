@@ -10,7 +10,7 @@ judged step cost ~0.1 ms each this way (``python -m benchmarks.tail_attribution`
 ``Counter``s cost ~1 ms each. ``tests/analysis/test_tail_counts.py`` holds them equal to the literal
 definitions on random columns.
 
-numpy is imported here only: workers and masters start without it (``analysis/tail.py`` imports this module
+numpy is imported here only: workers and masters start without it (``analysis/why/attribute.py`` imports this module
 when it first explains a tail).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.analysis.rank_tests import UTest, normal_sf
+from harness.analysis.why.rank_tests import UTest, normal_sf
 
 __all__ = ["Coded", "as_counter", "code_column", "counts", "mann_whitney_arrays", "median", "quantile", "separation",
            "share_above"]

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
-from harness.analysis.pauses import StepPauses, find_pauses, in_pause_ms
-from harness.analysis.prefill_hol import LongPrefills, long_prompt_threshold
 from harness.analysis.step_columns import StepColumns, floats, ints
-from harness.analysis.tail import StepTails, TailParams, explain_columns
+from harness.analysis.why.attribute import StepTails, TailParams, explain_columns
+from harness.analysis.why.pauses import StepPauses, find_pauses, in_pause_ms
+from harness.analysis.why.prefill_hol import LongPrefills, long_prompt_threshold
 from harness.metrics.rows import (
     FLAG_AFTER_ERROR,
     FLAG_LATE_FIRST,
@@ -73,8 +73,9 @@ def explain_rows(rows: Sequence[list] | Mapping[str, Sequence[Any]], params: Tai
     waiting queue as scraped, (time, requests) on the clock of ``started``, the step's start: each request gets the
     sample nearest its send. A failed request has no latency and counts only as a feature of the request after it
     on its connection (``after_error``). The rows' stream silences give the step's server-wide pauses
-    (``analysis.pauses``; at least ``GAP_FACTOR`` × the step's ``itl_p50_s`` long) and each request's ``in_pause``
-    (``in_pause_first``: before its first token); long prompts, ``behind_long_prefill`` (``analysis.prefill_hol``)."""
+    (``analysis.why.pauses``; at least ``GAP_FACTOR`` × the step's ``itl_p50_s`` long) and each request's ``in_pause``
+    (``in_pause_first``: before its first token); long prompts, ``behind_long_prefill``
+    (``analysis.why.prefill_hol``)."""
     c = rows if isinstance(rows, StepColumns) else StepColumns(rows if isinstance(rows, Mapping) else columns(rows))
     flags, t_ms = ints(c, "flags"), ints(c, "t_ms")
     times = [t for t, _ in waiting]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from harness.analysis.step_columns import floats, ints
-from harness.analysis.tail_rows import columns
+from harness.analysis.why.rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
 
 __all__ = ["NEGATIVE", "UNKNOWN", "ttft_split"]

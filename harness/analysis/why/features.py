@@ -1,7 +1,7 @@
-"""Each feature of a request, how ``analysis/tail.py`` tests it tail against rest, and its words. Pure.
+"""Each feature of a request, how ``analysis/why/attribute.py`` tests it tail against rest, and its words. Pure.
 
-Numbers (Mann–Whitney U on value counts), flags (Fisher; ``in_pause``: ``analysis/pauses.py``;
-``behind_long_prefill``: ``analysis/prefill_hol.py``), the worker (one-sided Fisher for the worker whose share
+Numbers (Mann–Whitney U on value counts), flags (Fisher; ``in_pause``: ``analysis/why/pauses.py``;
+``behind_long_prefill``: ``analysis/why/prefill_hol.py``), the worker (one-sided Fisher for the worker whose share
 grows most, ×K workers) and time (χ² over windows); see ``tail.py``'s docstring for the rules. Each test
 returns the fields of a ``FeatureTest`` but its Holm-adjusted p, or None when the feature cannot be tested
 (too few known values, a constant). A phrase reads after "p99 TTFT requests"; CAUSES gives the cause words.
@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.rank_tests import chi2_independence, fisher_exact
+from harness.analysis.why.rank_tests import chi2_independence, fisher_exact
 
 if TYPE_CHECKING:  # numpy is imported when a tail is first explained, not when a worker or master starts
     import numpy as np
 
-    from harness.analysis.tail_counts import Coded
+    from harness.analysis.why.counts import Coded
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def _numeric(spec: _Numeric, coded: Coded, ct: np.ndarray, cr: np.ndarray, param
     nt, nr = int(ct.sum()), int(cr.sum())
     if nt < params.min_tail or nr < params.min_tail or int(((ct + cr) > 0).sum()) < 2:
         return None  # too few known values, or a constant: nothing to test
-    from harness.analysis.tail_counts import mann_whitney_arrays, median, quantile, separation, share_above
+    from harness.analysis.why.counts import mann_whitney_arrays, median, quantile, separation, share_above
 
     u = mann_whitney_arrays(ct, cr)
     keys, values = coded.keys, coded.values
@@ -292,7 +292,7 @@ def connect_cost(label: str, metric: list, flags: list) -> str:
 def code_features(cols: Mapping[str, Sequence[Any] | np.ndarray], uniform: np.ndarray) -> dict[str, Coded]:
     """Every feature but time coded once per step (``tail_counts``): ``cols`` over the rows tested, ``uniform`` the
     rest's sample among them."""
-    from harness.analysis.tail_counts import code_column
+    from harness.analysis.why.counts import code_column
 
     floors = {s.name: s.floor for s in NUMERIC}
     return {f: code_column(cols[f], uniform, floors.get(f, 0.0), numeric=f in floors) for f in FEATURES
@@ -302,7 +302,7 @@ def code_features(cols: Mapping[str, Sequence[Any] | np.ndarray], uniform: np.nd
 def feature_test(name: str, coded: Coded, tail: np.ndarray, excluded: np.ndarray, params: TailParams) -> dict | None:
     """Test feature ``name`` on the tail's rows against the rest's: the uniform sample's rows but ``excluded``
     (positions in the coded columns). Time is ``time_test``."""
-    from harness.analysis.tail_counts import as_counter, counts
+    from harness.analysis.why.counts import as_counter, counts
 
     ct, cr = counts(coded, tail, excluded)
     spec = next((s for s in NUMERIC if s.name == name), None)
