@@ -2,7 +2,7 @@
 
 Without it each stream is a greenlet blocked in ``recv``: per streamed event the hub wakes, switches to that
 greenlet, which reads, parses, finds nothing more (a second ``recv``, ``EAGAIN``), re-arms its watcher and
-switches back — ~58% of a worker's samples sat in the gevent hub in a profile against llama.cpp. Here the
+switches back: most of a worker's time goes to the gevent hub (docs/architecture.md). Here the
 request's greenlet registers its socket and waits once; the hub watches the epoll's own fd, and its callback
 reads every ready socket (``InFlight.pump``: one ``recvmsg`` with the kernel's timestamp, the push parsers)
 and wakes a request's greenlet only when its response is over. One switch per request, not per token.

@@ -17,9 +17,9 @@ A headless master run paid ~2 s of fixed sleeps at its end that wait for nothing
 - **Before the run**, Locust's wait for ``--expect-workers`` looks at no signal: a master whose ``kneecap run`` died
   before its workers connected (its parent-death SIGTERM) waited forever, an orphan. ``end_on_sigterm`` exits then.
 
-Left as Locust has it: the once-a-second check for ``--expect-workers`` at start (~1 s a run). Cutting it
-(tried, 2026-12-03) started the load while workers were still starting up, and open-loop send lag rose past
-10 ms in a fresh-clone CI run: that second is the workers' settling time.
+Left as Locust has it: the once-a-second check for ``--expect-workers`` at start (~1 s a run). Cut, the load
+starts while workers are still starting up (open-loop send lag past 10 ms): that second is the workers' settling
+time.
 """
 
 from __future__ import annotations

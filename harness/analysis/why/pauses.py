@@ -134,8 +134,8 @@ class StepPauses:
         """The pauses that recur regularly and their period's (median, sd) in seconds: at least 4 within
         ``PERIODIC_CV``, or 3 whose two intervals agree within a third of it (a short step sees few); a pause shorter
         than half the median length (a scheduling blip among the server's stalls) is left out. When blips are most of
-        the pauses (a busy client host: 15 of ~20 ms beside 5 of the server's 300 ms stalls, a fresh-clone CI of
-        2026-12-03), the pauses over twice the median length, when 3 or more, are tried first, alone.
+        the pauses (a busy client host: 15 of ~20 ms beside 5 of the server's 300 ms stalls), the pauses over twice
+        the median length, when 3 or more, are tried first, alone.
         One occurrence may be missing (a stall while no stream was decoding or long waiting shows no pause: "every
         2 s" seen at 0, 2 and 6 s): an interval of twice the others counts as two, and the intervals per period must
         then agree within a tenth of the limit (2.0 and 2.05 s, not 2.0 and 2.25: a grid fits loose intervals too
