@@ -23,6 +23,7 @@ from harness.summary import (
     FleetEvent,
     Generator,
     RunCost,
+    Sessions,
     SloCheck,
     StepCost,
     Stream,
@@ -71,7 +72,7 @@ class StepResult:
     server: dict | None = None
     prefix_cache: dict | None = None
     """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
-    sessions: dict | None = None
+    sessions: Sessions | None = None
     """Sessions workloads: ended sessions, their figures, TTFT by turn, agent stall (``analysis.sessions``)."""
     stream: Stream | None = None
     """When it applies: requests with exact per-chunk token counts and their tokens-per-chunk distribution,
@@ -153,7 +154,7 @@ class StepResult:
         if self.prefix_cache is not None:
             out["prefix_cache"] = self.prefix_cache
         if self.sessions is not None:
-            out["sessions"] = self.sessions
+            out["sessions"] = to_builtins(self.sessions)
         if self.stream is not None:
             out["stream"] = to_builtins(self.stream)
         if self.answers is not None:

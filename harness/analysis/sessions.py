@@ -19,8 +19,11 @@ and it says how much one slow call delays every step after it.
 
 from __future__ import annotations
 
+from msgspec import convert
+
 from harness.metrics.aggregate import Bucket, summarize_sketch
 from harness.metrics.sessions import SessionStats, turn_sketch
+from harness.summary import Percentiles, Sessions, TurnBucket
 
 __all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cache_view", "explain_cache",
            "session_view"]
@@ -97,29 +100,26 @@ def agent_stall(step: Bucket, baseline: Bucket) -> float | None:
     return round(extra / calls * (s.call_sum / s.ended), 4) + 0.0  # + 0.0: no "-0.0" in the summary
 
 
-def _ms(bucket: Bucket, name: str) -> dict:
+def _ms(bucket: Bucket, name: str, scale: float = 1000.0) -> Percentiles:
     sk = bucket.sketches.get(name)
-    return summarize_sketch(sk) if sk is not None else {"count": 0}
+    return convert(summarize_sketch(sk, scale), Percentiles) if sk is not None else Percentiles(count=0)
 
 
-def session_view(bucket: Bucket, baseline: Bucket | None) -> dict | None:
+def session_view(bucket: Bucket, baseline: Bucket | None) -> Sessions | None:
     """``sessions`` of a step: ended sessions and their figures, TTFT by turn bucket, agent stall."""
     s: SessionStats | None = bucket.sessions
     if s is None:
         return None
-    ctx = bucket.sketches.get("session_context")
     stall = agent_stall(bucket, baseline) if baseline is not None else None
-    return {
-        "ended": s.ended, "failed": s.failed, "ended_full": s.ended_full, "compactions": s.compactions,
-        "turns_mean": round(s.turn_sum / s.ended, 2) if s.ended else None,
-        "calls_mean": round(s.call_sum / s.ended, 2) if s.ended else None,
-        "duration_ms": _ms(bucket, "session_duration"), "model_time_ms": _ms(bucket, "session_model_time"),
-        "session_ttft_ms": _ms(bucket, "session_ttft"),
-        "context_tokens": summarize_sketch(ctx, scale=1.0) if ctx is not None else {"count": 0},
-        "agent_stall_s": stall,
-        "by_turn": {label: {"calls": t[0], "ok": t[1], "ttft_ms": _ms(bucket, turn_sketch(label))}
-                    for label, t in sorted(s.turns.items(), key=lambda kv: _first_turn(kv[0]))},
-    }
+    return Sessions(
+        ended=s.ended, failed=s.failed, ended_full=s.ended_full, compactions=s.compactions,
+        turns_mean=round(s.turn_sum / s.ended, 2) if s.ended else None,
+        calls_mean=round(s.call_sum / s.ended, 2) if s.ended else None,
+        duration_ms=_ms(bucket, "session_duration"), model_time_ms=_ms(bucket, "session_model_time"),
+        session_ttft_ms=_ms(bucket, "session_ttft"), context_tokens=_ms(bucket, "session_context", scale=1.0),
+        agent_stall_s=stall,
+        by_turn={label: TurnBucket(calls=t[0], ok=t[1], ttft_ms=_ms(bucket, turn_sketch(label)))
+                 for label, t in sorted(s.turns.items(), key=lambda kv: _first_turn(kv[0]))})
 
 
 def _first_turn(label: str) -> int:

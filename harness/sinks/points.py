@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec import to_builtins
+
 from harness.analysis.results import StepResult
 from harness.client.server_metrics import ServerSample
 from harness.metrics.aggregate import Bucket
@@ -63,12 +65,11 @@ def window_points(b: Bucket, *, tags: dict[str, str], ts_ms: int, window: int, s
 def _session_stats(step: StepResult) -> list[tuple[str, dict]]:
     """Session sketches of a step as (metric, stats): whole sessions, then TTFT by turn bucket."""
     v = step.sessions
-    if not v:
+    if v is None:
         return []
-    out = [(name, v[key]) for name, key in (("session_duration", "duration_ms"), ("session_model_time",
-                                                                                   "model_time_ms"),
-                                            ("session_ttft", "session_ttft_ms"))]
-    return out + [(f"ttft_turn_{label}", t["ttft_ms"]) for label, t in v["by_turn"].items()]
+    out = [("session_duration", v.duration_ms), ("session_model_time", v.model_time_ms),
+           ("session_ttft", v.session_ttft_ms), *((f"ttft_turn_{label}", t.ttft_ms) for label, t in v.by_turn.items())]
+    return [(name, to_builtins(stats)) for name, stats in out if stats is not None]
 
 
 def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[str]:
@@ -104,12 +105,11 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
             if getattr(g, name) is not None:
                 p = p.field(name, float(getattr(g, name)))
         out.append(p.field("output_tokens", g.output_tokens).field("shared_stamp_share", float(g.shared_stamp_share)))
-    if step.sessions and step.sessions["ended"]:
-        v = step.sessions
-        p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v["ended"]).field("failed", v["failed"]) \
-            .field("turns_mean", float(v["turns_mean"])).field("load", float(step.level))
-        if v["agent_stall_s"] is not None:
-            p = p.field("agent_stall_s", float(v["agent_stall_s"]))
+    if (v := step.sessions) is not None and v.ended:
+        p = _point("kneecap_step_sessions", st, ts_ms).field("ended", v.ended).field("failed", v.failed) \
+            .field("turns_mean", float(v.turns_mean or 0)).field("load", float(step.level))
+        if v.agent_stall_s is not None:
+            p = p.field("agent_stall_s", float(v.agent_stall_s))
         out.append(p)
     out += _split_point(step, st, ts_ms) + _tail_points(step, st, ts_ms) + _cost_point(step, st, ts_ms)
     out += _class_points(step, st, ts_ms)

@@ -7,6 +7,7 @@ import pytest
 
 from harness.analysis.judge import evaluate_slo, misses, step_point
 from harness.analysis.sessions import NOT_REPORTED, SERVER_SOURCE, agent_stall, cache_view, explain_cache, session_view
+from harness.analysis.steps import StepInfo, step_result
 from harness.metrics.aggregate import Bucket, CacheCounts
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
@@ -69,8 +70,18 @@ def test_agent_stall_is_zero_at_the_baseline_and_counts_the_extra_wait():
     # Extra per call: (0.4 + 1.0 + 0.2 + 0.0) / 2 = 0.8 s; 4 calls per session -> 3.2 s.
     assert agent_stall(loaded, base) == pytest.approx(3.2)
     view = session_view(loaded, base)
-    assert view["agent_stall_s"] == pytest.approx(3.2) and list(view["by_turn"]) == ["1", "2-4"]
-    assert view["turns_mean"] == 4 and view["ended"] == 5
+    assert view.agent_stall_s == pytest.approx(3.2) and list(view.by_turn) == ["1", "2-4"]
+    assert view.turns_mean == 4 and view.ended == 5
+    # the same figures go to InfluxDB: the step's sessions point, and each session sketch as its own metric
+    from harness.sinks.points import step_points  # here: influxdb_client imports ssl (see test_client_side.py)
+
+    r = step_result(StepInfo(0, 4, 0.0), loaded, None, now=10.0)
+    r.sessions = view
+    lines = step_points(r, tags={"run": "x"}, ts_ms=1)
+    (point,) = [p for p in lines if p.startswith("kneecap_step_sessions")]
+    assert "ended=5i" in point and "agent_stall_s=3.2" in point and "turns_mean=4" in point, point
+    metrics = {p.split("metric=")[1].split(",")[0] for p in lines if p.startswith("kneecap_step,")}
+    assert {"session_duration", "ttft_turn_1", "ttft_turn_2-4"} <= metrics, metrics
 
 
 def test_session_slos_and_knee_rank_failed_sessions_as_misses():
