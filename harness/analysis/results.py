@@ -22,6 +22,7 @@ from harness.summary import (
     Delivery,
     FleetEvent,
     Generator,
+    PrefixCache,
     RunCost,
     Sessions,
     SloCheck,
@@ -70,7 +71,7 @@ class StepResult:
     slo_passed: bool | None = None
     slo: list[SloCheck] = field(default_factory=list)
     server: dict | None = None
-    prefix_cache: dict | None = None
+    prefix_cache: PrefixCache | None = None
     """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
     sessions: Sessions | None = None
     """Sessions workloads: ended sessions, their figures, TTFT by turn, agent stall (``analysis.sessions``)."""
@@ -152,7 +153,7 @@ class StepResult:
         if self.server is not None:
             out["server"] = self.server
         if self.prefix_cache is not None:
-            out["prefix_cache"] = self.prefix_cache
+            out["prefix_cache"] = to_builtins(self.prefix_cache)
         if self.sessions is not None:
             out["sessions"] = to_builtins(self.sessions)
         if self.stream is not None:

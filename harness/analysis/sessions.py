@@ -19,11 +19,11 @@ and it says how much one slow call delays every step after it.
 
 from __future__ import annotations
 
-from msgspec import convert
+from msgspec import UNSET, UnsetType, convert
 
 from harness.metrics.aggregate import Bucket, summarize_sketch
 from harness.metrics.sessions import SessionStats, turn_sketch
-from harness.summary import Percentiles, Sessions, TurnBucket
+from harness.summary import CacheClient, CacheServer, Percentiles, PrefixCache, Sessions, TurnBucket
 
 __all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cache_view", "explain_cache",
            "session_view"]
@@ -40,36 +40,31 @@ def _share(prompt: int, cached: int) -> float | None:
     return round(cached / prompt, 4) if prompt else None
 
 
-def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> dict:
+def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> PrefixCache:
     """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources; with
     ``workload.trace``, the trace's own ceiling beside them."""
     c = bucket.cache
     usage = CLIENT_SOURCES.get(api, CLIENT_SOURCE)
     source = usage if not c.from_timings else TIMINGS_SOURCE if c.from_timings == c.requests \
         else f"{usage} and {TIMINGS_SOURCE}"
-    client: dict = {"source": source}
+    client = CacheClient(source=source, note=NOT_REPORTED)
     if c.requests:
-        client.update(requests=c.requests, prompt_tokens=c.prompt_tokens, cached_tokens=c.cached_tokens,
-                      cached_share=_share(c.prompt_tokens, c.cached_tokens))
-        if bucket.sessions is not None:
-            client["by_turn"] = {label: _share(t[3], t[4]) for label, t in
-                                 sorted(bucket.sessions.turns.items(), key=lambda kv: _first_turn(kv[0])) if t[2]}
-    else:
-        client["note"] = NOT_REPORTED
+        turns = bucket.sessions.turns if bucket.sessions is not None else None
+        client = CacheClient(source=source, requests=c.requests, prompt_tokens=c.prompt_tokens,
+                             cached_tokens=c.cached_tokens, cached_share=_share(c.prompt_tokens, c.cached_tokens),
+                             by_turn=UNSET if turns is None else {label: _share(t[3], t[4]) for label, t in sorted(
+                                 turns.items(), key=lambda kv: _first_turn(kv[0])) if t[2]})
     hits = (server or {}).get("prefix_cache_hits")
     queries = (server or {}).get("prefix_cache_queries")
-    srv: dict = {"source": SERVER_SOURCE}
-    if queries:
-        srv.update(queries=queries, hits=hits, hit_rate=round(hits / queries, 4))
-    else:
-        srv["note"] = NOT_REPORTED
-    out = {"client": client, "server": srv}
+    srv = CacheServer(source=SERVER_SOURCE, queries=queries, hits=hits, hit_rate=round((hits or 0) / queries, 4)) \
+        if queries else CacheServer(source=SERVER_SOURCE, note=NOT_REPORTED)
     of = bucket.extra.get("prefix_ceiling_of", 0)
+    ceiling: dict[str, float | int | str] | None = None
     if of:  # workload.trace: what an unbounded cache could have served, by the trace's own block ids
         ideal = bucket.extra.get("prefix_ceiling_tokens", 0)
-        out["ceiling"] = {"source": "trace hash_ids", "prompt_tokens": of, "cached_tokens": ideal,
-                          "share": round(ideal / of, 4), "blocks": _blocks(bucket)}
-    return out
+        ceiling = {"source": "trace hash_ids", "prompt_tokens": of, "cached_tokens": ideal,
+                   "share": round(ideal / of, 4), "blocks": _blocks(bucket)}
+    return PrefixCache(client=client, server=srv, ceiling=ceiling)
 
 
 def _blocks(bucket: Bucket) -> str:
@@ -127,22 +122,26 @@ def _first_turn(label: str) -> int:
     return int(label.split("-")[0].rstrip("+"))
 
 
-def _hit(view: dict | None) -> tuple[float, str] | None:
-    if not view:
+def _hit(view: PrefixCache | None) -> tuple[float, str] | None:
+    if view is None:
         return None
-    client, server = view.get("client", {}), view.get("server", {})
-    if client.get("cached_share") is not None:
-        return client["cached_share"], "client"
-    if server.get("hit_rate") is not None:
-        return server["hit_rate"], "server"
+    if isinstance(share := view.client.cached_share, float):
+        return share, "client"
+    if view.server.hit_rate is not None:
+        return view.server.hit_rate, "server"
     return None
+
+
+def _by_turn(view: PrefixCache | None) -> dict[str, float | None]:
+    turns = view.client.by_turn if view is not None else UNSET
+    return {} if isinstance(turns, UnsetType) else turns
 
 
 FELL = 0.05
 """A hit rate that fell by more than this (5 points) is part of the knee's reason."""
 
 
-def explain_cache(before: dict | None, after: dict | None) -> str:
+def explain_cache(before: PrefixCache | None, after: PrefixCache | None) -> str:
     """The prefix cache's part of the knee's reason when its hit rate fell, e.g. "prefix cache hit 92% -> 41%".
 
     The step's hit rate mixes first turns (nothing to hit) with later ones, so the first later turns to miss (the
@@ -153,10 +152,9 @@ def explain_cache(before: dict | None, after: dict | None) -> str:
         return ""
     if b[0] < a[0] - FELL:
         return f"prefix cache hit {100 * a[0]:.0f}% -> {100 * b[0]:.0f}% ({a[1]} side)"
-    turns_a = ((before or {}).get("client") or {}).get("by_turn") or {}
-    turns_b = ((after or {}).get("client") or {}).get("by_turn") or {}
-    drops = [(x - turns_b[label], label, x, turns_b[label]) for label, x in turns_a.items()
-             if x is not None and turns_b.get(label) is not None and x >= 0.5]  # buckets that did hit before
+    turns_a, turns_b = _by_turn(before), _by_turn(after)
+    drops = [(x - y, label, x, y) for label, x in turns_a.items()
+             if x is not None and (y := turns_b.get(label)) is not None and x >= 0.5]  # buckets that did hit before
     drop, label, x, y = max(drops, default=(0.0, "", 0.0, 0.0))
     if drop <= FELL:
         return ""

@@ -86,14 +86,15 @@ def step_points(step: StepResult, *, tags: dict[str, str], ts_ms: int) -> list[s
         if stats.get("p99_ci"):
             p = p.field("p99_ci_lo", stats["p99_ci"][0]).field("p99_ci_hi", stats["p99_ci"][1])
         out.append(p.field("load", float(step.level)))
-    cache = step.prefix_cache or {}
-    client, server = cache.get("client", {}), cache.get("server", {})
-    if client.get("cached_share") is not None or server.get("hit_rate") is not None:
+    cache = step.prefix_cache
+    share = cache.client.cached_share if cache is not None else None
+    rate = cache.server.hit_rate if cache is not None else None
+    if isinstance(share, float) or rate is not None:
         p = _point("kneecap_step_cache", st, ts_ms).field("load", float(step.level))
-        if client.get("cached_share") is not None:
-            p = p.field("client_cached_share", float(client["cached_share"]))
-        if server.get("hit_rate") is not None:
-            p = p.field("server_hit_rate", float(server["hit_rate"]))
+        if isinstance(share, float):
+            p = p.field("client_cached_share", share)
+        if rate is not None:
+            p = p.field("server_hit_rate", float(rate))
         out.append(p)
     g = step.generator
     if step.new_connection_share is not None or g.cpu_s is not None:

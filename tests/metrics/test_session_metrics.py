@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import msgpack
+import msgspec
 import pytest
 
 from harness.analysis.judge import evaluate_slo, misses, step_point
-from harness.analysis.sessions import NOT_REPORTED, SERVER_SOURCE, agent_stall, cache_view, explain_cache, session_view
+from harness.analysis.sessions import (
+    CLIENT_SOURCE,
+    NOT_REPORTED,
+    SERVER_SOURCE,
+    agent_stall,
+    cache_view,
+    explain_cache,
+    session_view,
+)
 from harness.analysis.steps import StepInfo, step_result
 from harness.metrics.aggregate import Bucket, CacheCounts
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
 from harness.spec.slo import parse_threshold, request_meets
+from harness.summary import PrefixCache
 
 
 def _call(turn_bucket: str, ttft: float, e2e: float, n: int = 11, prompt: int = 1000, cached: int | None = 600,
@@ -49,11 +59,13 @@ def test_cache_view_names_its_sources_and_says_when_nothing_is_reported():
     b = Bucket()
     b.add(RequestRecord(start=0, ttft_s=0.1, e2e_s=0.2, output_tokens=3, prompt_tokens=100, chunk_times=[0.1]))
     v = cache_view(b, None)
-    assert v["client"]["note"] == NOT_REPORTED and v["server"]["note"] == NOT_REPORTED
+    assert v.client.note == NOT_REPORTED and v.server.note == NOT_REPORTED
+    assert msgspec.to_builtins(v.client) == {"source": CLIENT_SOURCE, "note": NOT_REPORTED}  # no invented figures
     b.add(_call("1", 0.1, 0.2, prompt=1000, cached=250))
     v = cache_view(b, {"prefix_cache_queries": 4000.0, "prefix_cache_hits": 1000.0})
-    assert v["client"]["cached_share"] == 0.25 and v["client"]["by_turn"] == {"1": 0.25}
-    assert v["server"] == {"source": SERVER_SOURCE, "queries": 4000.0, "hits": 1000.0, "hit_rate": 0.25}
+    assert v.client.cached_share == 0.25 and v.client.by_turn == {"1": 0.25}
+    assert msgspec.to_builtins(v.server) == {"source": SERVER_SOURCE, "queries": 4000.0, "hits": 1000.0,
+                                             "hit_rate": 0.25}
 
 
 def test_agent_stall_is_zero_at_the_baseline_and_counts_the_extra_wait():
@@ -99,14 +111,21 @@ def test_session_slos_and_knee_rank_failed_sessions_as_misses():
     assert request_meets((parse_threshold("session_ttft", "p(95)<1"),)) is None  # not a per-request limit
 
 
+def explain_cache_of(before: dict | None, after: dict | None) -> str:
+    """``explain_cache`` of two steps' ``prefix_cache`` blocks as summary.json has them."""
+    def view(d):
+        return None if d is None else msgspec.convert({"server": {}, **d}, PrefixCache)
+    return explain_cache(view(before), view(after))
+
+
 def test_explain_cache_only_when_the_hit_rate_falls():
     hi = {"client": {"cached_share": 0.9}, "server": {}}
     lo = {"client": {"cached_share": 0.4}, "server": {}}
-    assert explain_cache(hi, lo) == "prefix cache hit 90% -> 40% (client side)"
-    assert explain_cache(lo, hi) == ""
-    assert explain_cache({"client": {}, "server": {"hit_rate": 0.8}}, {"client": {}, "server": {"hit_rate": 0.1}}) \
+    assert explain_cache_of(hi, lo) == "prefix cache hit 90% -> 40% (client side)"
+    assert explain_cache_of(lo, hi) == ""
+    assert explain_cache_of({"client": {}, "server": {"hit_rate": 0.8}}, {"client": {}, "server": {"hit_rate": 0.1}}) \
         == "prefix cache hit 80% -> 10% (server side)"
-    assert explain_cache(None, lo) == ""
+    assert explain_cache_of(None, lo) == ""
 
 
 def test_nearest_rank():
@@ -119,9 +138,9 @@ def test_explain_cache_names_the_turns_that_began_to_miss_when_the_step_rate_hid
     never hit, weigh in), but the later turns began to miss: that is the knee's cache side."""
     at7 = {"client": {"cached_share": 0.8367, "by_turn": {"1": 0.0, "2-4": 0.9586, "5-16": 0.9635}}, "server": {}}
     at10 = {"client": {"cached_share": 0.8145, "by_turn": {"1": 0.0, "2-4": 0.9593, "5-16": 0.8529}}, "server": {}}
-    assert explain_cache(at7, at10) == "prefix cache hit on turns 5-16 96% -> 85% (client side)"
-    assert explain_cache(at10, at7) == ""  # it rose
+    assert explain_cache_of(at7, at10) == "prefix cache hit on turns 5-16 96% -> 85% (client side)"
+    assert explain_cache_of(at10, at7) == ""  # it rose
     flat = {"client": {"cached_share": 0.8, "by_turn": {"1": 0.0, "2-4": 0.96}}, "server": {}}
-    assert explain_cache(flat, {"client": {"cached_share": 0.79, "by_turn": {"1": 0.0, "2-4": 0.93}}}) == ""
+    assert explain_cache_of(flat, {"client": {"cached_share": 0.79, "by_turn": {"1": 0.0, "2-4": 0.93}}}) == ""
     low = {"client": {"cached_share": 0.1, "by_turn": {"1": 0.0, "2-4": 0.3}}, "server": {}}  # never hit much
-    assert explain_cache(low, {"client": {"cached_share": 0.09, "by_turn": {"1": 0.0, "2-4": 0.1}}}) == ""
+    assert explain_cache_of(low, {"client": {"cached_share": 0.09, "by_turn": {"1": 0.0, "2-4": 0.1}}}) == ""
