@@ -11,7 +11,7 @@ server's side too, which the words say.
 
 from __future__ import annotations
 
-from harness.summary import CancelSlots
+from harness.summary import CancelSlots, Server
 
 __all__ = ["MARGIN", "cancel_slots"]
 
@@ -19,13 +19,13 @@ MARGIN = (0.15, 1.0)
 """The server may hold up to the client's concurrency × (1 + 0.15) + 1 and still count as having freed the slots."""
 
 
-def cancel_slots(busy_ms: int, measured_s: float, server: dict | None, cancelled: int) -> CancelSlots | None:
+def cancel_slots(busy_ms: int, measured_s: float, server: Server | None, cancelled: int) -> CancelSlots | None:
     """The step's verdict, or None when it has no hang-ups, no measured time or no running gauge from the server."""
-    running = (server or {}).get("running_mean")
-    if not cancelled or measured_s <= 0 or running is None:
+    running = server.running_mean if server is not None else None
+    if not cancelled or measured_s <= 0 or not isinstance(running, float) or server is None:
         return None
     client = busy_ms / 1000 / measured_s
-    held = running + ((server or {}).get("waiting_mean") or 0.0)
+    held = running + (server.waiting_mean or 0.0)
     freed = held <= client * (1 + MARGIN[0]) + MARGIN[1]
     words = (f"the server held {held:.1f} requests on average (running + waiting) against the {client:.1f} this "
              "test had in flight: " + ("it freed the slots of the users who hung up" if freed else

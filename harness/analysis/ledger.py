@@ -50,7 +50,7 @@ from harness.metrics.by_step import Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.row_sample import RowSample
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
-from harness.summary import FleetEvent, SloCheck, StepCost, Tokens, level_unit
+from harness.summary import FleetEvent, Server, SloCheck, StepCost, Tokens, level_unit
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -233,9 +233,9 @@ class Ledger:
             bucket = self.measured(st.index)
             if st.info.fleet_changed or not bucket.requests:
                 continue
-            server = st.server.summary() if st.server is not None else {}
+            server = st.server.summary() if st.server is not None else Server()
             probes.append(Probe(self.point(st, now), bucket.requests / st.info.measured_s(now),
-                                server.get("waiting_mean"), server.get("running_max"), PREDICTED in st.info.why))
+                                server.waiting_mean, server.running_max, PREDICTED in st.info.why))
         self.decision = choose(probes, self.grid, self.knee_params, open_loop=self.mode == "open",
                                label=self.knee_label)
         return self.decision

@@ -24,6 +24,7 @@ from harness.summary import (
     Generator,
     PrefixCache,
     RunCost,
+    Server,
     Sessions,
     SloCheck,
     StepCost,
@@ -70,7 +71,7 @@ class StepResult:
     stationary: bool | None = None
     slo_passed: bool | None = None
     slo: list[SloCheck] = field(default_factory=list)
-    server: dict | None = None
+    server: Server | None = None
     prefix_cache: PrefixCache | None = None
     """Client- and server-side prefix-cache hit shares with their sources (``analysis.sessions.cache_view``)."""
     sessions: Sessions | None = None
@@ -151,7 +152,7 @@ class StepResult:
             if self.cancelled_slots is not None:
                 out["cancelled_slots"] = to_builtins(self.cancelled_slots)
         if self.server is not None:
-            out["server"] = self.server
+            out["server"] = to_builtins(self.server)
         if self.prefix_cache is not None:
             out["prefix_cache"] = to_builtins(self.prefix_cache)
         if self.sessions is not None:

@@ -6,8 +6,11 @@ from array import array
 from collections.abc import Callable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 
+from msgspec import UNSET
+
 from harness.analysis.histogram import delta, mean, quantile
 from harness.client.server_metrics import ServerSample
+from harness.summary import Server, SplitPart
 
 __all__ = ["NO_STAGE_DELTA", "STAGES", "ServerStep", "TimeSeries", "explain"]
 
@@ -79,29 +82,28 @@ class ServerStep:
             if v is not None:
                 values.append(v)
 
-    def summary(self) -> dict:
+    def summary(self) -> Server:
+        """summary.json's ``server`` block of the step."""
         def stat(v: Sequence[float], f: Callable[[Sequence[float]], float]) -> float | None:
             return round(f(v), 3) if v else None
 
         def mean(v: Sequence[float]) -> float:
             return sum(v) / len(v)
 
-        out: dict = {"samples": max(len(self.waiting), len(self.running)),
-                     "waiting_max": stat(self.waiting, max), "waiting_mean": stat(self.waiting, mean),
-                     "running_max": stat(self.running, max), "running_mean": stat(self.running, mean),
-                     "kv_cache_usage_max": stat(self.kv, max),
-                     "preemptions": round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None}
+        cache: dict[str, float] = {}
         if len(self.cache_queries) >= 2 and len(self.cache_hits) == len(self.cache_queries):
             # The step's delta between its first and last scrape (a scrape period at each end is not in it).
-            out.update(prefix_cache_queries=self.cache_queries[-1] - self.cache_queries[0],
-                       prefix_cache_hits=self.cache_hits[-1] - self.cache_hits[0])
-        out.update(self.token_rates())
+            cache = {"prefix_cache_queries": self.cache_queries[-1] - self.cache_queries[0],
+                     "prefix_cache_hits": self.cache_hits[-1] - self.cache_hits[0]}
         stages = self.stages()
-        if stages:
-            out["stages"] = stages
-        elif any(getattr(self.first, name, None) is not None for name in STAGES):
-            out["stages_note"] = NO_STAGE_DELTA  # the server has them: this step just has no delta of them
-        return out
+        # the server has the histograms, but this step has no delta of them: said, not taken for a silent server
+        note = NO_STAGE_DELTA if not stages and any(getattr(self.first, n, None) is not None for n in STAGES) \
+            else UNSET
+        return Server(samples=max(len(self.waiting), len(self.running)), waiting_max=stat(self.waiting, max),
+                      waiting_mean=stat(self.waiting, mean), running_max=stat(self.running, max),
+                      running_mean=stat(self.running, mean), kv_cache_usage_max=stat(self.kv, max),
+                      preemptions=round(self.preemptions[-1] - self.preemptions[0], 3) if self.preemptions else None,
+                      **cache, **self.token_rates(), stages=stages or UNSET, stages_note=note)
 
     def token_rates(self) -> dict:
         """The server's own token counters over the step's measured scrapes, per second (``generation_tokens_per_s``,
@@ -117,7 +119,7 @@ class ServerStep:
                 out[f"{name}_per_s"] = round((y - x) / (t1 - t0), 1)
         return out
 
-    def stages(self) -> dict:
+    def stages(self) -> dict[str, SplitPart]:
         """Per histogram the server has: the step's observations, their mean (exact) and p50/p95 in ms as
         [estimate, low, high] (the bucket's bounds; high None in the +Inf bucket)."""
         out = {}
@@ -131,19 +133,19 @@ class ServerStep:
                 if v is not None:
                     entry[f"p{round(q * 100)}_ms"] = [round(v.estimate * 1000, 3), round(v.low * 1000, 3),
                                                        None if v.high is None else round(v.high * 1000, 3)]
-            out[name] = entry
+            out[name] = SplitPart(**entry)
         return out
 
 
-def explain(before: dict | None, after: dict | None) -> str:
+def explain(before: Server | None, after: Server | None) -> str:
     """The server's part of the knee's reason, e.g. "server: waiting requests 0 -> 37, KV cache 98%"."""
-    if not before or not after or before.get("waiting_mean") is None or after.get("waiting_mean") is None:
+    if before is None or after is None or before.waiting_mean is None or after.waiting_mean is None:
         return ""
-    parts = [f"waiting requests {before['waiting_mean']:.0f} -> {after['waiting_mean']:.0f}"]
-    if after.get("running_max") is not None:
-        parts.append(f"running {after['running_max']:.0f}")
-    if after.get("kv_cache_usage_max") is not None:
-        parts.append(f"KV cache {100 * after['kv_cache_usage_max']:.0f}%")
-    if after.get("preemptions"):
-        parts.append(f"{after['preemptions']:.0f} preemptions")
+    parts = [f"waiting requests {before.waiting_mean:.0f} -> {after.waiting_mean:.0f}"]
+    if after.running_max is not None:
+        parts.append(f"running {after.running_max:.0f}")
+    if after.kv_cache_usage_max is not None:
+        parts.append(f"KV cache {100 * after.kv_cache_usage_max:.0f}%")
+    if after.preemptions:
+        parts.append(f"{after.preemptions:.0f} preemptions")
     return "server: " + ", ".join(parts)

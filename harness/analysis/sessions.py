@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType, convert
 
 from harness.metrics.aggregate import Bucket, summarize_sketch
 from harness.metrics.sessions import SessionStats, turn_sketch
-from harness.summary import CacheClient, CacheServer, Percentiles, PrefixCache, Sessions, TurnBucket
+from harness.summary import CacheClient, CacheServer, Percentiles, PrefixCache, Server, Sessions, TurnBucket
 
 __all__ = ["CLIENT_SOURCE", "NOT_REPORTED", "SERVER_SOURCE", "agent_stall", "cache_view", "explain_cache",
            "session_view"]
@@ -40,7 +40,7 @@ def _share(prompt: int, cached: int) -> float | None:
     return round(cached / prompt, 4) if prompt else None
 
 
-def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> PrefixCache:
+def cache_view(bucket: Bucket, server: Server | None, api: str = "chat") -> PrefixCache:
     """``prefix_cache`` of a step: client-side and server-side hit shares, with their sources; with
     ``workload.trace``, the trace's own ceiling beside them."""
     c = bucket.cache
@@ -54,10 +54,10 @@ def cache_view(bucket: Bucket, server: dict | None, api: str = "chat") -> Prefix
                              cached_tokens=c.cached_tokens, cached_share=_share(c.prompt_tokens, c.cached_tokens),
                              by_turn=UNSET if turns is None else {label: _share(t[3], t[4]) for label, t in sorted(
                                  turns.items(), key=lambda kv: _first_turn(kv[0])) if t[2]})
-    hits = (server or {}).get("prefix_cache_hits")
-    queries = (server or {}).get("prefix_cache_queries")
+    hits = server.prefix_cache_hits if server is not None else UNSET
+    queries = server.prefix_cache_queries if server is not None else UNSET
     srv = CacheServer(source=SERVER_SOURCE, queries=queries, hits=hits, hit_rate=round((hits or 0) / queries, 4)) \
-        if queries else CacheServer(source=SERVER_SOURCE, note=NOT_REPORTED)
+        if isinstance(queries, float) and queries else CacheServer(source=SERVER_SOURCE, note=NOT_REPORTED)
     of = bucket.extra.get("prefix_ceiling_of", 0)
     ceiling: dict[str, float | int | str] | None = None
     if of:  # workload.trace: what an unbounded cache could have served, by the trace's own block ids

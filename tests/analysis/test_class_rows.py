@@ -54,7 +54,7 @@ def test_a_class_tail_is_explained_among_its_own_requests():
     assert rag.ttft_split is not None and chat.ttft_split is not None
     assert rag.ttft_split["client"]["ttft"]["n"] == rag.requests, rag.ttft_split["client"]
     # the server's histograms are the whole step's: not split by class
-    assert rag.ttft_split["server"] == {"source": NOT_PER_CLASS["stages_note"]}
+    assert rag.ttft_split["server"] == {"source": NOT_PER_CLASS.stages_note}
     assert chat.cost is None
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from harness.analysis.why.decompose import NEGATIVE, UNKNOWN, ttft_split
 from harness.metrics.record import RequestRecord
 from harness.metrics.rows import ROW_FIELDS, encode_row
+from harness.summary import Server
 
 
 def rows(n: int = 100, *, prefill_s: float | None = None, new_every: int = 0) -> list[list]:
@@ -44,7 +46,7 @@ def test_histograms_give_the_server_ttft_and_the_rest_with_bucket_bounds():
                        "p95_ms": [240.0, 100.0, 250.0]},
               "queue_time": {"count": 100, "mean_ms": 60.0, "p50_ms": [55.0, 50.0, 100.0]},
               "prefill_time": {"count": 100, "mean_ms": 78.0, "p50_ms": [75.0, 50.0, 100.0]}}
-    split = ttft_split(rows(), {"waiting_mean": 3.0, "stages": stages})
+    split = ttft_split(rows(), msgspec.convert({"waiting_mean": 3.0, "stages": stages}, Server))
     s = split["server"]
     assert s["source"].startswith("per step") and s["queue"]["mean_ms"] == 60.0 and s["prefill"]["mean_ms"] == 78.0
     net = s["network_client"]
@@ -53,7 +55,7 @@ def test_histograms_give_the_server_ttft_and_the_rest_with_bucket_bounds():
 
 def test_a_server_mean_above_the_clients_is_named_not_shown_as_a_part():
     stages = {"ttft": {"count": 100, "mean_ms": 400.0, "p50_ms": [400.0, 250.0, 500.0]}}
-    net = ttft_split(rows(), {"stages": stages})["server"]["network_client"]
+    net = ttft_split(rows(), msgspec.convert({"stages": stages}, Server))["server"]["network_client"]
     assert net["mean_ms"] == -250.5 and net["note"] == NEGATIVE
 
 
@@ -72,15 +74,15 @@ def test_a_step_without_a_histogram_delta_says_so_rather_than_that_the_server_is
     cut_short = ServerStep()
     cut_short.add(sample(10))  # one scrape in the step: no delta
     summary = cut_short.summary()
-    assert "stages" not in summary and summary["stages_note"] == NO_STAGE_DELTA
+    assert summary.stages is msgspec.UNSET and summary.stages_note == NO_STAGE_DELTA
     assert ttft_split(rows(), summary)["server"] == {"source": NO_STAGE_DELTA}
     full = ServerStep()
     full.add(sample(10))
     full.add(sample(30))
-    assert full.summary()["stages"]["ttft"]["count"] == 20 and "stages_note" not in full.summary()
+    assert full.summary().stages["ttft"].count == 20 and full.summary().stages_note is msgspec.UNSET
     silent = ServerStep()  # a server without the histograms: nothing to note
     silent.add(ServerSample(running=1.0, waiting=0.0, kv_cache_usage=None, preemptions=None))
-    assert "stages_note" not in silent.summary() and ttft_split(rows(), silent.summary())["server"] == {
+    assert silent.summary().stages_note is msgspec.UNSET and ttft_split(rows(), silent.summary())["server"] == {
         "source": UNKNOWN}
 
 

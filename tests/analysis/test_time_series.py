@@ -24,5 +24,5 @@ def test_a_server_step_sums_up_as_with_lists():
         step.waiting.append(waiting)
         step.running.append(running)
     out = step.summary()
-    assert out["samples"] == 3 and out["waiting_max"] == 3.0 and out["waiting_mean"] == round(4 / 3, 3)
-    assert out["running_max"] == 8.0 and out["running_mean"] == round(20 / 3, 3) and out["preemptions"] is None
+    assert out.samples == 3 and out.waiting_max == 3.0 and out.waiting_mean == round(4 / 3, 3)
+    assert out.running_max == 8.0 and out.running_mean == round(20 / 3, 3) and out.preemptions is None

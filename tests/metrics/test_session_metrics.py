@@ -21,7 +21,7 @@ from harness.metrics.aggregate import Bucket, CacheCounts
 from harness.metrics.record import RequestRecord
 from harness.metrics.sessions import SessionRecord, nearest_rank
 from harness.spec.slo import parse_threshold, request_meets
-from harness.summary import PrefixCache
+from harness.summary import PrefixCache, Server
 
 
 def _call(turn_bucket: str, ttft: float, e2e: float, n: int = 11, prompt: int = 1000, cached: int | None = 600,
@@ -62,7 +62,7 @@ def test_cache_view_names_its_sources_and_says_when_nothing_is_reported():
     assert v.client.note == NOT_REPORTED and v.server.note == NOT_REPORTED
     assert msgspec.to_builtins(v.client) == {"source": CLIENT_SOURCE, "note": NOT_REPORTED}  # no invented figures
     b.add(_call("1", 0.1, 0.2, prompt=1000, cached=250))
-    v = cache_view(b, {"prefix_cache_queries": 4000.0, "prefix_cache_hits": 1000.0})
+    v = cache_view(b, Server(prefix_cache_queries=4000.0, prefix_cache_hits=1000.0))
     assert v.client.cached_share == 0.25 and v.client.by_turn == {"1": 0.25}
     assert msgspec.to_builtins(v.server) == {"source": SERVER_SOURCE, "queries": 4000.0, "hits": 1000.0,
                                              "hit_rate": 0.25}

@@ -26,7 +26,7 @@ from harness.analysis.why.attribute import StepTails
 from harness.analysis.why.decompose import ttft_split
 from harness.metrics.aggregate import CLASS_ANSWERS_KEY, CLASS_CANCEL_KEY
 from harness.spec.cost import CostSpec
-from harness.summary import Tokens
+from harness.summary import Server, Tokens
 
 __all__ = ["MIN_ROWS", "NOT_PER_CLASS", "add_counted", "add_rows_detail", "subset"]
 
@@ -44,8 +44,8 @@ def subset(cols: Mapping[str, Sequence[Any]], idx: list[int]) -> Mapping[str, Se
     return {k: list(get(v)) for k, v in cols.items()}
 
 
-NOT_PER_CLASS = {"stages_note": "not per class: the server's /metrics histograms are the whole step's (every "
-                                 "class); see the step's ttft_split"}
+NOT_PER_CLASS = Server(stages_note="not per class: the server's /metrics histograms are the whole step's (every "
+                                   "class); see the step's ttft_split")
 """A class's TTFT split has the server's side only where it is per request (llama.cpp's ``timings``)."""
 
 

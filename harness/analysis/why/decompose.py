@@ -24,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET, UnsetType, to_builtins
+
 if TYPE_CHECKING:
     import numpy as np
 
 from harness.analysis.step_columns import floats, ints
 from harness.analysis.why.rows import columns
 from harness.metrics.rows import FLAG_NEW_CONNECTION
+from harness.summary import Server
 
 __all__ = ["NEGATIVE", "UNKNOWN", "ttft_split"]
 
@@ -56,7 +59,7 @@ def _stat(tenths: np.ndarray) -> dict | None:
     return out
 
 
-def ttft_split(rows: Sequence[list] | Mapping[str, Sequence[Any]], server: dict | None) -> dict | None:
+def ttft_split(rows: Sequence[list] | Mapping[str, Sequence[Any]], server: Server | None) -> dict | None:
     """The step's TTFT in parts (module docstring) from its request rows (or their ``columns``, a
     ``StepColumns``' arrays shared with the tail's); ``server``: the step's server summary (its ``stages``, if any).
     None without successful requests."""
@@ -84,7 +87,8 @@ def ttft_split(rows: Sequence[list] | Mapping[str, Sequence[Any]], server: dict 
         "connect": _stat(connect[new[has_connect]]), "new_connection_share": round(int(new.sum()) / n_ok, 4),
         "send": _stat(known("send")[1]), "loop_lag": _stat(known("lag")[1])}
     out: dict = {"client": client}
-    stages = (server or {}).get("stages") or {}
+    stages = {k: to_builtins(v) for k, v in server.stages.items()} \
+        if server is not None and not isinstance(server.stages, UnsetType) else {}
     if len(prefill):
         out["server"] = {"source": "per request: timings.prompt_ms (llama.cpp)",
                          "prefill": _stat(prefill), "queue": UNKNOWN,
@@ -99,5 +103,6 @@ def ttft_split(rows: Sequence[list] | Mapping[str, Sequence[Any]], server: dict 
         out["server"] = {"source": src, "ttft": s_ttft, "queue": stages.get("queue_time") or UNKNOWN,
                          "prefill": stages.get("prefill_time") or UNKNOWN, "network_client": net}
     else:
-        out["server"] = {"source": (server or {}).get("stages_note") or UNKNOWN}
+        note = server.stages_note if server is not None else UNSET
+        out["server"] = {"source": UNKNOWN if isinstance(note, UnsetType) else note}
     return out
