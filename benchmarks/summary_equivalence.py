@@ -51,7 +51,7 @@ TIMING = {"started_at", "ended_at", "run_id", "latency_ms", "throughput", "token
           "warmup_requests", "duration_s", "generator", "server", "ttft_split", "tail", "output_tokens_counted",
           "prompt_length_error", "new_connections", "new_connection_share", "stationary", "complete", "knee",
           "processes", "clocks", "prefix_cache", "cost", "at", "observed", "exact_chunk_counts", "count",
-          "length_asked", "streams", "receives", "timeline"}
+          "length_asked", "streams", "receives", "timeline", "chunks_per_receive", "on_time_chunks_per_receive"}
 """Fields whose values depend on timing (counts of requests or samples, latencies, ports, worker ids)."""
 TIMED_KEYS = ("steps[].ttft_split.",)
 """Blocks where a ``note`` is there or not by timing: a TTFT part's figure that came out negative says why."""
