@@ -50,7 +50,7 @@ from harness.metrics.by_step import Fleet
 from harness.metrics.protocol import Report
 from harness.metrics.row_sample import RowSample
 from harness.metrics.rows import PROBE_CLASS, ROW_FIELDS
-from harness.summary import FleetEvent, Server, SloCheck, StepCost, Tokens, level_unit
+from harness.summary import FleetEvent, Server, SloCheck, StepCost, Timeline, Tokens, level_unit
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -95,7 +95,7 @@ class StepState:
     """Tail attribution of the step's request rows, worked out once when it is judged."""
     ttft_split: dict | None = None
     """Where the step's TTFT went (``analysis/why/decompose.py``), worked out once when it is judged."""
-    timeline: dict | None = None
+    timeline: Timeline | None = None
     """Its requests over time (``analysis/timeline.py``), for the report."""
     classes: list[ClassStep] | None = None
     """``workload.mix``: each class's figures (``analysis/mix/classes.py``), worked out once when it is judged."""

@@ -30,6 +30,7 @@ from harness.summary import (
     StepCost,
     Stream,
     Throughput,
+    Timeline,
     level_key,
 )
 
@@ -92,7 +93,7 @@ class StepResult:
     ttft_split: dict | None = None
     """Where TTFT goes: client parts (headers, headers → first token, connect) and the server's queue and prefill
     where it says, each with its source (``analysis.why.decompose``); judged steps only."""
-    timeline: dict | None = None
+    timeline: Timeline | None = None
     """Its requests over time, sampled (``analysis.timeline``); judged steps with request rows only."""
     tail: dict | None = None
     """Why the tail is slow: per latency metric and p99/p95, the request feature that separates the tail from the
@@ -170,7 +171,7 @@ class StepResult:
         if self.tail is not None:
             out["tail"] = self.tail
         if self.timeline is not None:
-            out["timeline"] = self.timeline
+            out["timeline"] = to_builtins(self.timeline)
         if self.classes is not None:
             out["classes"] = self.classes
         if self.probes is not None:

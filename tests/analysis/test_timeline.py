@@ -22,20 +22,20 @@ def cols(sends_ms: list[int], e2e_ms: list[float | None], ttft_ms: list[float | 
 
 def test_every_request_in_send_order_with_its_first_token_and_end():
     t = timeline(cols([500, 0, 250], [100.0, 1000.0, None], [20.0, 30.5, None], [1, 0, None]))
-    assert t is not None and t["requests"] == t["drawn"] == 3
-    assert t["rows"] == [[0.0, 30.5, 1000.0, 0, 0], [0.25, None, None, None, 1], [0.5, 20.0, 100.0, 1, 0]]
-    assert t["end_s"] == 1.0 and len(t["in_flight"]) == BINS
+    assert t is not None and t.requests == t.drawn == 3
+    assert t.rows == [(0.0, 30.5, 1000.0, 0, 0), (0.25, None, None, None, 1), (0.5, 20.0, 100.0, 1, 0)]
+    assert t.end_s == 1.0 and len(t.in_flight) == BINS
 
 
 def test_in_flight_counts_every_request_even_when_few_are_drawn():
     # 1,000 requests, each 1 s long, one every 10 ms: 100 in flight once the first second has passed
     t = timeline(cols([10 * i for i in range(1000)], [1000.0] * 1000), limit=50)
-    assert t is not None and t["requests"] == 1000 and t["drawn"] == 50
-    sends = [r[0] for r in t["rows"]]
+    assert t is not None and t.requests == 1000 and t.drawn == 50
+    sends = [r[0] for r in t.rows]
     assert sends == sorted(sends) and sends[0] == 0.0 and sends[-1] == 9.99  # the stride spans the whole step
     gaps = {round(b - a, 2) for a, b in itertools.pairwise(sends)}
     assert gaps <= {0.2, 0.21}, gaps  # evenly: a burst would stay a burst
-    middle = t["in_flight"][len(t["in_flight"]) // 2]
+    middle = t.in_flight[len(t.in_flight) // 2]
     assert middle == pytest.approx(100, abs=1)
 
 
