@@ -100,16 +100,18 @@ class Mux:
 
     def _hangup(self, fd: int, st: InFlight) -> None:
         """Hub callback: ``st``'s hang-up time came. Ended as its deadline says; a timer early by the clock's grain
-        is armed again; a patience that content beat does nothing."""
+        is armed again; a patience that content beat does nothing (content already in the socket is read first, as
+        ``_tick`` does)."""
         self._hangups.pop(fd, None)
-        if self.live.get(fd) is not st:
-            return
         now = time.perf_counter()
-        kind = st.deadline.due(now)
-        if kind is not None:
-            self._expire(fd, st, kind, now)
-        elif (at := st.deadline.hangup_at()) != math.inf:
-            self._arm(fd, st, at)
+        done = self._pass()
+        if self.live.get(fd) is st:
+            kind = st.deadline.due(now)
+            if kind is not None:
+                self._end(fd, st, kind, now, done)
+            elif (at := st.deadline.hangup_at()) != math.inf:
+                self._arm(fd, st, at)
+        self._wake(done)
 
     def _drop(self, fd: int) -> None:
         del self.live[fd]
@@ -135,6 +137,10 @@ class Mux:
 
     def _ready(self) -> None:
         """Hub callback: the epoll has ready sockets. Read each once; wake the requests that ended."""
+        self._wake(self._pass())
+
+    def _pass(self) -> list[tuple[Any, BaseException | None]]:
+        """Read each ready socket once; the requests that ended, with what their greenlets get (``_wake``)."""
         done: list[tuple[Any, BaseException | None]] = []  # (the request's greenlet, what it gets)
         live, waited, since, start = self.live, self.waited, self.away_since, time.perf_counter()
         self.waited = _NONE
@@ -151,6 +157,10 @@ class Mux:
             if over:
                 self._drop(fd)
                 done.append((st.waiter, None))
+        return done
+
+    @staticmethod
+    def _wake(done: list[tuple[Any, BaseException | None]]) -> None:
         for waiter, error in done:
             if error is None:
                 waiter.switch(None)
@@ -158,20 +168,24 @@ class Mux:
                 waiter.throw(error)
 
     def _tick(self) -> None:
-        """Hub callback every TICK_S: end each request whose deadline has passed."""
+        """Hub callback every TICK_S: end each request whose deadline has passed.
+
+        What reached the sockets by ``now`` is read first (one pass, as ``_ready``): back from a long absence (a long
+        pass, the CPU taken) the hub runs its timers before its I/O in the same loop iteration, and a stream whose
+        bytes, EOF or reset waited in the kernel is not idle; the receive's kernel stamp dates them."""
         now = time.perf_counter()
-        expired = []
-        for fd, st in self.live.items():
+        done = self._pass()
+        for fd, st in list(self.live.items()):
             kind = st.deadline.due(now)
             if kind is not None:
-                expired.append((fd, st, kind))
-        for fd, st, kind in expired:
-            self._expire(fd, st, kind, now)
+                self._end(fd, st, kind, now, done)
+        self._wake(done)
 
-    def _expire(self, fd: int, st: InFlight, kind: str, now: float) -> None:
+    def _end(self, fd: int, st: InFlight, kind: str, now: float, done: list[tuple[Any, BaseException | None]]) -> None:
+        """``st`` ends by its deadline (``kind``); its greenlet is woken with the others of the pass (``done``)."""
         st.expire(kind, now)
         self._drop(fd)
-        st.waiter.switch(None)  # type: ignore[attr-defined]  # read() set it to a gevent Waiter
+        done.append((st.waiter, None))
 
 
 def read(st: InFlight) -> None:
