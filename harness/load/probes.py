@@ -36,7 +36,6 @@ class ProbeHost(Protocol):
 
     told: Event
     fleet_size: int
-    target: Target
     env: Any
     source: Any
 
@@ -45,6 +44,9 @@ class ProbeHost(Protocol):
 
     @property
     def worker_index(self) -> int: ...
+
+    @property
+    def target(self) -> Target: ...
 
     def record_probe(self, rec: RequestRecord, now: float) -> None: ...
 

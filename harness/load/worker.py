@@ -80,9 +80,19 @@ class WorkerSide:
         """``verify:``: this worker's reference answers and re-asks (``load/verify.py``)."""
         self._hangups = False
         """The workload has users who hang up (cancel, patience): requests' durations are summed (``BUSY_KEY``)."""
+        self._target: Target | None = None
         self.wall = worker_clock()
         self.clock_offset: float | None = None
         """Its wall clock minus the master's, as the master measured it (``load/clock.py``); None until then."""
+
+    @property
+    def target(self) -> Target:
+        """Where this worker's requests go (``client/target.py``): resolved at test start (the web UI's host may change
+        between tests), or at first use by a worker that joins a running test (its users start before that)."""
+        if self._target is None:
+            self._target = Target.of(self.scenario.endpoint, self.env.host,
+                                     insecure=bool(self.source.option("insecure")))
+        return self._target
 
     @property
     def scenario(self) -> Scenario:
@@ -98,7 +108,7 @@ class WorkerSide:
 
     def on_test_start(self) -> None:
         """The scenario is known now (workers: the master's options came with the spawn message)."""
-        self.target = Target.of(self.scenario.endpoint, self.env.host, insecure=bool(self.source.option("insecure")))
+        self._target = None
         if self.target.https:  # load the CAs now, not in a step's time
             self.target.tls()
         self.samplers = Samplers(self)
