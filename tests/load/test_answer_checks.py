@@ -54,7 +54,10 @@ def test_a_runs_references_compare_another_deployment_with_it(tmp_path):
 
     first = kneecap_run(scenario("{share: 0.5, prompts: 5}"), out=tmp_path / "a")
     lines = [json.loads(x) for x in (tmp_path / "a" / "answers.jsonl").read_text().splitlines()]
-    assert first.code == 0 and len(lines) == 5, (first.output, lines)
+    assert len(lines) == 5, (first.output, lines)
+    # the references are written whatever the step's verdict: on a machine that starves the load generator (a
+    # fresh-clone CI: its loop waited 0.8 s for a CPU in a 2 s step) the step is not judged, exit 4, and it says so
+    assert first.code == 0 or (first.code == 4 and "UNRELIABLE: step 0" in first.output), first.output
     assert all(x["messages"][-1]["role"] == "user" and x["max_tokens"] == 10 and len(x["answer"].split()) == 10
                for x in lines), lines
     again = scenario(f"{{share: 0.5, file: {tmp_path / 'a' / 'answers.jsonl'}}}")
