@@ -270,7 +270,11 @@ def test_llm_tabs_dashboard_report_and_compare(browser, tmp_path):
     page, errors = open_page(browser, f"file://{cmp_file}")
     knees = page.locator("table tr td:nth-child(2)").all_inner_texts()
     other_knee = json.loads((other / "summary.json").read_text())["knee"]["users"]
-    assert knees == [f"{summary['knee']['users']}", f"{other_knee}"] and knees[0] != knees[1], knees
+    # the half-slot run's knee (4 users) stands unless a 300 ms stall caught one of that step's requests: its p99's
+    # interval then reaches the stalls and no break stands beyond noise (a fresh-clone CI: "no break up to 16").
+    # Either way compare shows each run's own knee, none as an empty cell.
+    shown = [("" if k is None else f"{k}") for k in (summary["knee"]["users"], other_knee)]
+    assert knees == shown and knees[0] != knees[1], knees
     page.screenshot(path=os.path.join(ARTIFACTS, "compare.png"), full_page=True)
     assert not errors, errors
 
